@@ -1,0 +1,80 @@
+"""The `sf` command line.
+
+Commands live in small modules and are imported only when used, so `sf --help` stays
+fast on a busy login node. Every SpecError ends the command with one line per problem
+on stderr and exit code 2; SlurmError with exit code 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from launcher import __version__
+from launcher.errors import SlurmError, SpecError, SpecErrors
+
+# name -> ("module:function", short help shown by `sf --help` without importing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "new": ("launcher.cmd_spec:new", "Create experiments/NAME/config.yaml for a method."),
+    "validate": ("launcher.cmd_spec:validate", "Check an experiment and show the compiled verl command."),
+    "schema": ("launcher.cmd_spec:schema", "Print the JSON Schema of config.yaml."),
+    "render": ("launcher.cmd_run:render", "Write the sbatch script and overrides of an experiment."),
+    "submit": ("launcher.cmd_run:submit", "Compile, render and submit an experiment to Slurm."),
+    "status": ("launcher.cmd_monitor:status", "Show the state of runs and sweeps."),
+    "logs": ("launcher.cmd_monitor:logs", "Print or follow the logs of a run."),
+    "cancel": ("launcher.cmd_monitor:cancel", "Cancel a run or a sweep."),
+    "list": ("launcher.cmd_monitor:list_runs", "List runs."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module_name, _, attr = COMMANDS[name][0].partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx, formatter):
+        # Short help from the table above: listing commands imports nothing.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SpecErrors as exc:
+            for error in exc.errors:
+                click.echo(f"sf: error: {error}", err=True)
+            sys.exit(exc.exit_code)
+        except SpecError as exc:
+            click.echo(f"sf: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except SlurmError as exc:
+            click.echo(f"sf: slurm error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sf")
+def main():
+    """sf: launch verl post-training runs on Slurm.
+
+    \b
+    Typical use:
+      sf new my-grpo --method verl/grpo
+      sf validate my-grpo --model /models/Qwen2.5-0.5B --train-data data/train.parquet
+      sf submit my-grpo --profile h200:8 --model ... --train-data ...
+      sf status; sf logs RUN -f; sf cancel RUN
+
+    Shell completion: eval "$(_SF_COMPLETE=bash_source sf)" (zsh_source, fish_source).
+    """
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The Plan: everything compile decides, and everything render and the job need.
+
+compile.compile_plan(spec, site, run_dir) -> Plan is pure; render.render_script(plan, site)
+-> str is pure. The Plan is also written into the run directory (plan.json) so the job
+and `sf status` read the same facts the login node decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One group of identical nodes. Pool i becomes het group i of the Slurm job."""
+
+    name: str  # "train", "teach", "reward"
+    series: str  # a GPU series of the site file, e.g. "h200" or "fake"
+    nodes: int
+    gpus_per_node: int
+    het_group: int
+    roles: tuple[str, ...] = ()  # e.g. ("actor", "rollout") or ("teacher",)
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Directives that come from the spec and the site (never free text)."""
+
+    account: str | None = None
+    qos: str | None = None
+    time: str = "01:00:00"
+    partition: str | None = None  # overrides the series' partition for every pool
+    exclusive: bool = False
+    requeue: bool = True
+    max_requeues: int = 3
+    signal_lead_s: int = 300  # --signal=B:USR1@<lead>
+
+
+@dataclass(frozen=True)
+class Plan:
+    experiment: str  # experiment name (folder under experiments/)
+    method: str  # "grpo", "dapo", ..., "sft"
+    framework: str  # "verl"
+    framework_version: str  # "0.9.1"
+    config_name: str  # verl Hydra config: "ppo_trainer" or "sft_trainer_engine"
+    launcher: str  # "ray" (main_ppo / main.py on a Ray cluster) or "torchrun" (SFT)
+    # argv before the overrides. For torchrun the job inserts the rendezvous flags
+    # (--nnodes, --nproc_per_node, --rdzv_*) right after argv[0].
+    entry: tuple[str, ...]
+    overrides: tuple[str, ...]  # "key=value", in the order passed to verl
+    pools: tuple[Pool, ...]
+    run_dir: str  # absolute
+    checkpoint_dir: str  # absolute, inside run_dir (trainer.default_local_dir)
+    slurm: SlurmOptions = SlurmOptions()
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the driver
+    paths_to_check: tuple[str, ...] = ()  # model/data paths preflight reads on the nodes
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def is_hetjob(self) -> bool:
+        return len(self.pools) > 1
+
+    def argv(self) -> list[str]:
+        return [*self.entry, *self.overrides]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        data = dict(data)
+        data["pools"] = tuple(Pool(**{**p, "roles": tuple(p.get("roles", ()))}) for p in data["pools"])
+        data["slurm"] = SlurmOptions(**data.get("slurm", {}))
+        for key in ("entry", "overrides", "paths_to_check", "warnings"):
+            data[key] = tuple(data.get(key, ()))
+        data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))
+        return cls(**data)

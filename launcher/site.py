@@ -1,0 +1,165 @@
+"""The site file: what an admin says about the cluster.
+
+Found through $SF_SITE, then /etc/sf/site.yaml, then ~/.config/sf/site.yaml, then the
+dev cluster's site/dev.yaml shipped with sf. Loading is I/O; everything after is pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from launcher import paths
+from launcher.errors import SpecError
+
+SYSTEM_SITE = Path("/etc/sf/site.yaml")
+USER_SITE = Path("~/.config/sf/site.yaml").expanduser()
+
+
+@dataclass(frozen=True)
+class Series:
+    """A GPU series: which partition holds it and what one node of it has."""
+
+    name: str
+    partition: str
+    gpus_per_node: int
+    gpu_directive: str = "gres"  # "gres" -> --gres=gpu:N, "gpus-per-node" -> --gpus-per-node=N
+    gres_name: str = "gpu"
+    constraint: str | None = None
+    cpus_per_node: int = 8
+    mem_per_node: str | None = None  # e.g. "64G"; None -> let Slurm decide
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    # How a node's Ray address is found: "loopback" (dev cluster: <prefix>.<10+node number>),
+    # "interface" (the IPv4 address of `interface`, e.g. ib0) or "hostname".
+    address_method: str = "hostname"
+    address_prefix: str = "127.0.0"
+    interface: str | None = None
+    port_range: tuple[int, int] = (20000, 59999)
+    temp_root: str = "/tmp"
+    barrier_timeout_s: int = 300
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    path: str  # the file it was read from
+    runs_dir: str
+    series: dict[str, Series]
+    default_series: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "01:00:00"
+    max_requeues: int = 3
+    signal_lead_s: int = 300
+    ray: RaySettings = RaySettings()
+    runtime_registry: str | None = None  # FORGE_RUNTIME_REGISTRY_FILE overrides it
+    dataset_roots: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # exported in every job
+    modules: tuple[str, ...] = ()  # `module load` in every job
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def find_site_file(explicit: str | None = None) -> Path:
+    for candidate in (explicit, os.environ.get("SF_SITE")):
+        if candidate:
+            path = Path(candidate).expanduser()
+            if not path.is_file():
+                raise SpecError("site", f"site file {path} does not exist; fix $SF_SITE or --site")
+            return path
+    for path in (SYSTEM_SITE, USER_SITE):
+        if path.is_file():
+            return path
+    return paths.site_dir() / "dev.yaml"
+
+
+def _expand(value: str) -> str:
+    return os.path.expandvars(os.path.expanduser(value))
+
+
+def load_site(explicit: str | None = None) -> Site:
+    path = find_site_file(explicit)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError("site", f"{path} is not valid YAML ({exc.__class__.__name__}); fix the file") from None
+    return site_from_dict(data, str(path))
+
+
+def site_from_dict(data: dict, path: str = "<memory>") -> Site:
+    if not isinstance(data, dict):
+        raise SpecError("site", f"{path} must be a mapping")
+    series = {}
+    for name, entry in (data.get("series") or {}).items():
+        try:
+            series[name] = Series(name=name, **entry)
+        except TypeError as exc:
+            raise SpecError(f"site.series.{name}", f"{exc}; see site/dev.yaml for the fields") from None
+    slurm = data.get("slurm") or {}
+    ray = data.get("ray") or {}
+    address = ray.get("node_address") or {}
+    return Site(
+        name=data.get("name", Path(path).stem),
+        path=path,
+        runs_dir=_expand(data.get("runs_dir", "~/sf-runs")),
+        series=series,
+        default_series=data.get("default_series"),
+        account=slurm.get("account"),
+        qos=slurm.get("qos"),
+        time=str(slurm.get("time", "01:00:00")),
+        max_requeues=int(slurm.get("max_requeues", 3)),
+        signal_lead_s=int(slurm.get("signal_lead_s", 300)),
+        ray=RaySettings(
+            address_method=address.get("method", "hostname"),
+            address_prefix=address.get("prefix", "127.0.0"),
+            interface=address.get("interface"),
+            port_range=tuple(ray.get("port_range", (20000, 59999))),
+            temp_root=ray.get("temp_root", "/tmp"),
+            barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
+        ),
+        runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
+        dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
+        env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
+        modules=tuple(data.get("modules", ())),
+        raw=data,
+    )
+
+
+_PROFILE = re.compile(r"^(?P<series>[A-Za-z0-9_.-]+):(?:(?P<nodes>\d+)x)?(?P<gpus>\d+)$")
+
+
+def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
+    """`SERIES:G` (G GPUs in all) or `SERIES:NxG` (N nodes of G GPUs) -> (series, nodes, gpus_per_node)."""
+    match = _PROFILE.match(text or "")
+    if not match:
+        raise SpecError("--profile", f"{text!r} is not SERIES:G or SERIES:NxG (e.g. h200:8 or h200:2x8)")
+    name = match["series"]
+    if name not in site.series:
+        known = ", ".join(sorted(site.series)) or "none"
+        raise SpecError("--profile", f"unknown GPU series {name!r} in site {site.name}; known: {known}")
+    series = site.series[name]
+    gpus = int(match["gpus"])
+    if gpus < 1:
+        raise SpecError("--profile", f"{text!r} asks for no GPUs; use at least 1")
+    if match["nodes"]:
+        nodes = int(match["nodes"])
+        if nodes < 1:
+            raise SpecError("--profile", f"{text!r} asks for no nodes; use at least 1")
+        if gpus > series.gpus_per_node:
+            raise SpecError("--profile", f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
+        return name, nodes, gpus
+    if gpus <= series.gpus_per_node:
+        return name, 1, gpus
+    if gpus % series.gpus_per_node:
+        raise SpecError(
+            "--profile",
+            f"{gpus} GPUs do not fill whole {name} nodes of {series.gpus_per_node}; "
+            f"ask for a multiple of {series.gpus_per_node} or use {name}:NxG",
+        )
+    return name, gpus // series.gpus_per_node, series.gpus_per_node
