@@ -1,0 +1,367 @@
+"""Run records: the only module that writes them.
+
+One directory per run under the site's runs_dir, named by a short readable id
+(`<experiment>-<5 base32 chars>`, e.g. `my-grpo-k3x7q`):
+
+    <runs_dir>/<id>/
+        record.json      the record (below); written only through Run.update/mutate/...
+        spec.yaml        the spec as merged (all layers), written by `sf submit`
+        plan.json        the compiled Plan (launcher.plan.Plan.to_dict())
+        overrides.txt    the verl overrides, one per line
+        job.sbatch       the rendered batch script, exactly as submitted
+        events.jsonl     phase timestamps appended by the job (record_phase), one JSON a line
+        reason           why the job failed, written by the job (plain text)
+        preflight.json   the preflight report (--preflight)
+        sweep.json       for a sweep: its points (index, overrides) when it has any
+        logs/            slurm-%j.out and the per-node/per-role logs of the job
+        checkpoints/     verl's trainer.default_local_dir
+
+record.json holds:
+    id, experiment, kind ("run" or "sweep"), created (ISO UTC), state, history
+    ([{state, time, ...}], oldest first), job_ids (["123"], or ["123"] for an array /
+    hetjob leader; components and tasks are found by the monitor), phases (merged from
+    events.jsonl when read; never stored), requeue_count, exit_reason, sweep
+    ({"id", "index"} when the run is a point of a sweep, else None), members (sweep only:
+    run ids of its points when they are separate runs).
+
+States written by the login node: created -> submitted | submit_failed; the monitor then
+records what Slurm says (pending, running, completed, failed, cancelled, timeout, ...).
+
+Concurrency: every change of record.json is a read-modify-write under an exclusive
+fcntl lock on `.record.lock` in the run directory, and every file is written to a temp
+file in the same directory, fsynced and renamed over the old one, so two `sf` commands
+at once never corrupt a record or lose a change, and a crash leaves the old file.
+Inside the job (compute nodes) nothing locks: record_phase appends one line with
+O_APPEND in a single write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import json
+import os
+import re
+import secrets
+import socket
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from launcher.errors import SpecError
+
+RECORD = "record.json"
+EVENTS = "events.jsonl"
+REASON = "reason"
+LOCK = ".record.lock"
+SUBDIRS = ("logs", "checkpoints")
+
+_B32 = "abcdefghijklmnopqrstuvwxyz234567"
+_SUFFIX_LEN = 5
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+TERMINAL_STATES = frozenset(
+    {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory",
+     "boot_fail", "deadline", "preempted", "submit_failed", "revoked"}
+)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _slug(experiment: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", experiment.lower()).strip("-")[:40].strip("-")
+    return slug or "run"
+
+
+def new_run_id(experiment: str) -> str:
+    """`<experiment slug>-<5 lowercase base32 chars>` (32**5 = 33M suffixes per name)."""
+    return f"{_slug(experiment)}-" + "".join(secrets.choice(_B32) for _ in range(_SUFFIX_LEN))
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write `data` to `path` via a temp file in the same directory, fsync, os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+class Run:
+    """A handle on one run directory. Cheap: reading happens in record()."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.dir = Path(run_dir)
+        self.id = self.dir.name
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Run) and other.dir == self.dir
+
+    def __hash__(self) -> int:
+        return hash(self.dir)
+
+    # paths ---------------------------------------------------------------------------
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.dir / "checkpoints"
+
+    # reading -------------------------------------------------------------------------
+    def raw_record(self) -> dict:
+        """record.json as stored (no merge of events.jsonl / reason)."""
+        return json.loads((self.dir / RECORD).read_text())
+
+    def record(self) -> dict:
+        """The record with phases (events.jsonl), requeue count and reason merged in."""
+        rec = self.raw_record()
+        phases = read_phases(self.dir)
+        rec["phases"] = phases
+        restarts = [int(p.get("restart", 0) or 0) for p in phases]
+        requeued = sum(1 for p in phases if p.get("phase") == "requeued")
+        rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts])
+        if not rec.get("exit_reason"):
+            reason = self.read_text(REASON)
+            if reason and reason.strip():
+                rec["exit_reason"] = reason.strip()
+        return rec
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.dir / name).read_text()
+        except FileNotFoundError:
+            return None
+
+    def read_json(self, name: str) -> Any:
+        text = self.read_text(name)
+        return None if text is None else json.loads(text)
+
+    # writing -------------------------------------------------------------------------
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.dir / name
+        atomic_write(path, text)
+        return path
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        return self.write_text(name, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Exclusive lock on the record (fcntl on .record.lock); not reentrant."""
+        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def mutate(self, fn: Callable[[dict], dict | None]) -> dict:
+        """Read-modify-write record.json under the lock. `fn` edits the dict in place or
+        returns a new one. Returns the record as written."""
+        with self.locked():
+            rec = self.raw_record()
+            result = fn(rec)
+            if result is not None:
+                rec = result
+            rec.pop("phases", None)  # merged on read, never stored
+            self.write_json(RECORD, rec)
+            return rec
+
+    def update(self, **fields) -> dict:
+        def apply(rec):
+            rec.update(fields)
+
+        return self.mutate(apply)
+
+    def add_state(self, state: str, **info) -> dict:
+        """Set the state and append it to history with a UTC timestamp."""
+        entry = {"state": state, "time": utc_now(), **info}
+
+        def apply(rec):
+            rec["state"] = state
+            rec.setdefault("history", []).append(entry)
+
+        return self.mutate(apply)
+
+    def set_job_ids(self, ids) -> dict:
+        ids = [str(i) for i in ids]
+        return self.update(job_ids=ids)
+
+
+def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None) -> dict:
+    now = utc_now()
+    return {
+        "id": run_id,
+        "experiment": experiment,
+        "kind": kind,
+        "created": now,
+        "state": "created",
+        "history": [{"state": "created", "time": now}],
+        "job_ids": [],
+        "requeue_count": 0,
+        "exit_reason": None,
+        "sweep": sweep,
+    }
+
+
+def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | None = None,
+               **fields) -> Run:
+    """Make `<runs_dir>/<id>/` (logs/, checkpoints/) with record state "created".
+
+    `sweep` is {"id": SWEEP_ID, "index": i} for a point of a sweep; extra `fields` go into
+    the record (e.g. members=[...] for a sweep)."""
+    if kind not in ("run", "sweep"):
+        raise ValueError(f"kind must be 'run' or 'sweep', not {kind!r}")
+    root = Path(runs_dir).expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        run_id = new_run_id(experiment)
+        try:
+            (root / run_id).mkdir()
+        except FileExistsError:
+            continue
+        break
+    else:  # pragma: no cover - 100 collisions in 33M suffixes
+        raise RuntimeError(f"could not find a free run id under {root}")
+    run = Run(root / run_id)
+    for sub in SUBDIRS if kind == "run" else ():
+        (run.dir / sub).mkdir()
+    rec = _initial_record(run_id, experiment, kind, sweep)
+    rec.update(fields)
+    run.write_json(RECORD, rec)
+    return run
+
+
+def _run_ids(root: Path) -> list[str]:
+    try:
+        return sorted(p.name for p in root.iterdir() if (p / RECORD).is_file())
+    except FileNotFoundError:
+        return []
+
+
+def open_run(runs_dir, run_id: str) -> Run:
+    """The run `run_id` (or the only run whose id starts with it). SpecError naming the
+    closest ids otherwise."""
+    root = Path(runs_dir).expanduser()
+    run_id = (run_id or "").strip().rstrip("/")
+    if run_id and "/" not in run_id and run_id not in (".", "..") and (root / run_id / RECORD).is_file():
+        return Run(root / run_id)
+    ids = _run_ids(root)
+    prefixed = [i for i in ids if run_id and i.startswith(run_id)]
+    if len(prefixed) == 1:
+        return Run(root / prefixed[0])
+    close = prefixed or difflib.get_close_matches(run_id, ids, n=5, cutoff=0.5)
+    if not close:
+        close = [i for i in ids if run_id and run_id in i][:5]
+    hint = f"; did you mean: {', '.join(close[:5])}" if close else (
+        "; `sf list` shows the runs" if ids else f"; there are no runs in {root}")
+    what = "several runs start with" if len(prefixed) > 1 else "no run"
+    raise SpecError("run", f"{what} {run_id!r} in {root}{hint}")
+
+
+def list_runs(runs_dir) -> list[Run]:
+    """Every run and sweep under runs_dir, newest first (by record 'created')."""
+    root = Path(runs_dir).expanduser()
+    keyed = []
+    for run_id in _run_ids(root):
+        run = Run(root / run_id)
+        try:
+            created = run.raw_record().get("created", "")
+        except (OSError, ValueError):
+            continue
+        keyed.append((created, run_id, run))
+    keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [run for _, _, run in keyed]
+
+
+def sweep_members(runs_dir, sweep_id: str) -> list[Run]:
+    """Runs whose record says they are points of `sweep_id`, by index."""
+    members = []
+    for run in list_runs(runs_dir):
+        try:
+            sweep = run.raw_record().get("sweep") or {}
+        except (OSError, ValueError):
+            continue
+        if sweep.get("id") == sweep_id:
+            members.append((sweep.get("index", 0), run))
+    members.sort(key=lambda item: item[0])
+    return [run for _, run in members]
+
+
+# --- inside the job ------------------------------------------------------------------
+
+def record_phase(run_dir, phase: str, **info) -> dict:
+    """Append {"phase", "time", "iso", "node", "job_id", "restart", ...} to events.jsonl
+    with one O_APPEND write (atomic for lines shorter than PIPE_BUF). No locks: safe on
+    compute nodes and from several nodes at once."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    now = time.time()
+    event = {"phase": phase, "time": now,
+             "iso": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+             "node": node}
+    if os.environ.get("SLURM_JOB_ID"):
+        event["job_id"] = os.environ["SLURM_JOB_ID"]
+    if os.environ.get("SLURM_RESTART_COUNT"):
+        with contextlib.suppress(ValueError):
+            event["restart"] = int(os.environ["SLURM_RESTART_COUNT"])
+    event.update(info)
+    line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
+    fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return event
+
+
+def read_phases(run_dir) -> list[dict]:
+    """The events of events.jsonl in order; a torn or malformed line is skipped."""
+    try:
+        text = (Path(run_dir) / EVENTS).read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and "phase" in event:
+            events.append(event)
+    return events

@@ -1,0 +1,447 @@
+"""The only module that runs Slurm commands.
+
+Every call goes through `_run` (or `srun_popen`): argv lists, never a shell, a timeout,
+and a SlurmError that carries the command and its stderr. `CALLS` counts invocations per
+command name (`CALLS["sacct"]`, `CALLS["total"]`) so tests and benchmarks can assert
+"one sacct call per poll".
+
+`job_states(ids)` asks ONE `sacct -X` for every id (plain jobs, array tasks `123_4`,
+hetjob components `123+1`) and aggregates: a hetjob's plain id (which sacct never
+reports; submitit's watcher reads it as UNKNOWN forever) gets the state of its
+components, an array's plain id the state of its tasks, and every task and component is
+also reported on its own. When accounting is unavailable it falls back to ONE `squeue`
+call and says so (`JobStates.source == "squeue"`, `.warning`).
+
+`SF_SLURM_BIN_DIR` (optional) is a folder to take the Slurm binaries from.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from launcher.errors import SlurmError
+
+CALLS: collections.Counter = collections.Counter()
+DEFAULT_TIMEOUT_S = 60
+
+# sacct fields, in order (all exist in 22.05; 22.05 has no Restarts: use show_job).
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Start", "End", "Elapsed",
+                "NodeList", "Reason", "Submit", "Timelimit")
+SQUEUE_FORMAT = "%i|%j|%T|%M|%N|%r|%S|%l|%V"
+SQUEUE_FIELDS = ("JobID", "JobName", "State", "Elapsed", "NodeList", "Reason", "Start",
+                 "Timelimit", "Submit")
+
+ACTIVE_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
+                 "SUSPENDED", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                 "RESV_DEL_HOLD", "PENDING", "STOPPED", "SPECIAL_EXIT", "UNKNOWN")
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
+                   "GONE")
+# Aggregation order: the first state any part has wins.
+_ACTIVE_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
+                 "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                 "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD", "PENDING", "UNKNOWN")
+_FAIL_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIMEOUT", "DEADLINE",
+               "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
+
+_ACCOUNTING_DOWN = re.compile(
+    r"accounting storage is disabled|slurmdbd|Connection refused|"
+    r"Unable to (?:contact|connect)|Problem talking to the database|"
+    r"no accounting|not running a supported accounting_storage",
+    re.IGNORECASE,
+)
+_JOBID = re.compile(r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\])|\+(?P<het>\d+))?(?:\.(?P<step>.+))?$")
+
+
+# --- running commands -----------------------------------------------------------------
+
+def _bin(name: str) -> str:
+    folder = os.environ.get("SF_SLURM_BIN_DIR")
+    if folder:
+        return str(Path(folder) / name)
+    return shutil.which(name) or name
+
+
+def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check: bool = True,
+         input: str | None = None) -> subprocess.CompletedProcess:
+    argv = [str(a) for a in argv]
+    name = Path(argv[0]).name
+    argv[0] = _bin(argv[0])
+    CALLS[name] += 1
+    CALLS["total"] += 1
+    shown = " ".join([name, *argv[1:]])
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                              input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"`{shown}`: {name} not found; is Slurm installed and on PATH "
+                         f"(or inside the dev cluster: scripts/dev-cluster exec -- ...)?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{shown}` did not answer within {timeout:g} s; is slurmctld up?") from None
+    if check and proc.returncode != 0:
+        raise SlurmError(_error_text(shown, proc))
+    return proc
+
+
+def _error_text(shown: str, proc: subprocess.CompletedProcess) -> str:
+    err = (proc.stderr or "").strip() or (proc.stdout or "").strip() or "(no output)"
+    return f"`{shown}` failed (exit {proc.returncode}): {err}"
+
+
+# --- submit and control -----------------------------------------------------------------
+
+def parse_sbatch_parsable(stdout: str) -> str:
+    """`123` or `123;cluster` -> `123`."""
+    lines = [l for l in (stdout or "").strip().splitlines() if l.strip()]
+    if not lines:
+        raise SlurmError("sbatch --parsable printed no job id")
+    job_id = lines[-1].split(";")[0].strip()
+    if not re.fullmatch(r"\d+", job_id):
+        raise SlurmError(f"sbatch --parsable printed {lines[-1]!r}, not a job id")
+    return job_id
+
+
+def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S) -> str:
+    """Submit a batch script; returns the job id (leader id for a hetjob, array id for an
+    array)."""
+    proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout)
+    return parse_sbatch_parsable(proc.stdout)
+
+
+def sbatch_test_only(script_path, *, extra_args=(), cwd=None) -> str:
+    """`sbatch --test-only`: validates the script against the cluster, submits nothing.
+    Returns Slurm's message (e.g. "Job 12 to start at ... on nodes dev1")."""
+    proc = _run(["sbatch", "--test-only", *extra_args, str(script_path)], cwd=cwd)
+    return ((proc.stderr or "") + (proc.stdout or "")).strip().removeprefix("sbatch: ").strip()
+
+
+def scancel(job_ids, *, signal: str | None = None, batch: bool = False, full: bool = False) -> None:
+    ids = [str(i) for i in job_ids if str(i)]
+    if not ids:
+        return
+    argv = ["scancel"]
+    if signal:
+        argv.append(f"--signal={signal}")
+    if batch:
+        argv.append("--batch")
+    if full:
+        argv.append("--full")
+    _run([*argv, *ids])
+
+
+def requeue(job_id) -> None:
+    _run(["scontrol", "requeue", str(job_id)])
+
+
+def _split_kv(line: str) -> dict[str, str]:
+    """`A=1 B=x y C=2` -> {A: 1, B: 'x y', C: 2} (values may hold spaces)."""
+    out: dict[str, str] = {}
+    for match in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_:/]*=|\s*$)", line):
+        out[match.group(1)] = match.group(2)
+    return out
+
+
+def parse_show_job(text: str) -> dict:
+    """`scontrol show job -o` output -> the first record's key->value; a hetjob's other
+    components are under "Components" (a list of dicts, leader first)."""
+    records = [_split_kv(line) for line in text.splitlines() if line.strip()]
+    if not records:
+        return {}
+    first = dict(records[0])
+    if len(records) > 1:
+        first["Components"] = records
+    return first
+
+
+def show_job(job_id) -> dict:
+    proc = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    return parse_show_job(proc.stdout)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    if not nodelist:
+        return []
+    proc = _run(["scontrol", "show", "hostnames", nodelist])
+    return [h.strip() for h in proc.stdout.split() if h.strip()]
+
+
+def srun_argv(argv, *, het_group=None, nodes=None, ntasks=None, ntasks_per_node=None,
+              nodelist=None, exclude=None, overlap=False, kill_on_bad_exit=True,
+              extra=()) -> list[str]:
+    cmd = ["srun"]
+    if het_group is not None:
+        cmd.append(f"--het-group={het_group}")
+    if nodes is not None:
+        cmd.append(f"--nodes={nodes}")
+    if ntasks is not None:
+        cmd.append(f"--ntasks={ntasks}")
+    if ntasks_per_node is not None:
+        cmd.append(f"--ntasks-per-node={ntasks_per_node}")
+    if nodelist:
+        cmd.append(f"--nodelist={nodelist if isinstance(nodelist, str) else ','.join(nodelist)}")
+    if exclude:
+        cmd.append(f"--exclude={exclude if isinstance(exclude, str) else ','.join(exclude)}")
+    if overlap:
+        cmd.append("--overlap")
+    if kill_on_bad_exit:
+        cmd.append("--kill-on-bad-exit=1")
+    cmd.extend(str(e) for e in extra)
+    cmd.extend(str(a) for a in argv)
+    return cmd
+
+
+def srun_popen(argv, *, het_group=None, nodes=None, ntasks=None, ntasks_per_node=None,
+               nodelist=None, exclude=None, overlap=False, kill_on_bad_exit=True, extra=(),
+               env=None, stdout=None, stderr=None, **popen_kwargs) -> subprocess.Popen:
+    """Start one srun step (inside a job); argv is a list, never through a shell."""
+    cmd = srun_argv(argv, het_group=het_group, nodes=nodes, ntasks=ntasks,
+                    ntasks_per_node=ntasks_per_node, nodelist=nodelist, exclude=exclude,
+                    overlap=overlap, kill_on_bad_exit=kill_on_bad_exit, extra=extra)
+    CALLS["srun"] += 1
+    CALLS["total"] += 1
+    cmd[0] = _bin("srun")
+    try:
+        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr,
+                                stdin=subprocess.DEVNULL, **popen_kwargs)
+    except FileNotFoundError:
+        raise SlurmError("srun not found on PATH") from None
+
+
+# --- states -----------------------------------------------------------------------------
+
+@dataclass
+class JobState:
+    job_id: str  # as asked or as reported: "123", "123_4", "123+1"
+    state: str  # normalized: RUNNING, PENDING, COMPLETED, CANCELLED, ... or UNKNOWN
+    raw_state: str = ""
+    name: str = ""
+    exit_code: str = ""
+    start: str = ""
+    end: str = ""
+    elapsed: str = ""
+    nodelist: str = ""
+    reason: str = ""
+    submit: str = ""
+    timelimit: str = ""
+    kind: str = "job"  # job | array | hetjob | task | component
+    parts: list[str] = field(default_factory=list)  # ids of tasks/components aggregated
+    missing: bool = False  # Slurm reported nothing for it (yet, or any more)
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["done"] = self.done
+        return data
+
+
+class JobStates(dict):
+    """dict[str, JobState] with where it came from: source "sacct" or "squeue" (accounting
+    unavailable: finished jobs may be missing), and a warning line when degraded."""
+
+    def __init__(self, *args, source: str = "sacct", warning: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source = source
+        self.warning = warning
+
+    @property
+    def accounting(self) -> bool:
+        return self.source == "sacct"
+
+
+def normalize_state(raw: str) -> str:
+    """`CANCELLED by 0` -> CANCELLED, `RUNNING+` -> RUNNING, `` -> UNKNOWN."""
+    state = (raw or "").strip().split(" ")[0].rstrip("+").upper()
+    return state or "UNKNOWN"
+
+
+def split_job_id(job_id: str) -> tuple[str, str | None, str | None]:
+    """"123" -> (123, None, None); "123_4" -> (123, "4", None); "123+1" -> (123, None, "1")."""
+    match = _JOBID.match(str(job_id).strip())
+    if not match:
+        return str(job_id), None, None
+    return match["base"], match["task"], match["het"]
+
+
+def _expand_array(base: str, bracket: str) -> list[str]:
+    """`[2-5%2]` / `[1,3-4]` -> task ids. Uses submitit's parser of array ids."""
+    from submitit.slurm.slurm import read_job_id  # lazy: only pending arrays need it
+
+    tasks = []
+    for part in read_job_id(f"{base}_{bracket}"):
+        if len(part) == 2:
+            tasks.append(int(part[1]))
+        elif len(part) == 3:
+            tasks.extend(range(int(part[1]), int(part[2]) + 1))
+    return [f"{base}_{t}" for t in tasks]
+
+
+def _row_to_state(values: dict[str, str], job_id: str) -> JobState:
+    raw = values.get("State", "")
+    return JobState(
+        job_id=job_id, state=normalize_state(raw), raw_state=raw,
+        name=values.get("JobName", ""), exit_code=values.get("ExitCode", ""),
+        start=values.get("Start", ""), end=values.get("End", ""),
+        elapsed=values.get("Elapsed", ""), nodelist=values.get("NodeList", ""),
+        reason=values.get("Reason", ""), submit=values.get("Submit", ""),
+        timelimit=values.get("Timelimit", ""),
+        kind="task" if "_" in job_id else "component" if "+" in job_id else "job",
+    )
+
+
+def parse_rows(text: str, fields=SACCT_FIELDS) -> dict[str, JobState]:
+    """Parse `--parsable2 --noheader` rows (sacct) or `|`-separated squeue rows into
+    JobStates keyed by the reported id. Steps (`123.batch`) are skipped; pending array
+    ranges (`123_[2-5%2]`) are expanded into one PENDING entry per task."""
+    out: dict[str, JobState] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        cells = line.split("|")
+        values = {name: cells[i].strip() if i < len(cells) else "" for i, name in enumerate(fields)}
+        job_id = values.get("JobID", "")
+        match = _JOBID.match(job_id)
+        if not match or match["step"]:
+            continue
+        if match["task"] and match["task"].startswith("["):
+            for task_id in _expand_array(match["base"], match["task"]):
+                out[task_id] = _row_to_state(values, task_id)
+            continue
+        out[job_id] = _row_to_state(values, job_id)
+    return out
+
+
+def aggregate_state(states: list[str]) -> str:
+    """One state for a hetjob from its components / an array from its tasks: active if
+    any part is active (RUNNING before PENDING); when all ended COMPLETED only if all
+    completed, else the worst end (NODE_FAIL, ..., FAILED, TIMEOUT, CANCELLED)."""
+    states = [normalize_state(s) for s in states] or ["UNKNOWN"]
+    active = [s for s in states if s not in TERMINAL_STATES]
+    if active:
+        for candidate in _ACTIVE_ORDER:
+            if candidate in active:
+                return candidate
+        return active[0]
+    for candidate in _FAIL_ORDER:
+        if candidate in states:
+            return candidate
+    return states[0]
+
+
+def _aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
+    parts = sorted(parts, key=lambda p: _sort_key(p.job_id))
+    first = parts[0]
+    starts = [p.start for p in parts if p.start and p.start[:1].isdigit()]
+    ends = [p.end for p in parts if p.end and p.end[:1].isdigit()]
+    state = aggregate_state([p.state for p in parts])
+    all_ended = all(p.done for p in parts)
+    codes = [p.exit_code for p in parts if p.exit_code and p.exit_code != "0:0"]
+    return JobState(
+        job_id=job_id, state=state, raw_state=state, name=first.name,
+        exit_code=codes[0] if codes else first.exit_code,
+        start=min(starts) if starts else first.start,
+        end=max(ends) if (ends and all_ended) else ("Unknown" if not all_ended else first.end),
+        elapsed=max((p.elapsed for p in parts), key=_elapsed_s, default=""),
+        nodelist=",".join(p.nodelist for p in parts if p.nodelist and p.nodelist != "None assigned"),
+        reason=next((p.reason for p in parts if p.reason and p.reason != "None"), first.reason),
+        submit=first.submit, timelimit=first.timelimit, kind=kind,
+        parts=[p.job_id for p in parts],
+    )
+
+
+def _sort_key(job_id: str):
+    base, task, het = split_job_id(job_id)
+    tail = task if task and task.isdigit() else het if het else "-1"
+    return (int(base) if base.isdigit() else 0, int(tail) if tail.lstrip("-").isdigit() else 0)
+
+
+def _elapsed_s(text: str) -> int:
+    """`1-02:03:04` / `02:03:04` / `03:04` -> seconds."""
+    if not text or not text[0].isdigit():
+        return 0
+    days, _, rest = text.rpartition("-")
+    try:
+        nums = [int(x) for x in rest.split(":")]
+    except ValueError:
+        return 0
+    seconds = 0
+    for n in nums:
+        seconds = seconds * 60 + n
+    return seconds + (int(days) * 86400 if days.isdigit() else 0)
+
+
+def resolve(requested: list[str], rows: dict[str, JobState]) -> dict[str, JobState]:
+    """For every requested id, its own row, or the aggregate of its hetjob components
+    (`ID+k`) or array tasks (`ID_k`); plus every row seen (tasks and components)."""
+    out: dict[str, JobState] = dict(rows)
+    by_base: dict[str, list[JobState]] = collections.defaultdict(list)
+    for row_id, row in rows.items():
+        base, task, het = split_job_id(row_id)
+        if task is not None or het is not None:
+            by_base[base].append(row)
+    for job_id in requested:
+        job_id = str(job_id)
+        if job_id in rows and job_id not in by_base:
+            continue
+        base, task, het = split_job_id(job_id)
+        if task is None and het is None and by_base.get(base):
+            parts = by_base[base]
+            kind = "hetjob" if any("+" in p.job_id for p in parts) else "array"
+            out[job_id] = _aggregate(job_id, parts, kind)
+        elif job_id not in out:
+            out[job_id] = JobState(job_id=job_id, state="UNKNOWN", missing=True)
+    return out
+
+
+def _query_ids(job_ids) -> list[str]:
+    """Ids to pass to sacct/squeue -j: plain base ids (all tasks and components come back)."""
+    seen = []
+    for job_id in job_ids:
+        base, _, _ = split_job_id(str(job_id))
+        if base not in seen:
+            seen.append(base)
+    return seen
+
+
+def sacct_argv(job_ids) -> list[str]:
+    return ["sacct", "--parsable2", "--noheader", "--allocations",
+            f"--format={','.join(SACCT_FIELDS)}", f"--jobs={','.join(_query_ids(job_ids))}"]
+
+
+def squeue_argv(job_ids) -> list[str]:
+    return ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}",
+            f"--jobs={','.join(_query_ids(job_ids))}"]
+
+
+def job_states(job_ids) -> JobStates:
+    """States of all `job_ids` from ONE sacct call (or ONE squeue call when accounting is
+    unavailable). Ids Slurm does not report (yet: sacct lags squeue by about a second)
+    come back as UNKNOWN with `missing=True`."""
+    requested = [str(j) for j in job_ids if str(j)]
+    if not requested:
+        return JobStates()
+    proc = _run(sacct_argv(requested), check=False)
+    if proc.returncode == 0 and not _ACCOUNTING_DOWN.search(proc.stderr or ""):
+        return JobStates(resolve(requested, parse_rows(proc.stdout, SACCT_FIELDS)), source="sacct")
+    sacct_error = (proc.stderr or proc.stdout or "").strip().splitlines()
+    sacct_error = sacct_error[-1] if sacct_error else f"exit {proc.returncode}"
+    proc = _run(squeue_argv(requested), check=False)
+    if proc.returncode != 0 and "Invalid job id" not in (proc.stderr or ""):
+        raise SlurmError(f"`sacct` failed ({sacct_error}) and " +
+                         _error_text(" ".join(squeue_argv(requested)), proc))
+    rows = parse_rows(proc.stdout if proc.returncode == 0 else "", SQUEUE_FIELDS)
+    states = resolve(requested, rows)
+    for state in states.values():
+        if state.missing:
+            state.state = "GONE"  # not in squeue any more: ended, outcome unknown
+    return JobStates(states, source="squeue",
+                     warning=f"accounting unavailable ({sacct_error}); states from squeue, "
+                             "which forgets finished jobs")
