@@ -1,0 +1,340 @@
+"""`sf status`, `sf logs`, `sf cancel`, `sf list`.
+
+Every poll is ONE Slurm query for all runs shown (launcher.monitor.poll). Nothing here
+holds anything on the cluster: `--watch` and `logs -f` are loops of short queries that
+can be stopped with Ctrl-C (exit 130) without touching the jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from launcher import monitor, runs, slurm
+from launcher.errors import SpecError
+
+EXIT_INTERRUPTED = 130
+
+
+def _runs_dir(site_path: str | None, runs_dir: str | None) -> Path:
+    """--runs-dir, then $SF_RUNS_DIR, then the site's runs_dir."""
+    if runs_dir:
+        return Path(runs_dir).expanduser()
+    if os.environ.get("SF_RUNS_DIR"):
+        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
+    from launcher.site import load_site
+
+    return Path(load_site(site_path).runs_dir)
+
+
+def _common(fn):
+    fn = click.option("--runs-dir", default=None, metavar="DIR",
+                      help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(fn)
+    fn = click.option("--site", "site_path", default=None, metavar="FILE",
+                      help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...).")(fn)
+    return fn
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    rows = [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _short_time(iso: str) -> str:
+    return iso[:19].replace("T", " ") if iso else ""
+
+
+# --- status --------------------------------------------------------------------------------
+
+def _render_status(statuses: list[monitor.RunStatus], detail: bool) -> str:
+    out = []
+    source, warning = monitor.poll_source(statuses)
+    if warning:
+        out.append(f"warning: {warning}")
+    rows = [[s.id, s.state, s.progress, ",".join(s.job_ids) or "-", s.elapsed or "-",
+             s.nodes or "-", s.requeue_count] for s in statuses]
+    out.append(_table(["RUN", "STATE", "PROGRESS", "JOB", "ELAPSED", "NODES", "REQUEUES"], rows)
+               if rows else "no runs")
+    if detail and len(statuses) == 1:
+        s = statuses[0]
+        if s.points:
+            out.append("")
+            out.append(_table(["POINT", "JOB", "RUN", "STATE", "PROGRESS", "ELAPSED", "NODES"],
+                              [[p.get("index"), p.get("job_id") or "-", p.get("run_id") or "-",
+                                p.get("state"), p.get("progress") or "", p.get("elapsed") or "-",
+                                p.get("nodes") or "-"] for p in s.points]))
+        parts = [k for k in s.jobs if k not in s.job_ids]
+        if parts:
+            out.append("components: " + ", ".join(f"{k} {s.jobs[k]['state'].lower()}" for k in parts))
+        if s.reason and s.reason != "None" and not s.done:
+            out.append(f"slurm reason: {s.reason}")
+        if s.exit_reason:
+            out.append(f"exit reason: {s.exit_reason}")
+    if source:
+        out.append(f"({'from sacct' if source == 'sacct' else 'from squeue: accounting unavailable'})")
+    return "\n".join(out)
+
+
+def _status_doc(statuses, runs_dir) -> dict:
+    source, warning = monitor.poll_source(statuses)
+    return {"runs_dir": str(runs_dir), "source": source, "accounting": source != "squeue",
+            "warning": warning, "time": runs.utc_now(),
+            "runs": [s.to_dict() for s in statuses]}
+
+
+@click.command()
+@click.argument("target", required=False, metavar="[RUN|SWEEP]")
+@click.option("--watch", "-w", is_flag=True, help="Redraw until every watched run has ended.")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0.2),
+              help="Seconds between polls with --watch.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (one per poll with --watch).")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Runs shown without RUN.")
+@_common
+def status(target, watch, interval, as_json, limit, site_path, runs_dir):
+    """Show where runs are: Slurm state, phase, training step.
+
+    Without RUN: the newest runs (those already ended come from their record, without
+    asking Slurm). With a SWEEP id: every point. One sacct call per poll however many
+    runs and array tasks; falls back to squeue (and says so) without accounting.
+    """
+    root = _runs_dir(site_path, runs_dir)
+    if target:
+        watched = [runs.open_run(root, target)]
+    else:
+        watched = runs.list_runs(root)[:limit]
+    try:
+        while True:
+            statuses = monitor.poll(watched, runs_dir=root, skip_ended=not target)
+            if as_json:
+                click.echo(json.dumps(_status_doc(statuses, root), default=str,
+                                      indent=None if watch else 2))
+            else:
+                if watch and sys.stdout.isatty():
+                    click.echo("\033[H\033[2J", nl=False)
+                click.echo(_render_status(statuses, detail=bool(target)))
+            if not watch or all(s.done for s in statuses):
+                return
+            if not as_json and not sys.stdout.isatty():
+                click.echo("")
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+# --- logs ----------------------------------------------------------------------------------
+
+def _tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[-_.]", name) if t]
+
+
+def select_logs(files: list[Path], node: str | None, role: str | None) -> list[Path]:
+    """--node N: files whose name has N (a Slurm node name, or an index as `N`/`nodeN`) as
+    a `-`/`_`/`.` separated token. --role R: files whose name contains R. Neither: the
+    driver log when there is one, else the newest slurm-*.out."""
+    if node:
+        return [f for f in files if node in _tokens(f.name) or f"node{node}" in _tokens(f.name)]
+    if role:
+        return [f for f in files if role in _tokens(f.name) or role in f.name]
+    driver = [f for f in files if "driver" in f.name]
+    if driver:
+        return driver[-1:]
+    batch = [f for f in files if f.name.startswith("slurm-")]
+    return (batch or files)[-1:]
+
+
+def _last_lines(path: Path, n: int | None) -> tuple[str, int]:
+    """(text of the last n lines, or all of it when n is None; bytes read = new offset)."""
+    data = path.read_bytes()
+    size = len(data)
+    if n is not None:
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-n:]) if n > 0 else b""
+    return data.decode(errors="replace"), size
+
+
+def _emit(text: str, prefix: str | None) -> None:
+    if not text:
+        return
+    if prefix:
+        text = "".join(f"{prefix}{line}" for line in text.splitlines(keepends=True))
+    click.echo(text, nl=False)
+    sys.stdout.flush()
+
+
+def _run_ended(run: runs.Run) -> bool:
+    rec = run.record()
+    ids = [str(j) for j in rec.get("job_ids") or []]
+    if not ids:
+        return rec.get("state") in runs.TERMINAL_STATES
+    states = slurm.job_states(ids)
+    return all(states[j].done for j in ids if j in states) or \
+        (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
+@click.option("--node", default=None, metavar="N", help="Logs of one node (Slurm node name or index).")
+@click.option("--role", default=None, metavar="ROLE", help="Logs of one role: driver, head, worker, teacher, ...")
+@click.option("--tail", "tail_n", default=None, type=click.IntRange(min=0), metavar="N",
+              help="Start with the last N lines (default: all; 50 with -f).")
+@click.option("--list", "list_only", is_flag=True, help="List the log files and exit.")
+@click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
+              help="Seconds between reads with -f.")
+@click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
+              help="Seconds between job-state checks with -f (one sacct call each).")
+@_common
+def logs(run_id, follow, node, role, tail_n, list_only, interval, check_every, site_path, runs_dir):
+    """Print or follow a run's logs (files under RUN/logs/)."""
+    if node and role:
+        raise SpecError("--node/--role", "give one of --node and --role, not both")
+    root = _runs_dir(site_path, runs_dir)
+    run = runs.open_run(root, run_id)
+    if list_only:
+        files = monitor.log_files(run.dir)
+        click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
+                                               for f in files]) if files else f"no logs yet in {run.logs_dir}")
+        return
+    if tail_n is None and follow:
+        tail_n = 50
+    offsets: dict[Path, int] = {}
+
+    def current_files():
+        chosen = select_logs(monitor.log_files(run.dir), node, role)
+        return sorted(chosen, key=lambda p: p.name)
+
+    def read_new(files, first: bool, drain: bool = False):
+        many = len(files) > 1 or len(offsets) > 1
+        for path in files:
+            prefix = f"[{path.name}] " if many else None
+            if path not in offsets:
+                try:
+                    text, size = _last_lines(path, tail_n if first else None)
+                except OSError:
+                    continue
+                offsets[path] = size
+                _emit(text, prefix)
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(offsets[path])
+                    data = handle.read()
+            except OSError:
+                continue
+            if data:
+                # only whole lines, unless the job has ended (final drain)
+                cut = len(data) if drain else data.rfind(b"\n") + 1
+                if cut:
+                    offsets[path] += cut
+                    _emit(data[:cut].decode(errors="replace"), prefix)
+
+    files = current_files()
+    if not files and not follow:
+        what = f" matching --node {node}" if node else f" matching --role {role}" if role else ""
+        raise SpecError("logs", f"no log files{what} in {run.logs_dir} yet; "
+                                f"`sf logs {run.id} --list` shows what there is")
+    read_new(files, first=True)
+    if not follow:
+        return
+    try:
+        if not files:
+            click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
+        next_check = time.monotonic() + check_every
+        while True:
+            time.sleep(interval)
+            files = current_files()
+            read_new(files, first=False)
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + check_every
+                if _run_ended(run):
+                    time.sleep(min(interval, 0.5))
+                    read_new(current_files(), first=False, drain=True)
+                    return
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+# --- cancel --------------------------------------------------------------------------------
+
+@click.command()
+@click.argument("target", metavar="RUN|SWEEP")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_common
+def cancel(target, as_json, site_path, runs_dir):
+    """Cancel every Slurm job of a run, or of every point of a sweep."""
+    root = _runs_dir(site_path, runs_dir)
+    run = runs.open_run(root, target)
+    statuses = monitor.poll([run], runs_dir=root, write_back=False)
+    status = statuses[0]
+    targets = [(run, status)]
+    if status.kind == "sweep":
+        for point in status.points:
+            if point.get("run_id"):
+                member = runs.open_run(root, point["run_id"])
+                targets.append((member, None))
+    job_ids, cancelled, already = [], [], []
+    member_states = {p.get("run_id"): p.get("state") for p in status.points if p.get("run_id")}
+    for r, st in targets:
+        rec = r.record()
+        state = st.state if st is not None else member_states.get(r.id, rec.get("state"))
+        ids = [str(j) for j in rec.get("job_ids") or []]
+        if not ids or state in runs.TERMINAL_STATES or state == "gone":
+            if r is run and status.kind == "sweep" and not ids:
+                continue
+            already.append({"run": r.id, "state": state})
+            continue
+        job_ids.extend(ids)
+        cancelled.append(r)
+    if job_ids:
+        slurm.scancel(job_ids)
+    for r in cancelled:
+        r.add_state("cancelled", by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
+    if as_json:
+        click.echo(json.dumps({"target": run.id, "job_ids": job_ids,
+                               "cancelled": [r.id for r in cancelled], "not_running": already}, indent=2))
+        return
+    if cancelled:
+        click.echo(f"cancelled {', '.join(r.id for r in cancelled)} (jobs {', '.join(job_ids)})")
+    for item in already:
+        click.echo(f"{item['run']}: nothing to cancel ({item['state']})")
+
+
+# --- list ----------------------------------------------------------------------------------
+
+@click.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
+@_common
+def list_runs(as_json, limit, site_path, runs_dir):
+    """List runs and sweeps, newest first, from their records (asks Slurm nothing)."""
+    root = _runs_dir(site_path, runs_dir)
+    items = []
+    for run in runs.list_runs(root)[:limit]:
+        try:
+            rec = run.record()
+        except (OSError, ValueError):
+            continue
+        items.append(rec)
+    if as_json:
+        click.echo(json.dumps({"runs_dir": str(root), "runs": [
+            {k: rec.get(k) for k in ("id", "experiment", "kind", "state", "created", "job_ids",
+                                     "requeue_count", "exit_reason", "sweep")} for rec in items]},
+            indent=2, default=str))
+        return
+    if not items:
+        click.echo(f"no runs in {root}")
+        return
+    click.echo(_table(["RUN", "KIND", "STATE", "JOB", "CREATED", "EXPERIMENT"],
+                      [[r["id"], r.get("kind", "run"), r.get("state"), ",".join(r.get("job_ids") or []) or "-",
+                        _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))

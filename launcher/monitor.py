@@ -1,0 +1,329 @@
+"""Where runs are: one Slurm query per poll, progress from the run directory.
+
+poll(runs) gathers the job ids of every run (and of every point of a sweep) and asks
+Slurm ONCE (launcher.slurm.job_states: one sacct, or one squeue when accounting is
+down). Progress comes from the run directory, never from the cluster: the phases the job
+appended to events.jsonl (allocated, ray up, driver started, ...) and verl's own log
+lines in logs/ (`step:K - ...`, `Total training steps: N`, `Training Progress: ... K/N`).
+A state Slurm reports that differs from the record is written back through runs (so
+`sf list` shows it without asking Slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from launcher import runs as runs_mod
+from launcher import slurm
+
+_STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
+_TOTAL = re.compile(r"Total training steps:\s*(\d+)")
+_TQDM = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
+_TOTAL_OVERRIDE = re.compile(r"^trainer\.total_training_steps=(\d+)$")
+LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
+TAIL_BYTES = 256 * 1024
+
+# Phase names the job writes (launcher.injob), and how status shows them.
+PHASE_LABELS = {
+    "allocated": "allocated",
+    "head_up": "ray head up",
+    "ray_head_up": "ray head up",
+    "nodes_joined": "ray up",
+    "all_nodes_joined": "ray up",
+    "ray_up": "ray up",
+    "barrier_ok": "ray up",
+    "driver_started": "driver started",
+    "training_started": "training",
+    "checkpoint": "checkpoint saved",
+    "requeued": "requeued",
+    "preflight_done": "preflight done",
+    "ended": "ended",
+    "failed": "failed",
+}
+
+
+@dataclass
+class RunStatus:
+    id: str
+    experiment: str
+    kind: str  # "run" | "sweep"
+    state: str  # lower case: created, submitted, pending, running, completed, failed, ...
+    progress: str  # one short human line: "queued (Priority)", "ray up", "step 3/10", ...
+    job_ids: list[str] = field(default_factory=list)
+    slurm_state: str | None = None  # aggregated Slurm state, None when not asked
+    reason: str | None = None  # Slurm's pending reason
+    nodes: str = ""
+    elapsed: str = ""
+    exit_code: str = ""
+    phase: str | None = None  # latest phase from events.jsonl
+    step: int | None = None
+    total_steps: int | None = None
+    requeue_count: int = 0
+    exit_reason: str | None = None
+    sweep: dict | None = None
+    created: str = ""
+    points: list[dict] = field(default_factory=list)  # sweeps: one entry per point
+    jobs: dict = field(default_factory=dict)  # every job/component/task state seen
+    done: bool = False
+    source: str | None = None  # "sacct" | "squeue" | None (not asked)
+    warning: str | None = None  # e.g. "accounting unavailable ...; states from squeue"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- progress from files -------------------------------------------------------------------
+
+def _tail(path: Path, size: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            end = handle.tell()
+            handle.seek(max(0, end - size))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def log_files(run_dir) -> list[Path]:
+    """Log files under <run>/logs (recursive), oldest first."""
+    logs = Path(run_dir) / "logs"
+    if not logs.is_dir():
+        return []
+    files = [p for p in logs.rglob("*") if p.is_file() and
+             (p.suffix in LOG_SUFFIXES or p.name.startswith("slurm-"))]
+    files.sort(key=lambda p: (p.stat().st_mtime, p.name))
+    return files
+
+
+def parse_progress(text: str) -> tuple[int | None, int | None]:
+    """(last step, total steps) from verl's console output."""
+    step = total = None
+    for match in _STEP.finditer(text):
+        step = int(match.group(1))
+    for match in _TOTAL.finditer(text):
+        total = int(match.group(1))
+    for match in _TQDM.finditer(text.replace("\r", "\n")):
+        done, total_bar = int(match.group(1)), int(match.group(2))
+        total = total or total_bar
+        if step is None or done > step:
+            step = done
+    return step, total
+
+
+def _total_from_plan(run: runs_mod.Run, rec: dict) -> int | None:
+    if rec.get("total_steps"):
+        return int(rec["total_steps"])
+    try:
+        plan = run.read_json("plan.json") or {}
+    except ValueError:
+        return None
+    for override in plan.get("overrides", ()):
+        match = _TOTAL_OVERRIDE.match(str(override))
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def training_progress(run: runs_mod.Run, rec: dict) -> tuple[int | None, int | None]:
+    step = total = None
+    for path in log_files(run.dir)[-8:]:
+        s, t = parse_progress(_tail(path))
+        if s is not None and (step is None or s > step):
+            step = s
+        total = t or total
+    return step, total or _total_from_plan(run, rec)
+
+
+def latest_phase(phases: list[dict]) -> str | None:
+    return phases[-1]["phase"] if phases else None
+
+
+# --- states ----------------------------------------------------------------------------
+
+def _active_ids(rec: dict) -> list[str]:
+    return [str(j) for j in rec.get("job_ids") or []]
+
+
+def _progress_line(state: str, job: slurm.JobState | None, phase: str | None,
+                   step: int | None, total: int | None, rec: dict) -> str:
+    if state in ("created",):
+        return "not submitted"
+    if state == "submit_failed":
+        return "submit failed"
+    if state == "submitted" and (job is None or job.missing):
+        return "submitted"
+    if state == "pending":
+        reason = job.reason if job and job.reason and job.reason != "None" else ""
+        requeued = " after requeue" if rec.get("requeue_count") else ""
+        return f"queued{requeued}" + (f" ({reason})" if reason else "")
+    if state in ("running", "completing", "configuring"):
+        if step is not None:
+            return f"step {step}/{total}" if total else f"step {step}"
+        if phase:
+            return PHASE_LABELS.get(phase, phase.replace("_", " "))
+        return "allocated"
+    if state == "requeued":
+        return "requeued"
+    if step is not None and state in runs_mod.TERMINAL_STATES:
+        return f"{state} at step {step}" + (f"/{total}" if total else "")
+    return state
+
+
+def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:
+    job_ids = _active_ids(rec)
+    job = None
+    jobs = {}
+    if states is not None and job_ids:
+        if len(job_ids) == 1:
+            job = states.get(job_ids[0])
+        else:
+            parts = [states[j] for j in job_ids if j in states]
+            job = slurm._aggregate(",".join(job_ids), parts, "group") if parts else None
+        for job_id in job_ids:
+            js = states.get(job_id)
+            if js is None:
+                continue
+            jobs[job_id] = js.to_dict()
+            for part in js.parts:
+                if part in states:
+                    jobs[part] = states[part].to_dict()
+    state = rec.get("state", "created")
+    if job is not None and not job.missing:
+        state = job.state.lower()
+    elif job is not None and job.missing and states is not None and states.source == "squeue" \
+            and state not in runs_mod.TERMINAL_STATES:
+        state = "gone"
+    phases = rec.get("phases") or []
+    phase = latest_phase(phases)
+    step, total = training_progress(run, rec) if state not in ("created", "submit_failed") else (None, None)
+    return RunStatus(
+        id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
+        state=state, progress=_progress_line(state, job, phase, step, total, rec),
+        job_ids=job_ids, slurm_state=job.state if job is not None else None,
+        reason=(job.reason or None) if job is not None else None,
+        nodes=job.nodelist if job is not None else "", elapsed=job.elapsed if job is not None else "",
+        exit_code=job.exit_code if job is not None else "",
+        phase=phase, step=step, total_steps=total, requeue_count=int(rec.get("requeue_count") or 0),
+        exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
+        jobs=jobs, done=state in runs_mod.TERMINAL_STATES or state in ("created", "gone"),
+        source=states.source if states is not None else None,
+    )
+
+
+def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunStatus]) -> list[dict]:
+    """One entry per point: array tasks `<array id>_<i>` and/or member runs."""
+    points = []
+    npoints = rec.get("points")
+    if isinstance(npoints, list):
+        npoints = len(npoints)
+    if states is not None and rec.get("job_ids") and not members:
+        array_id = str(rec["job_ids"][0])
+        seen = sorted((s for k, s in states.items() if slurm.split_job_id(k)[0] == array_id
+                       and slurm.split_job_id(k)[1] is not None),
+                      key=lambda s: int(slurm.split_job_id(s.job_id)[1]))
+        by_index = {int(slurm.split_job_id(s.job_id)[1]): s for s in seen}
+        for index in range(npoints or (max(by_index) + 1 if by_index else 0)):
+            s = by_index.get(index)
+            points.append({"index": index, "job_id": f"{array_id}_{index}",
+                           "state": s.state.lower() if s else "unknown",
+                           "elapsed": s.elapsed if s else "", "nodes": s.nodelist if s else "",
+                           "exit_code": s.exit_code if s else ""})
+    for member in members:
+        points.append({"index": (member.sweep or {}).get("index"), "run_id": member.id,
+                       "job_id": ",".join(member.job_ids), "state": member.state,
+                       "progress": member.progress, "elapsed": member.elapsed, "nodes": member.nodes,
+                       "exit_code": member.exit_code})
+    return points
+
+
+def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
+    """Record a state Slurm reported that the record does not have yet."""
+    if status.slurm_state is None or status.state == rec.get("state") or status.state in ("unknown",):
+        return
+    if rec.get("state") == "cancelled" and status.state in runs_mod.TERMINAL_STATES:
+        return  # sf cancel already recorded it
+    info = {"source": status.source}
+    if status.exit_code and status.exit_code != "0:0":
+        info["exit_code"] = status.exit_code
+    try:
+        run.add_state(status.state, **info)
+    except OSError:
+        pass  # someone else's read-only runs dir: status still shows the truth
+
+
+def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
+         skip_ended: bool = False) -> list[RunStatus]:
+    """Status of every run (and every point of a sweep) from ONE job_states call.
+
+    skip_ended: do not ask Slurm about runs whose record already says they ended (the
+    record is the answer); used by the overview so old runs cost nothing."""
+    records = {}
+    for run in runs:
+        try:
+            records[run] = run.record()
+        except (OSError, ValueError):
+            continue
+    members: dict[runs_mod.Run, list[runs_mod.Run]] = {}
+    for run, rec in list(records.items()):
+        if rec.get("kind") == "sweep":
+            root = runs_dir or run.dir.parent
+            members[run] = runs_mod.sweep_members(root, rec["id"])
+            for member in members[run]:
+                if member not in records:
+                    try:
+                        records[member] = member.record()
+                    except (OSError, ValueError):
+                        pass
+    ids = []
+    for run, rec in records.items():
+        state = rec.get("state")
+        if skip_ended and state in runs_mod.TERMINAL_STATES and state != "preempted":
+            continue
+        for job_id in _active_ids(rec):
+            if job_id not in ids:
+                ids.append(job_id)
+    states = slurm.job_states(ids) if ids else None
+
+    def status_of(run):
+        rec = records[run]
+        asked = states if states is not None and all(j in ids for j in _active_ids(rec)) else None
+        status = _status_for(run, rec, asked)
+        if write_back and asked is not None:
+            _write_back(run, rec, status)
+        if asked is not None:
+            status.warning = states.warning
+        return status
+
+    out = []
+    for run in runs:
+        if run not in records:
+            continue
+        status = status_of(run)
+        if records[run].get("kind") == "sweep":
+            member_status = [status_of(m) for m in members.get(run, []) if m in records]
+            status.points = _sweep_points(records[run], run, states if status.source else None,
+                                          member_status)
+            if status.points:
+                agg = slurm.aggregate_state([p["state"].upper() for p in status.points])
+                if status.slurm_state is None or member_status:
+                    status.state = agg.lower()
+                counts = {}
+                for p in status.points:
+                    counts[p["state"]] = counts.get(p["state"], 0) + 1
+                status.progress = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                status.done = all(p["state"] in runs_mod.TERMINAL_STATES or p["state"] == "gone"
+                                  for p in status.points)
+        out.append(status)
+    return out
+
+
+def poll_source(statuses: list[RunStatus]) -> tuple[str | None, str | None]:
+    """(source, warning) of a poll: where the states came from and what is degraded."""
+    for status in statuses:
+        if status.source:
+            return status.source, status.warning
+    return None, None
