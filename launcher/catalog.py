@@ -1,0 +1,114 @@
+"""The method catalog: which verl versions and methods sf runs, read from
+configs/methods/verl/<version>/<method>.yaml.
+
+Each recipe pins what makes the method itself (the advantage estimator, DAPO's dynamic
+sampling and reward manager), carries overridable knob defaults, the Hydra config name,
+the entry command and the launcher (ray or torchrun). Only versions with a folder here
+exist: older runtimes are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from launcher import paths
+from launcher.errors import SpecError
+
+FRAMEWORK = "verl"
+METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft")
+REFUSED_VERSIONS = {
+    "0.8": "verl 0.8's main_ppo_sync was removed upstream; the catalog keeps no old runtimes. Use 0.9.0 or 0.9.1",
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # "grpo"
+    version: str  # "0.9.1"
+    description: str
+    estimator: str | None  # pinned algorithm.adv_estimator (None for sft)
+    config_name: str  # "ppo_trainer" | "sft_trainer_engine"
+    launcher: str  # "ray" | "torchrun"
+    entry: tuple[str, ...]
+    pins: dict = field(default_factory=dict)  # Hydra key -> value, owned by the method
+    defaults: dict = field(default_factory=dict)  # knob -> value, overridable
+    critic: bool = False
+    rollout_n_min: int | None = None
+    rollout_n_max: int | None = None
+
+    @property
+    def sft(self) -> bool:
+        return self.config_name == "sft_trainer_engine"
+
+
+def methods_dir(version: str | None = None) -> Path:
+    base = paths.configs_dir() / "methods" / FRAMEWORK
+    return base / version if version else base
+
+
+@lru_cache(maxsize=None)
+def versions() -> tuple[str, ...]:
+    base = methods_dir()
+    if not base.is_dir():
+        return ()
+    return tuple(sorted(p.name for p in base.iterdir() if p.is_dir() and any(p.glob("*.yaml"))))
+
+
+@lru_cache(maxsize=None)
+def methods(version: str) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in methods_dir(version).glob("*.yaml")))
+
+
+def check_version(version: str) -> str:
+    version = str(version)
+    if version in versions():
+        return version
+    for prefix, reason in REFUSED_VERSIONS.items():
+        if version == prefix or version.startswith(prefix + "."):
+            raise SpecError("framework_version", f"{version} is not in the catalog: {reason}")
+    raise SpecError("framework_version", f"verl {version} is not in the catalog; available: {', '.join(versions())}")
+
+
+def parse_method(text: str) -> str:
+    """'verl/grpo' -> 'grpo'. Raises SpecError for another framework or an unknown method."""
+    framework, _, name = str(text).partition("/")
+    if not name:
+        raise SpecError("method", f"{text!r} is not FRAMEWORK/METHOD; write e.g. method: verl/grpo ({', '.join(METHODS)})")
+    if framework != FRAMEWORK:
+        raise SpecError("method", f"framework {framework!r} is not supported; sf runs verl: method: verl/{name}")
+    if name not in METHODS:
+        import difflib
+
+        close = difflib.get_close_matches(name, METHODS, n=2, cutoff=0.4)
+        hint = f"did you mean verl/{close[0]}? " if close else ""
+        raise SpecError("method", f"unknown method verl/{name}; {hint}methods: {', '.join('verl/' + m for m in METHODS)}")
+    return name
+
+
+@lru_cache(maxsize=None)
+def get_method(version: str, name: str) -> Method:
+    version = check_version(version)
+    path = methods_dir(version) / f"{name}.yaml"
+    if not path.is_file():
+        raise SpecError("method", f"verl/{name} is not in the catalog for verl {version}; methods: "
+                        f"{', '.join('verl/' + m for m in methods(version))}")
+    data = yaml.safe_load(path.read_text()) or {}
+    n = data.get("rollout_n") or {}
+    return Method(
+        name=name,
+        version=version,
+        description=data.get("description", ""),
+        estimator=data.get("estimator"),
+        config_name=data["config_name"],
+        launcher=data.get("launcher", "ray"),
+        entry=tuple(data["entry"]),
+        pins=dict(data.get("pins") or {}),
+        defaults=dict(data.get("defaults") or {}),
+        critic=bool(data.get("critic", False)),
+        rollout_n_min=n.get("min"),
+        rollout_n_max=n.get("max"),
+    )

@@ -1,0 +1,261 @@
+"""The compiler: MergedSpec (+ site + run dir) -> Plan. Pure, apart from reading the catalog.
+
+The overrides are gathered in a deterministic order: method pins, bindings (model, data),
+defaults, knobs, user raw overrides, topology, checkpoint. A key set twice keeps the last
+value (at the later position). Every rule of launcher.rules runs; all errors of one pass
+are raised together as SpecErrors so `sf validate` prints one line per problem.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from launcher import catalog, rules
+from launcher.errors import SpecError, SpecErrors
+from launcher.plan import Plan, Pool, SlurmOptions
+from launcher.site import Site, parse_profile
+from launcher.spec import MergedSpec
+
+DEFAULT_ROLES = ("actor", "rollout", "ref")
+
+
+class Ctx:
+    """What the rules read and write while one spec compiles."""
+
+    def __init__(self, spec: MergedSpec, method: catalog.Method, site: Site, run_dir: str):
+        self.spec = spec
+        self.values = spec.values
+        self.method = method
+        self.site = site
+        self.sft = method.sft
+        self.run_dir = run_dir
+        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
+        self.main_py = spec.main_py
+        self.errors: list[SpecError] = []
+        self.warnings: list[str] = []
+        # bare key -> (stage, prefix, python value, text passed to Hydra)
+        self.overrides: dict[str, tuple[str, str, Any, str]] = {}
+        self.sources: dict[str, str] = {}
+        self.knob_values: dict[str, Any] = {}
+        self.entry: tuple[str, ...] = tuple(method.entry)
+        self.pools: list[Pool] = []
+        self.roles: dict[str, str] = {}
+        knobs = dict(self.values.get("knobs") or {})
+        prov = spec.provenance
+        # Knobs from configs/defaults.yaml count as defaults (below the method's), not user values.
+        self.base_knobs = {k: v for k, v in knobs.items() if prov.get(f"knobs.{k}") == "defaults"}
+        self.user_knobs = {k: v for k, v in knobs.items() if k not in self.base_knobs}
+        self.raw: list[tuple[str, str, str, str]] = []
+        sources = list(spec.override_sources) + [f"overrides[{i}]" for i in range(len(spec.override_sources), 10**6)]
+        for i, text in enumerate(self.values.get("overrides") or []):
+            source = sources[i]
+            try:
+                prefix, key, value = rules.split_override(str(text))
+            except ValueError:
+                if str(text).startswith("~") and "=" not in str(text):
+                    self.raw.append((source, "~", str(text).lstrip("~"), ""))
+                    continue
+                self.error(source, f"{text!r} is not a Hydra override KEY=VALUE (e.g. trainer.val_before_train=False)")
+                continue
+            self.raw.append((source, prefix, key, value))
+
+    # --- recording
+    def error(self, field: str, message: str) -> None:
+        self.errors.append(SpecError(field, message))
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def set(self, key: str, value: Any, stage: str, prefix: str = "", raw_value: str | None = None,
+            source: str | None = None) -> None:
+        if key.startswith("+"):
+            prefix, key = "+", key[1:]
+        text = raw_value if raw_value is not None else rules.hydra_value(value)
+        parsed = rules.parse_scalar(raw_value) if raw_value is not None else value
+        self.overrides.pop(key, None)
+        self.overrides[key] = (stage, prefix, parsed, text)
+        self.sources[key] = source or stage
+
+    def unset(self, key: str) -> None:
+        self.overrides.pop(key, None)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        entry = self.overrides.get(key.lstrip("+"))
+        if entry is None or entry[1] == "~":
+            return default
+        return entry[2]
+
+    def source_of(self, key: str, fallback: str | None = None) -> str:
+        src = self.sources.get(key.lstrip("+"))
+        if src in (None, "default", "pin", "binding", "topology", "checkpoint") or (src or "").startswith("method default"):
+            return fallback or key
+        return src
+
+    # --- what the user set, for the pinning rules
+    def user_keys(self):
+        for source, _prefix, key, _value in self.raw:
+            yield source, key
+        for name in self.user_knobs:
+            if name in rules.KNOBS and rules.KNOBS[name].key:
+                yield f"knobs.{name}", rules.KNOBS[name].key.lstrip("+")
+
+    def user_values(self):
+        for source, _prefix, key, value in self.raw:
+            yield source, key, rules.parse_scalar(value)
+        for name, raw in self.user_knobs.items():
+            knob = rules.KNOBS.get(name)
+            if knob and knob.key:
+                try:
+                    yield f"knobs.{name}", knob.key.lstrip("+"), rules.coerce_knob(name, raw)
+                except SpecError:
+                    pass
+
+    def override_list(self) -> tuple[str, ...]:
+        out = []
+        for key, (_stage, prefix, _value, text) in self.overrides.items():
+            if prefix == "~" and text == "":
+                out.append(f"~{key}")
+            else:
+                out.append(f"{prefix}{key}={text}")
+        return tuple(out)
+
+
+def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: list[SpecError]) -> tuple[list[Pool], dict]:
+    """spec.resources.pools (or one pool of the site's default series), reshaped by --profile."""
+    resources = ((spec.values.get("spec") or {}).get("resources") or {})
+    declared = list(resources.get("pools") or [])
+    roles = dict(resources.get("roles") or {})
+    default_series = site.default_series or (next(iter(site.series)) if len(site.series) == 1 else None)
+    if not declared:
+        declared = [{"name": "train"}]
+    profile = spec.values.get("profile")
+    if profile:
+        try:
+            series, nodes, gpn = parse_profile(profile, site)
+            declared[0] = {**declared[0], "series": series, "nodes": nodes, "gpus_per_node": gpn}
+        except SpecError as exc:
+            errors.append(exc)
+    pools: list[Pool] = []
+    seen = set()
+    for i, entry in enumerate(declared):
+        name = entry.get("name") or f"pool{i}"
+        field = f"spec.resources.pools[{i}]"
+        if name in seen:
+            errors.append(SpecError(field, f"pool name {name!r} is used twice; give each pool its own name"))
+        seen.add(name)
+        series_name = entry.get("series") or default_series
+        if not series_name:
+            errors.append(SpecError(field + ".series", f"no series and site {site.name} has no default_series; "
+                                    f"pick one of {', '.join(site.series)} or use --profile SERIES:G"))
+            continue
+        series = site.series.get(series_name)
+        if series is None:
+            errors.append(SpecError(field + ".series", f"unknown GPU series {series_name!r} in site {site.name}; "
+                                    f"known: {', '.join(sorted(site.series)) or 'none'}"))
+            continue
+        gpn = int(entry.get("gpus_per_node") or series.gpus_per_node)
+        nodes = int(entry.get("nodes") or 1)
+        if gpn > series.gpus_per_node:
+            errors.append(SpecError(field + ".gpus_per_node", f"{series_name} nodes have {series.gpus_per_node} GPUs, "
+                                    f"the pool asks for {gpn}; lower gpus_per_node or add nodes"))
+            gpn = series.gpus_per_node
+        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i))
+    if not pools:
+        return [], roles
+    first = pools[0].name
+    for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
+        roles.setdefault(role, first)
+    if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:
+        roles["teacher"] = pools[1].name
+    if "reward" not in roles and any(p.name == "reward" for p in pools[1:]):
+        roles["reward"] = "reward"
+    with_roles = []
+    for p in pools:
+        mine = tuple(r for r in ("actor", "rollout", "ref", "critic", "teacher", "reward") if roles.get(r) == p.name)
+        with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine))
+    return with_roles, roles
+
+
+def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
+    s = spec.values.get("slurm") or {}
+    return SlurmOptions(
+        account=s.get("account"),
+        qos=s.get("qos"),
+        time=str(s.get("time") or site.time),
+        partition=s.get("partition"),
+        exclusive=bool(s.get("exclusive", False)),
+        requeue=bool(s.get("requeue", True)),
+        max_requeues=int(s.get("max_requeues", site.max_requeues)),
+        signal_lead_s=int(s.get("signal_lead_s", site.signal_lead_s)),
+    )
+
+
+def compile_plan(spec: MergedSpec, site: Site, run_dir: str) -> Plan:
+    """Compile a merged spec into a Plan, or raise SpecErrors with every problem found."""
+    errors: list[SpecError] = []
+    try:
+        method_name = catalog.parse_method(spec.method)
+        method = catalog.get_method(spec.framework_version or "0.9.1", method_name)
+    except SpecError as exc:
+        raise SpecErrors([exc]) from None
+    if not os.path.isabs(run_dir):
+        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on requeue)"))
+    ctx = Ctx(spec, method, site, run_dir)
+    ctx.errors[:0] = errors
+    ctx.pools, ctx.roles = build_pools(spec, method, site, ctx.errors)
+    # Knob defaults of configs/defaults.yaml sit below the method's defaults.
+    method_defaults = {**ctx.base_knobs, **method.defaults}
+    ctx.method = _with_defaults(method, method_defaults)
+    for rule in rules.RULES:
+        rule(ctx)
+    if ctx.errors:
+        raise SpecErrors(_dedupe(ctx.errors))
+
+    paths = []
+    model = spec.values.get("model")
+    for p in [model, *_files(((spec.values.get("data") or {}).get("train") or {}).get("files")),
+              *_files(((spec.values.get("data") or {}).get("validation") or {}).get("files")),
+              (spec.values.get("teacher") or {}).get("model"), (spec.values.get("reward") or {}).get("model"),
+              ((spec.values.get("reward") or {}).get("function") or {}).get("path"), spec.main_py]:
+        if p and os.path.isabs(str(p)) and str(p) not in paths:
+            paths.append(str(p))
+    return Plan(
+        experiment=spec.name,
+        method=method.name,
+        framework=catalog.FRAMEWORK,
+        framework_version=method.version,
+        config_name=method.config_name,
+        launcher=method.launcher,
+        entry=tuple(ctx.entry),
+        overrides=ctx.override_list(),
+        pools=tuple(ctx.pools),
+        run_dir=run_dir,
+        checkpoint_dir=ctx.checkpoint_dir,
+        slurm=slurm_options(spec, site),
+        env=(("PYTHONUNBUFFERED", "1"),),
+        paths_to_check=tuple(paths),
+        warnings=tuple(ctx.warnings),
+    )
+
+
+def _files(value) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def _with_defaults(method: catalog.Method, defaults: dict) -> catalog.Method:
+    from dataclasses import replace
+
+    return replace(method, defaults=defaults)
+
+
+def _dedupe(errors: list[SpecError]) -> list[SpecError]:
+    seen, out = set(), []
+    for e in errors:
+        if str(e) not in seen:
+            seen.add(str(e))
+            out.append(e)
+    return out

@@ -1,0 +1,733 @@
+"""The rules of the verl runtime: the knob table, and one named check per rule.
+
+Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.Ctx).
+A rule reads the spec, the method and the overrides gathered so far, and either sets
+overrides, adds warnings, or adds SpecErrors whose message says how to fix the problem.
+compile.compile_plan runs them in RULES order and raises all errors of one pass together.
+
+Pure: no I/O here (the catalog files are read by launcher.catalog).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from launcher.errors import SpecError
+
+# ----------------------------------------------------------------------------- values
+
+
+def parse_scalar(text: str) -> Any:
+    """A `--set` / raw-override value as Hydra would see it (roughly): bool, int, float, null,
+    a [list], or the string itself (quotes stripped)."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1]
+    low = t.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if low in ("null", "none", "~"):
+        return None
+    if t.startswith("[") and t.endswith("]"):
+        inner = t[1:-1].strip()
+        return [parse_scalar(p) for p in inner.split(",")] if inner else []
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        f = float(t)
+        if math.isfinite(f):
+            return f
+    except ValueError:
+        pass
+    return t
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9_./:+@~-]+$")
+
+
+def hydra_value(value: Any) -> str:
+    """Format a Python value for a Hydra command-line override."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if text and _SAFE.match(text) and text.lower() not in ("true", "false", "null", "none"):
+        return text
+    if text.lower() in ("true", "false", "null", "none") or not _SAFE.match(text or "-"):
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return text
+
+
+def split_override(text: str) -> tuple[str, str, str]:
+    """'+a.b=1' -> ('+', 'a.b', '1'). Raises ValueError when there is no '=' or no key."""
+    if "=" not in text:
+        raise ValueError("no '='")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    prefix = ""
+    while key[:1] in ("+", "~"):
+        prefix += key[0]
+        key = key[1:]
+    if not key or not re.match(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
+        raise ValueError(f"bad key {key!r}")
+    return prefix, key, value.strip()
+
+
+# ----------------------------------------------------------------------------- enums
+
+ADV_ESTIMATORS = (
+    "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
+    "grpo_passk", "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline",
+    "tir_optimal_token_baseline", "gdpo",
+)
+LOSS_MODES = (
+    "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro",
+    "cispo", "bypass_mode",
+)
+# The product doc's names for the policy_loss_mode knob -> verl's loss_mode.
+POLICY_LOSS_MODES = {
+    "vanilla": "vanilla", "gspo": "gspo", "cispo": "cispo", "gmpo": "geo_mean", "geo_mean": "geo_mean",
+    "clip-cov": "clip_cov", "clip_cov": "clip_cov", "kl-cov": "kl_cov", "kl_cov": "kl_cov", "gpg": "gpg",
+    "sapo": "sapo", "dro": "dro", "dppo_tv": "dppo_tv", "dppo_kl": "dppo_kl",
+}
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+ROLLOUT_IS = ("token", "sequence")
+ROLLOUT_RS = (
+    "token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
+    "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3",
+)
+REWARD_MANAGERS = ("naive", "dapo", "gdpo", "remote", "rate_limited")
+DISTILLATION_LOSS_MODES = ("forward_kl_topk", "kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+ROLLOUT_NAMES = ("vllm", "sglang", "trtllm")
+RESUME_MODES = ("auto", "disable", "resume_path")
+MODEL_ENGINES = ("dp", "megatron", "torchtitan", "veomni")
+
+# Hydra keys whose values verl checks only at run time: sf checks them before queueing.
+ENUM_KEYS: dict[str, tuple[str, ...]] = {
+    "algorithm.adv_estimator": ADV_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": LOSS_MODES,
+    "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
+    "actor_rollout_ref.actor.kl_loss_type": KL_LOSS_TYPES,
+    "algorithm.rollout_correction.rollout_is": ROLLOUT_IS,
+    "reward.reward_manager.name": REWARD_MANAGERS,
+    "distillation.distillation_loss.loss_mode": DISTILLATION_LOSS_MODES,
+    "actor_rollout_ref.rollout.name": ROLLOUT_NAMES,
+    "trainer.resume_mode": RESUME_MODES,
+    "model_engine": MODEL_ENGINES,
+}
+
+# ----------------------------------------------------------------------------- knobs
+
+
+@dataclass(frozen=True)
+class Knob:
+    key: str | None  # Hydra key for the RL methods (main_ppo / ppo_trainer); None: not for RL
+    type: str  # int | float | bool | str | enum | list | threshold | rs_list
+    sft_key: str | None = None  # Hydra key for SFT (sft_trainer_engine); None: not for SFT
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+_A = "actor_rollout_ref.actor."
+_R = "actor_rollout_ref.rollout."
+_OB = "+reward.reward_kwargs.overlong_buffer_cfg."
+_RC = "algorithm.rollout_correction."
+
+KNOBS: dict[str, Knob] = {
+    # optimisation
+    "actor_lr": Knob(_A + "optim.lr", "float", "optim.lr", help="actor learning rate"),
+    "critic_lr": Knob("critic.optim.lr", "float", help="critic learning rate (ppo)"),
+    "lr": Knob(_A + "optim.lr", "float", "optim.lr", help="alias of actor_lr"),
+    "entropy_coeff": Knob(_A + "entropy_coeff", "float"),
+    "ppo_epochs": Knob(_A + "ppo_epochs", "int"),
+    # batches
+    "train_batch_size": Knob("data.train_batch_size", "int", "data.train_batch_size", help="prompts per step"),
+    "ppo_mini_batch_size": Knob(_A + "ppo_mini_batch_size", "int", help="prompts per actor update"),
+    "ppo_micro_batch_size_per_gpu": Knob(_A + "ppo_micro_batch_size_per_gpu", "int"),
+    "critic_ppo_micro_batch_size_per_gpu": Knob("critic.ppo_micro_batch_size_per_gpu", "int"),
+    "log_prob_micro_batch_size_per_gpu": Knob(_R + "log_prob_micro_batch_size_per_gpu", "int"),
+    "ref_log_prob_micro_batch_size_per_gpu": Knob("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "int"),
+    "micro_batch_size_per_gpu": Knob(None, "int", "data.micro_batch_size_per_gpu", help="SFT micro batch"),
+    "use_dynamic_bsz": Knob(_A + "use_dynamic_bsz", "bool", "data.use_dynamic_bsz"),
+    # lengths
+    "max_prompt_length": Knob("data.max_prompt_length", "int"),
+    "max_response_length": Knob("data.max_response_length", "int"),
+    "max_length": Knob(None, "int", "data.max_length", help="SFT sequence length"),
+    "messages_key": Knob(None, "str", "data.messages_key"),
+    # schedule
+    "total_epochs": Knob("trainer.total_epochs", "int", "trainer.total_epochs"),
+    "total_training_steps": Knob("trainer.total_training_steps", "int", "trainer.total_training_steps"),
+    "save_freq": Knob("trainer.save_freq", "int", "trainer.save_freq"),
+    "test_freq": Knob("trainer.test_freq", "int", "trainer.test_freq"),
+    "val_before_train": Knob("trainer.val_before_train", "bool"),
+    "critic_warmup": Knob("trainer.critic_warmup", "int"),
+    "resume_mode": Knob("trainer.resume_mode", "enum", "trainer.resume_mode", RESUME_MODES),
+    "max_actor_ckpt_to_keep": Knob("trainer.max_actor_ckpt_to_keep", "int", "trainer.max_ckpt_to_keep"),
+    # KL
+    "use_kl_loss": Knob(_A + "use_kl_loss", "bool"),
+    "kl_loss_coef": Knob(_A + "kl_loss_coef", "float"),
+    "kl_loss_type": Knob(_A + "kl_loss_type", "enum", choices=KL_LOSS_TYPES),
+    "use_kl_in_reward": Knob("algorithm.use_kl_in_reward", "bool"),
+    "kl_coef": Knob("algorithm.kl_ctrl.kl_coef", "float"),
+    # policy loss
+    "policy_loss_mode": Knob(_A + "policy_loss.loss_mode", "enum", choices=tuple(POLICY_LOSS_MODES)),
+    "clip_ratio": Knob(_A + "clip_ratio", "float"),
+    "clip_ratio_low": Knob(_A + "clip_ratio_low", "float"),
+    "clip_ratio_high": Knob(_A + "clip_ratio_high", "float"),
+    "clip_ratio_c": Knob(_A + "clip_ratio_c", "float"),
+    "loss_agg_mode": Knob(_A + "loss_agg_mode", "enum", choices=LOSS_AGG_MODES),
+    # rollout
+    "rollout_n": Knob(_R + "n", "int", help="responses per prompt"),
+    "rollout_name": Knob(_R + "name", "enum", choices=ROLLOUT_NAMES),
+    "gpu_memory_utilization": Knob(_R + "gpu_memory_utilization", "float"),
+    "tensor_model_parallel_size": Knob(_R + "tensor_model_parallel_size", "int"),
+    "temperature": Knob(_R + "temperature", "float"),
+    # model / engine
+    "enable_gradient_checkpointing": Knob("actor_rollout_ref.model.enable_gradient_checkpointing", "bool"),
+    "lora_rank": Knob("actor_rollout_ref.model.lora_rank", "int", "model.lora_rank"),
+    "ref_param_offload": Knob("actor_rollout_ref.ref.fsdp_config.param_offload", "bool"),
+    "model_engine": Knob("model_engine", "enum", choices=MODEL_ENGINES),
+    # logging
+    "logger": Knob("trainer.logger", "list", "trainer.logger"),
+    "project_name": Knob("trainer.project_name", "str", "trainer.project_name"),
+    "experiment_name": Knob("trainer.experiment_name", "str", "trainer.experiment_name"),
+    # rollout correction (TIS / IcePop)
+    "rollout_calculate_log_probs": Knob(_R + "calculate_log_probs", "bool"),
+    "rollout_is": Knob(_RC + "rollout_is", "enum", choices=ROLLOUT_IS),
+    "rollout_is_threshold": Knob(_RC + "rollout_is_threshold", "threshold"),
+    "rollout_rs": Knob(_RC + "rollout_rs", "rs_list"),
+    "rollout_rs_threshold": Knob(_RC + "rollout_rs_threshold", "threshold"),
+    # DAPO
+    "filter_groups": Knob("algorithm.filter_groups.enable", "bool"),
+    "filter_metric": Knob("algorithm.filter_groups.metric", "str"),
+    "max_inflight_gen_batches": Knob("algorithm.filter_groups.max_inflight_gen_batches", "int"),
+    "reward_manager": Knob("reward.reward_manager.name", "enum", choices=REWARD_MANAGERS),
+    "overlong_buffer": Knob(_OB + "enable", "bool"),
+    "overlong_buffer_len": Knob(_OB + "len", "int"),
+    "overlong_penalty_factor": Knob(_OB + "penalty_factor", "float"),
+    "overlong_buffer_log": Knob(_OB + "log", "bool"),
+    # distillation
+    "distillation_loss_mode": Knob("distillation.distillation_loss.loss_mode", "enum", choices=DISTILLATION_LOSS_MODES),
+    "distillation_loss_coef": Knob("distillation.distillation_loss.distillation_loss_coef", "float"),
+    "use_task_rewards": Knob("distillation.distillation_loss.use_task_rewards", "bool"),
+    "teacher_tensor_model_parallel_size": Knob(
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size", "int"
+    ),
+    "teacher_gpu_memory_utilization": Knob(
+        "distillation.teacher_models.teacher_model.inference.gpu_memory_utilization", "float"
+    ),
+}
+
+
+def close_knobs(name: str, n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, list(KNOBS), n=n, cutoff=0.5)
+
+
+def knob_key(name: str, sft: bool) -> str | None:
+    knob = KNOBS[name]
+    return knob.sft_key if sft else knob.key
+
+
+def coerce_knob(name: str, value: Any) -> Any:
+    """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...)."""
+    knob = KNOBS[name]
+    field = f"knobs.{name}"
+    if isinstance(value, str) and knob.type in ("int", "float", "bool"):
+        value = parse_scalar(value)
+    if value is None:
+        return None
+    t = knob.type
+    if t == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
+            raise SpecError(field, f"{value!r} is not a whole number; write e.g. {name}: 4")
+        return int(value)
+    if t == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(field, f"{value!r} is not a number; write e.g. {name}: 1.0e-6")
+        return float(value)
+    if t == "bool":
+        if not isinstance(value, bool):
+            raise SpecError(field, f"{value!r} is not true/false; write {name}: true or {name}: false")
+        return value
+    if t == "enum":
+        text = str(value)
+        if text not in knob.choices:
+            raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}")
+        return text
+    if t == "list":
+        if isinstance(value, str):
+            if "," not in value and not value.startswith("["):
+                return value.strip()  # verl takes one backend name as a string too
+            value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SpecError(field, f"{value!r} is not a list of names; write e.g. {name}: [console, wandb]")
+        return value
+    if t == "str":
+        if isinstance(value, (dict, list)):
+            raise SpecError(field, f"{value!r} is not a plain value")
+        return str(value)
+    if t == "threshold":
+        if isinstance(value, bool):
+            raise SpecError(field, f"{value!r} is not a threshold; write a number (2.0) or LOW_HIGH (0.5_5.0)")
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value)
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        parts = text.split("_")
+        try:
+            low, high = (float(p) for p in parts)
+        except ValueError:
+            raise SpecError(field, f"{text!r} is not a number (TIS, e.g. 2.0) or LOW_HIGH (IcePop, e.g. 0.5_5.0)") from None
+        if not 0 <= low < high:
+            raise SpecError(field, f"{text!r}: LOW must be below HIGH, e.g. 0.5_5.0")
+        return text
+    if t == "rs_list":
+        text = ",".join(value) if isinstance(value, list) else str(value)
+        bad = [p for p in text.split(",") if p.strip() not in ROLLOUT_RS]
+        if bad:
+            raise SpecError(field, f"{', '.join(bad)} not in {', '.join(ROLLOUT_RS)} (comma-separated)")
+        return text
+    raise AssertionError(t)
+
+
+# ----------------------------------------------------------------------------- rules
+
+Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.Ctx)
+
+RL_METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation")
+TOPOLOGY_KEYS = (
+    "trainer.nnodes", "trainer.n_gpus_per_node", "distillation.nnodes", "distillation.n_gpus_per_node",
+    "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node",
+    "reward.reward_model.enable_resource_pool", "distillation.enabled",
+)
+_LEGACY_REWRITES = {
+    "reward_model.reward_manager": "reward.reward_manager.name",
+    "reward_model.enable": "reward.reward_model.enable",
+    "reward_model.enable_resource_pool": "reward.reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node": "reward.reward_model.n_gpus_per_node",
+    "reward_model.nnodes": "reward.reward_model.nnodes",
+    "reward_model.num_workers": "reward.num_workers",
+    "reward_model.model.path": "reward.reward_model.model_path",
+    "custom_reward_function.path": "reward.custom_reward_function.path",
+    "custom_reward_function.name": "reward.custom_reward_function.name",
+}
+_LEGACY_PREFIX_REWRITES = {
+    "reward_model.reward_kwargs.": "reward.reward_kwargs.",
+    "reward_model.rollout.": "reward.reward_model.rollout.",
+    "sandbox_fusion.": "reward.sandbox_fusion.",
+}
+
+
+def legacy_rewrite(key: str) -> str | None:
+    """The reward.* key verl 0.9.1's main_ppo reads for a legacy top-level key, or None."""
+    if key in _LEGACY_REWRITES:
+        return _LEGACY_REWRITES[key]
+    for old, new in _LEGACY_PREFIX_REWRITES.items():
+        if key.startswith(old):
+            return new + key[len(old):]
+    return None
+
+
+def is_legacy(key: str) -> bool:
+    return key.startswith(("reward_model.", "custom_reward_function.", "sandbox_fusion.")) or key in (
+        "reward_model", "custom_reward_function", "sandbox_fusion"
+    )
+
+
+def rule_estimator_pinned(ctx) -> None:
+    """algorithm.adv_estimator is the method's identity: refused anywhere the user sets it."""
+    for source, key in ctx.user_keys():
+        if key == "algorithm.adv_estimator":
+            ctx.error(
+                source,
+                f"algorithm.adv_estimator is pinned by the method (verl/{ctx.method.name} -> "
+                f"{ctx.method.estimator or 'none'}); it is the method's identity, not a knob: remove it and "
+                f"change the method instead ({estimator_hint()})",
+            )
+
+
+def estimator_hint() -> str:
+    return "grpo->verl/grpo, rloo->verl/rloo, reinforce_plus_plus_baseline->verl/reinforce-baseline, remax->verl/remax, gae->verl/ppo"
+
+
+def rule_method_pins(ctx) -> None:
+    """Pins of the method (estimator, DAPO's filter_groups and reward manager) come first."""
+    for key, value in ctx.method.pins.items():
+        ctx.set(key, value, "pin")
+    # A user value for another pinned key must agree with the pin.
+    for key, value in ctx.method.pins.items():
+        if key == "algorithm.adv_estimator":
+            continue
+        for source, ukey, uvalue in ctx.user_values():
+            if ukey == key and uvalue != value:
+                hint = ""
+                if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
+                    hint = "; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and loss_agg_mode=token-mean"
+                ctx.error(source, f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}")
+
+
+def rule_bindings(ctx) -> None:
+    """--model / --train-data / --validation-data -> verl's keys; model and training data are required."""
+    v = ctx.values
+    model = v.get("model")
+    train = ((v.get("data") or {}).get("train") or {}).get("files")
+    val = ((v.get("data") or {}).get("validation") or {}).get("files")
+    if not model:
+        ctx.error("model", "no model: pass --model PATH_OR_HF_ID or set `model:` in config.yaml")
+    if not train:
+        ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset OWNER/NAME@VERSION) or set data.train.files")
+    if ctx.sft:
+        if model:
+            ctx.set("model.path", model, "binding")
+        if train:
+            ctx.set("data.train_files", train, "binding")
+        if val:
+            ctx.set("data.val_files", val, "binding")
+        elif train:
+            ctx.set("data.val_files", None, "binding")
+        return
+    if model:
+        ctx.set("actor_rollout_ref.model.path", model, "binding")
+        if ctx.method.critic:
+            ctx.set("critic.model.path", model, "binding")
+    if train:
+        ctx.set("data.train_files", train, "binding")
+    if val:
+        ctx.set("data.val_files", val, "binding")
+    elif train:
+        # verl's default val_files points at a GSM8K path that does not exist on the cluster.
+        ctx.set("data.val_files", train, "binding")
+
+
+def rule_no_validation(ctx) -> None:
+    """Without validation data, validation is turned off (verl's default val_files does not exist)."""
+    if not ctx.get("data.train_files") or ((ctx.values.get("data") or {}).get("validation") or {}).get("files"):
+        return
+    user = {key for _source, key in ctx.user_keys()}
+    if "trainer.test_freq" not in user:
+        ctx.set("trainer.test_freq", -1, "default")
+    if not ctx.sft and "trainer.val_before_train" not in user:
+        ctx.set("trainer.val_before_train", False, "default")
+    ctx.warn("no validation data: validation is off (test_freq=-1); pass --validation-data FILE to turn it on")
+
+
+def rule_knobs(ctx) -> None:
+    """Method defaults, then the user's knobs, each translated to its Hydra key and typed."""
+    for stage, knobs in (("default", ctx.method.defaults), ("knob", ctx.user_knobs)):
+        for name, raw in knobs.items():
+            if name not in KNOBS:
+                close = close_knobs(name)
+                ctx.error(f"knobs.{name}", f"unknown knob; {('did you mean ' + ', '.join(close) + '? ') if close else ''}"
+                          "see `sf schema` for the knobs, or pass a raw Hydra key with --set a.b.c=VALUE")
+                continue
+            key = knob_key(name, ctx.sft)
+            if key is None:
+                ctx.error(f"knobs.{name}", f"this knob does not apply to verl/{ctx.method.name}"
+                          + ("; SFT knobs: " + ", ".join(k for k, kn in KNOBS.items() if kn.sft_key) if ctx.sft else ""))
+                continue
+            try:
+                value = coerce_knob(name, raw)
+            except SpecError as exc:
+                ctx.errors.append(exc)
+                continue
+            if name == "policy_loss_mode" and value is not None:
+                value = POLICY_LOSS_MODES[value]  # gmpo -> geo_mean, clip-cov -> clip_cov, ...
+            ctx.knob_values[name] = value
+            if value is None and stage == "knob":
+                ctx.unset(key)
+                continue
+            ctx.set(key, value, stage, source=f"knobs.{name}" if stage == "knob" else f"method default {name}")
+
+
+def rule_raw_overrides(ctx) -> None:
+    """Raw Hydra `key=value` overrides from config.yaml and --set, after the knobs; legacy keys rewritten."""
+    for index, (source, prefix, key, value) in enumerate(ctx.raw):
+        if is_legacy(key):
+            new = legacy_rewrite(key)
+            if new is None:
+                ctx.error(source, f"{key} is a legacy top-level reward key that verl 0.9.1's main_ppo ignores and has no "
+                          "reward.* equivalent; use reward.* keys or knobs (see `sf schema`), e.g. overlong_buffer_len")
+                continue
+            plus = "+" if new.startswith("reward.reward_kwargs.") else ""
+            ctx.warn(f"{source}: legacy {prefix}{key} is ignored by verl 0.9.1's main_ppo; sf passes it as {plus}{new}")
+            key, prefix = new, plus or prefix.replace("+", "")
+        if key in TOPOLOGY_KEYS:
+            ctx.error(source, f"{key} comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead")
+            continue
+        if key in ("trainer.default_local_dir",):
+            ctx.error(source, f"{key} is set by sf to <run_dir>/checkpoints so requeued jobs resume; remove it")
+            continue
+        if key.startswith("reward.reward_kwargs.") and "+" not in prefix:
+            prefix = "+"  # reward_kwargs is not in verl's schema: it must be added
+        if prefix == "~":
+            ctx.unset(key)
+            ctx.set(key, None, "raw", prefix="~", raw_value=value, source=source)
+            continue
+        ctx.set(key, value, "raw", prefix=prefix, raw_value=value, source=source)
+
+
+def rule_rollout_n(ctx) -> None:
+    """grpo, rloo, reinforce-baseline and dapo need rollout n >= 2; remax needs n = 1."""
+    if ctx.sft:
+        return
+    n = ctx.get("actor_rollout_ref.rollout.n", 1)
+    if not isinstance(n, int) or isinstance(n, bool):
+        return  # reported by rule_value_types
+    lo, hi = ctx.method.rollout_n_min, ctx.method.rollout_n_max
+    src = ctx.source_of("actor_rollout_ref.rollout.n", "knobs.rollout_n")
+    if lo is not None and n < lo:
+        ctx.error(src, f"verl/{ctx.method.name} compares responses within a group: rollout_n must be >= {lo} (got {n}); "
+                  f"set rollout_n: {max(lo, 5)}")
+    if hi is not None and n > hi:
+        ctx.error(src, f"verl/{ctx.method.name} uses the greedy response as baseline: rollout_n must be {hi} (got {n}); "
+                  "set rollout_n: 1 or use verl/grpo")
+
+
+def rule_dapo(ctx) -> None:
+    """DAPO: overlong buffer reads max_resp_len from data.max_response_length; the buffer must fit in it."""
+    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.enable") is not True:
+        return
+    resp = ctx.get("data.max_response_length")
+    length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
+    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None:
+        ctx.set("reward.reward_kwargs.overlong_buffer_cfg.log", False, "default", prefix="+")
+    if isinstance(resp, int) and not isinstance(resp, bool):
+        ctx.set("reward.reward_kwargs.max_resp_len", resp, "default", prefix="+")
+        if isinstance(length, int) and length > resp:
+            ctx.error(ctx.source_of("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len"),
+                      f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
+                      f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
+    if not (isinstance(length, int) and length > 0):
+        ctx.error("knobs.overlong_buffer_len", "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
+
+
+def rule_dynamic_sampling_reward_model(ctx) -> None:
+    """filter_groups with a reward model colocated on the training GPUs: verl asserts; refused."""
+    if ctx.get("algorithm.filter_groups.enable") is True and ctx.get("reward.reward_model.enable") is True \
+            and ctx.get("reward.reward_model.enable_resource_pool") is not True:
+        ctx.error("reward.model", "dynamic sampling (filter_groups) needs rewards at rollout time, but the reward model "
+                  "shares the training GPUs (verl asserts): use a rule-based reward function, or give the reward model "
+                  "its own pool (spec.resources.pools + roles: {reward: <pool>})")
+
+
+def rule_rollout_correction(ctx) -> None:
+    """Rollout correction (rollout_is / rollout_rs) needs rollout-side log probs."""
+    if ctx.sft:
+        return
+    is_on = ctx.get("algorithm.rollout_correction.rollout_is") not in (None, "null")
+    rs_on = ctx.get("algorithm.rollout_correction.rollout_rs") not in (None, "null")
+    if (is_on or rs_on) and ctx.get("actor_rollout_ref.rollout.calculate_log_probs", True) is False:
+        ctx.error(ctx.source_of("actor_rollout_ref.rollout.calculate_log_probs", "knobs.rollout_calculate_log_probs"),
+                  "rollout correction (rollout_is/rollout_rs) compares against the rollout's own log probs, which "
+                  "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop rollout_is/rollout_rs")
+    if rs_on and ctx.get("algorithm.rollout_correction.rollout_rs_threshold") in (None, "null"):
+        ctx.error("knobs.rollout_rs_threshold", "rollout_rs needs rollout_rs_threshold (verl raises without it); "
+                  "e.g. rollout_rs_threshold: 0.01, or 0.5_2.0 for k1 modes")
+    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None:
+        # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so.
+        ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
+
+
+def rule_pools(ctx) -> None:
+    """Roles -> pools: train pool fills trainer.*, teacher pool distillation.*, reward pool reward.reward_model.*."""
+    pools = ctx.pools
+    if not pools:
+        return
+    roles = ctx.roles
+    by_name = {p.name: p for p in pools}
+    for role, pool_name in roles.items():
+        if pool_name not in by_name:
+            ctx.error(f"spec.resources.roles.{role}", f"pool {pool_name!r} is not declared; pools: {', '.join(by_name)}")
+    train = by_name.get(roles.get("actor", pools[0].name), pools[0])
+    if train.het_group != 0:
+        ctx.error("spec.resources.roles.actor", "the actor must run on the first pool (het group 0, where Ray's head runs)")
+    ctx.set("trainer.nnodes", train.nodes, "topology")
+    ctx.set("trainer.n_gpus_per_node", train.gpus_per_node, "topology")
+    if ctx.sft:
+        if len(pools) > 1:
+            ctx.error("spec.resources.pools", "verl/sft runs under torchrun on one pool; declare a single pool")
+        return
+    teacher_pool = roles.get("teacher")
+    if ctx.method.name == "distillation":
+        if len(pools) < 2 or teacher_pool is None:
+            ctx.error("spec.resources.pools", "verl/distillation needs two pools with the teacher on the second: the "
+                      "teacher is placed on top of the training pool. Declare pools [{name: train, ...}, {name: teach, ...}] "
+                      "and roles {actor: train, rollout: train, teacher: teach}")
+        elif by_name.get(teacher_pool) is not None and by_name[teacher_pool].het_group != 1:
+            ctx.error("spec.resources.roles.teacher", f"the teacher must be on the second pool, not {teacher_pool!r}")
+        elif by_name.get(teacher_pool) is not None:
+            tp = by_name[teacher_pool]
+            ctx.set("distillation.enabled", True, "topology")
+            ctx.set("distillation.nnodes", tp.nodes, "topology")
+            ctx.set("distillation.n_gpus_per_node", tp.gpus_per_node, "topology")
+        teacher = (ctx.values.get("teacher") or {}).get("model")
+        if not teacher:
+            ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in config.yaml")
+        else:
+            ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding")
+    elif teacher_pool is not None:
+        ctx.error("spec.resources.roles.teacher", f"only verl/distillation has a teacher; remove the role or use verl/distillation")
+    reward_model = (ctx.values.get("reward") or {}).get("model")
+    reward_pool = roles.get("reward")
+    if reward_pool is not None and not reward_model:
+        ctx.error("reward.model", "a reward pool is declared but no reward model: set reward: {model: PATH}")
+    if reward_model:
+        ctx.set("reward.reward_model.enable", True, "binding")
+        ctx.set("reward.reward_model.model_path", reward_model, "binding")
+        ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding")
+        if reward_pool is not None and reward_pool in by_name:
+            rp = by_name[reward_pool]
+            if rp.het_group == 0:
+                ctx.error("spec.resources.roles.reward", "the reward pool must be a pool of its own, not the training pool")
+            ctx.set("reward.reward_model.enable_resource_pool", True, "topology")
+            ctx.set("reward.reward_model.nnodes", rp.nodes, "topology")
+            ctx.set("reward.reward_model.n_gpus_per_node", rp.gpus_per_node, "topology")
+    used = {train.name} | {p for p in roles.values()}
+    for p in pools:
+        if p.name not in used:
+            ctx.error(f"spec.resources.pools.{p.name}", "pool has no role; map a role to it in spec.resources.roles or remove it")
+
+
+def rule_custom_reward_function(ctx) -> None:
+    """reward.function {path, name} -> reward.custom_reward_function.{path,name}."""
+    fn = (ctx.values.get("reward") or {}).get("function") or {}
+    if fn.get("path"):
+        ctx.set("reward.custom_reward_function.path", fn["path"], "binding")
+        ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", "binding")
+    elif fn.get("name"):
+        ctx.error("reward.function.path", "a reward function name without a path; set reward.function.path: my_reward.py")
+
+
+def rule_checkpoints(ctx) -> None:
+    """Checkpoints for requeue and export: save_freq > 0, absolute dir in the run dir, resume_mode=auto."""
+    save = ctx.get("trainer.save_freq")
+    if isinstance(save, int) and not isinstance(save, bool) and save <= 0:
+        ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; set save_freq: 10")
+    ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, "checkpoint")
+    mode = ctx.get("trainer.resume_mode")
+    if mode is None:
+        ctx.set("trainer.resume_mode", "auto", "checkpoint")
+    elif mode != "auto":
+        ctx.warn(f"resume_mode={mode}: a requeued job will not resume from its last checkpoint (sf expects auto)")
+
+
+def rule_rollout_defaults(ctx) -> None:
+    """What verl needs that compose does not catch: rollout.name (???) and micro batch sizes."""
+    if ctx.sft:
+        return
+    if ctx.get("actor_rollout_ref.rollout.name") is None:
+        ctx.set("actor_rollout_ref.rollout.name", "vllm", "default")
+
+
+def rule_pitfalls(ctx) -> None:
+    """The tutorial's pitfalls, as warnings."""
+    if ctx.sft:
+        return
+    g = ctx.get
+    if g("algorithm.use_kl_in_reward") is not True and "kl_coef" in ctx.user_knobs and (g("algorithm.kl_ctrl.kl_coef") or 0) > 0:
+        ctx.warn("kl_coef is set but use_kl_in_reward is off: the coefficient does nothing; set use_kl_in_reward: true")
+    if g("actor_rollout_ref.actor.use_kl_loss") is not True and "kl_loss_coef" in ctx.user_knobs and (g("actor_rollout_ref.actor.kl_loss_coef") or 0) > 0:
+        ctx.warn("kl_loss_coef is set but use_kl_loss is off: the coefficient does nothing; set use_kl_loss: true")
+    gpn = g("trainer.n_gpus_per_node")
+    nodes = g("trainer.nnodes")
+    tp = g("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)
+    if isinstance(tp, int) and isinstance(gpn, int) and tp > gpn:
+        ctx.warn(f"tensor_model_parallel_size={tp} is larger than the {gpn} GPUs per node; set tensor_model_parallel_size: {gpn} or fewer")
+    bs = g("data.train_batch_size", 1024)
+    n = g("actor_rollout_ref.rollout.n", 1)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (bs, n, gpn, nodes)) and gpn and nodes:
+        gpus = gpn * nodes
+        if (bs * n) % gpus:
+            ctx.warn(f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl refuses it at start-up")
+    mini = g("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
+    if isinstance(mini, int) and isinstance(bs, int) and mini > bs:
+        ctx.warn(f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs}; set ppo_mini_batch_size <= {bs}")
+    if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
+        for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
+                          ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"),
+                          ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu")):
+            if g(key) is None:
+                ctx.warn(f"{knob} is not set and use_dynamic_bsz is off: verl asserts at start-up; set {knob}: 4")
+        if ctx.method.critic and g("critic.ppo_micro_batch_size_per_gpu") is None:
+            ctx.warn("critic_ppo_micro_batch_size_per_gpu is not set: verl asserts at start-up; set it to 4")
+
+
+def rule_value_types(ctx) -> None:
+    """Values that compose but verl rejects at run time: enums and numbers, checked on the final overrides."""
+    for key, choices in ENUM_KEYS.items():
+        if key not in ctx.overrides:
+            continue
+        value = ctx.get(key)
+        if value is None:
+            continue
+        if key == "actor_rollout_ref.actor.policy_loss.loss_mode" and value == "gmpo":
+            ctx.error(ctx.source_of(key), "verl calls GMPO 'geo_mean'; use the knob policy_loss_mode: gmpo (sf maps it)")
+            continue
+        if str(value) not in choices:
+            ctx.error(ctx.source_of(key), f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
+    for key, (stage, _prefix, _value, text) in list(ctx.overrides.items()):
+        if stage != "raw":
+            continue
+        for name, knob in KNOBS.items():
+            if knob.key and knob.key.lstrip("+") == key and knob.type in ("int", "float", "bool", "threshold", "rs_list"):
+                try:
+                    coerce_knob(name, text)
+                except SpecError as exc:
+                    ctx.error(ctx.source_of(key), f"{key}: {exc.message}")
+                break
+    if ctx.pools:
+        for p in ctx.pools:
+            if p.nodes < 1 or p.gpus_per_node < 1:
+                ctx.error(f"spec.resources.pools.{p.name}", "nodes and gpus_per_node must be >= 1")
+
+
+def rule_entry(ctx) -> None:
+    """An experiment's main.py, if present, becomes the entry (verl-recipe style)."""
+    if ctx.main_py:
+        if ctx.sft:
+            ctx.entry = ("torchrun", ctx.main_py)
+        else:
+            ctx.entry = ("python3", ctx.main_py)
+    else:
+        ctx.entry = tuple(ctx.method.entry)
+
+
+RULES: tuple[Rule, ...] = (
+    rule_estimator_pinned,
+    rule_method_pins,
+    rule_bindings,
+    rule_knobs,
+    rule_rollout_defaults,
+    rule_raw_overrides,
+    rule_no_validation,
+    rule_custom_reward_function,
+    rule_rollout_n,
+    rule_dapo,
+    rule_rollout_correction,
+    rule_pools,
+    rule_dynamic_sampling_reward_model,
+    rule_checkpoints,
+    rule_value_types,
+    rule_pitfalls,
+    rule_entry,
+)

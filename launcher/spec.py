@@ -1,0 +1,400 @@
+"""Loading an experiment: layers merged into one spec, validated with the JSON Schema.
+
+Layers, lowest first: configs/defaults.yaml < the site file (account, qos, time, requeues,
+signal lead) < experiments/NAME/config.yaml < CLI flags. The MergedSpec keeps the merged
+`values` and, for every dotted key, the layer it came from (`provenance`), so `sf validate`
+shows where each value came from.
+
+This is the I/O edge of the compiler: it reads files, resolves relative paths and
+datasets, and checks whether the experiment has its own main.py. compile_plan is pure.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher import paths
+from launcher.errors import SpecError, SpecErrors
+from launcher.site import Site
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class MergedSpec:
+    name: str  # experiment name (the folder's name)
+    exp_dir: str  # absolute path of the experiment folder
+    values: dict  # merged values (schema shape, plus `profile` from --profile)
+    provenance: dict  # dotted key -> layer ("defaults", "site", "config.yaml", "--model", "--set", ...)
+    override_sources: list = field(default_factory=list)  # one label per values["overrides"] item
+    main_py: str | None = None  # absolute path of experiments/NAME/main.py when it exists
+    dataset_dir: str | None = None  # resolved data.train.dataset folder
+
+    @property
+    def method(self) -> str:
+        return str(self.values.get("method", ""))
+
+    @property
+    def framework_version(self) -> str:
+        return str(self.values.get("framework_version", ""))
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+@lru_cache(maxsize=None)
+def schema() -> dict:
+    return json.loads((paths.configs_dir() / "schema" / "config.schema.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def builtin_defaults() -> dict:
+    path = paths.configs_dir() / "defaults.yaml"
+    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+
+
+def _path_str(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "config.yaml"
+
+
+def schema_errors(data: dict) -> list[SpecError]:
+    """Validate config.yaml's content; one SpecError per problem, naming the field and the fix."""
+    import jsonschema
+
+    sch = schema()
+    validator = jsonschema.Draft202012Validator(sch)
+    errors: list[SpecError] = []
+    for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        field_name = _path_str(err.absolute_path)
+        errors.append(SpecError(field_name, _explain(err, sch)))
+    return errors
+
+
+def _explain(err, sch) -> str:
+    v = err.validator
+    if v == "additionalProperties":
+        extra = re.findall(r"'([^']+)'", err.message.split("(")[-1]) or []
+        allowed = sorted((err.schema.get("properties") or {}).keys())
+        parts = []
+        for key in extra:
+            close = difflib.get_close_matches(key, allowed, n=3, cutoff=0.5)
+            parts.append(f"unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        where = "; allowed: " + ", ".join(allowed) if len(allowed) <= 12 else "; see `sf schema` for the allowed keys"
+        if list(err.absolute_path) == ["knobs"]:
+            where += "; or pass a raw Hydra key in overrides: [\"a.b.c=VALUE\"]"
+        return "; ".join(parts) + where
+    if v == "required":
+        return f"{err.message}; add it (see `sf schema`)"
+    if v == "type":
+        want = err.validator_value
+        want = " or ".join(want) if isinstance(want, list) else want
+        return f"{err.instance!r} has the wrong type: expected {want}"
+    if v == "enum":
+        return f"{err.instance!r} is not one of {', '.join(map(str, [c for c in err.validator_value if c is not None]))}"
+    if v == "pattern":
+        desc = err.schema.get("description", "")
+        return f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
+    if v in ("minimum", "minItems", "minLength", "maxItems"):
+        return f"{err.message}; fix the value"
+    if v == "oneOf":
+        return f"{err.instance!r} must be a file path or a list of file paths"
+    return err.message
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _leaves(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, dotted)
+        else:
+            yield dotted, value
+
+
+def _site_layer(site: Site) -> dict:
+    slurm = {
+        "account": site.account,
+        "qos": site.qos,
+        "time": site.time,
+        "max_requeues": site.max_requeues,
+        "signal_lead_s": site.signal_lead_s,
+    }
+    return {"slurm": {k: v for k, v in slurm.items() if v is not None}}
+
+
+def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> tuple[str, Path]:
+    """NAME -> experiments/NAME; a path to a folder holding config.yaml is taken as is."""
+    candidate = Path(name_or_dir).expanduser()
+    looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
+    if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
+        if not (candidate / CONFIG_FILE).is_file():
+            raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
+        return candidate.resolve().name, candidate.resolve()
+    if not NAME_RE.match(name_or_dir):
+        raise SpecError("NAME", f"{name_or_dir!r} is not a valid experiment name (letters, digits, _ . -; at most 64; "
+                        "starting with a letter or digit)")
+    exp = Path(experiments_root) / name_or_dir
+    if not (exp / CONFIG_FILE).is_file():
+        raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with `sf new {name_or_dir} --method verl/grpo`")
+    return name_or_dir, exp.resolve()
+
+
+def read_config(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise SpecError(CONFIG_FILE, f"{path} is not valid YAML{where} ({problem}); fix the file") from None
+    except OSError as exc:
+        raise SpecError(CONFIG_FILE, f"cannot read {path}: {exc.strerror}") from None
+    if data is None:
+        raise SpecError(CONFIG_FILE, f"{path} is empty; it needs at least `method: verl/grpo`")
+    if not isinstance(data, dict):
+        raise SpecError(CONFIG_FILE, f"{path} must be a mapping of keys (method:, model:, ...), not a {type(data).__name__}")
+    return data
+
+
+def _config_checks(data: dict) -> list[SpecError]:
+    """Checks with a better message than the schema's (before it runs)."""
+    errors = []
+    algo = data.get("algorithm")
+    if isinstance(algo, dict) and "adv_estimator" in algo or "algorithm.adv_estimator" in data:
+        errors.append(SpecError("algorithm.adv_estimator", "the advantage estimator is pinned by the method (its "
+                                "identity, not a knob): remove it and change `method:` instead (grpo, rloo, "
+                                "reinforce-baseline, remax, ppo=gae)"))
+    knobs = data.get("knobs")
+    if isinstance(knobs, dict):
+        for key in ("adv_estimator", "estimator"):
+            if key in knobs:
+                errors.append(SpecError(f"knobs.{key}", "the advantage estimator is pinned by the method; remove it and "
+                                        "change `method:` instead"))
+    return errors
+
+
+def _as_list(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _abs_files(files, base: Path) -> Any:
+    out = []
+    for f in _as_list(files):
+        if re.match(r"^[a-z][a-z0-9+.-]*://", f):  # hdfs://, s3://: leave to verl
+            out.append(f)
+        else:
+            out.append(str((base / Path(f).expanduser()).resolve()) if not Path(f).expanduser().is_absolute()
+                       else str(Path(f).expanduser()))
+    return out[0] if len(out) == 1 else out
+
+
+def _model_path(model: str, base: Path) -> str:
+    """Local paths become absolute (compute nodes have another cwd); a HF id stays as is."""
+    p = Path(model).expanduser()
+    if model.startswith(("/", "./", "../", "~")) or (base / p).exists():
+        return str((base / p).resolve()) if not p.is_absolute() else str(p)
+    return model
+
+
+def resolve_dataset(text: str, site: Site) -> Path:
+    """OWNER/NAME@VERSION -> <root>/OWNER/NAME/VERSION/ under the site's dataset_roots."""
+    m = re.match(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)@([A-Za-z0-9_.-]+)$", text or "")
+    if not m:
+        raise SpecError("data.train.dataset", f"{text!r} is not OWNER/NAME@VERSION (e.g. alice/gsm8k-zh@v2)")
+    owner, name, version = m.groups()
+    if not site.dataset_roots:
+        raise SpecError("data.train.dataset", f"site {site.name} has no dataset_roots; use --train-data PATH instead")
+    versions: set[str] = set()
+    for root in site.dataset_roots:
+        d = Path(root) / owner / name
+        if (d / version).is_dir():
+            return d / version
+        if d.is_dir():
+            versions.update(p.name for p in d.iterdir() if p.is_dir())
+    if versions:
+        raise SpecError("data.train.dataset", f"{owner}/{name} has no version {version!r}; versions: {', '.join(sorted(versions))}")
+    raise SpecError("data.train.dataset", f"unknown dataset {owner}/{name} in {', '.join(site.dataset_roots)}")
+
+
+def _dataset_files(ds_dir: Path, files) -> Any:
+    names = _as_list(files)
+    if not names:
+        found = sorted(p.name for p in ds_dir.iterdir() if p.suffix in (".parquet", ".jsonl", ".json"))
+        if len(found) == 1:
+            names = found
+        elif "train.parquet" in found:
+            names = ["train.parquet"]
+        else:
+            raise SpecError("data.train.files", f"dataset {ds_dir} holds {', '.join(found) or 'no data files'}; "
+                            "pick one with --train-data FILE")
+    out = [n if Path(n).is_absolute() else str(ds_dir / n) for n in names]
+    return out[0] if len(out) == 1 else out
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
+    from launcher.rules import KNOBS, close_knobs, split_override
+
+    errors = []
+    for item in items or ():
+        if "=" not in item:
+            errors.append(SpecError("--set", f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
+            continue
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key in KNOBS:
+            knobs[key] = value.strip()
+            continue
+        if key.lstrip("+~") in ("adv_estimator", "estimator"):
+            key = "algorithm.adv_estimator"
+            item = f"{key}={value}"
+        try:
+            split_override(item)
+        except ValueError:
+            errors.append(SpecError("--set", f"{item!r}: bad key"))
+            continue
+        bare = key.lstrip("+~")
+        if "." in bare or key[:1] in "+~" or bare in ("model_engine",):
+            overrides.append(item.strip())
+            sources.append(f"--set {key}")
+            continue
+        close = close_knobs(key)
+        errors.append(SpecError(f"--set {key}", "neither a knob nor a dotted Hydra key"
+                                + (f"; did you mean {', '.join(close)}?" if close else "; see `sf schema` for the knobs")))
+    return errors
+
+
+def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
+    flags = dict(flags or {})
+    name, exp_dir = find_experiment(name_or_dir, experiments_root)
+    config = read_config(exp_dir / CONFIG_FILE)
+    errors = _config_checks(config)
+    errors += schema_errors(config)
+    if errors:
+        raise SpecErrors(errors)
+
+    cwd = Path.cwd()
+    # Relative paths in config.yaml are relative to the experiment folder.
+    config = copy.deepcopy(config)
+    if config.get("model"):
+        config["model"] = _model_path(config["model"], exp_dir)
+    if (config.get("teacher") or {}).get("model"):
+        config["teacher"]["model"] = _model_path(config["teacher"]["model"], exp_dir)
+    if (config.get("reward") or {}).get("model"):
+        config["reward"]["model"] = _model_path(config["reward"]["model"], exp_dir)
+    fn = (config.get("reward") or {}).get("function") or {}
+    if fn.get("path"):
+        fn["path"] = _abs_files(fn["path"], exp_dir)
+
+    cli: dict = {}
+    cli_prov: dict = {}
+    if flags.get("model"):
+        cli["model"] = _model_path(flags["model"], cwd)
+        cli_prov["model"] = "--model"
+    if flags.get("train_dataset"):
+        cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
+        cli_prov["data.train.dataset"] = "--train-dataset"
+    if flags.get("train_data"):
+        cli.setdefault("data", {}).setdefault("train", {})["files"] = list(_as_list(flags["train_data"]))
+        cli_prov["data.train.files"] = "--train-data"
+    if flags.get("validation_data"):
+        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd)
+        cli_prov["data.validation.files"] = "--validation-data"
+    if flags.get("profile"):
+        cli["profile"] = flags["profile"]
+        cli_prov["profile"] = "--profile"
+    set_knobs: dict = {}
+    set_overrides: list = []
+    set_sources: list = []
+    errors += _parse_set(flags.get("set"), set_knobs, set_overrides, set_sources)
+    if errors:
+        raise SpecErrors(errors)
+    if set_knobs:
+        cli["knobs"] = set_knobs
+        for k in set_knobs:
+            cli_prov[f"knobs.{k}"] = "--set"
+
+    layers = [("defaults", builtin_defaults()), ("site", _site_layer(site)), ("config.yaml", config)]
+    values: dict = {}
+    provenance: dict = {}
+    for layer_name, layer in layers:
+        values = _deep_merge(values, {k: v for k, v in layer.items() if k != "overrides"})
+        for dotted, _ in _leaves({k: v for k, v in layer.items() if k != "overrides"}):
+            provenance[dotted] = layer_name
+    values = _deep_merge(values, cli)
+    for dotted, _ in _leaves(cli):
+        provenance[dotted] = cli_prov.get(dotted, "cli")
+
+    # Raw overrides: config.yaml's list, then --set's, in that order.
+    config_overrides = list(config.get("overrides") or [])
+    values["overrides"] = config_overrides + set_overrides
+    override_sources = [f"overrides[{i}]" for i in range(len(config_overrides))] + set_sources
+    if values["overrides"]:
+        provenance["overrides"] = "+".join(sorted({"config.yaml" if config_overrides else "", "--set" if set_overrides else ""} - {""}))
+
+    # Datasets: files are inside the dataset's version folder.
+    dataset_dir = None
+    train = (values.get("data") or {}).get("train") or {}
+    from_cli_files = provenance.get("data.train.files") == "--train-data"
+    if train.get("dataset"):
+        ds = resolve_dataset(train["dataset"], site)
+        dataset_dir = str(ds)
+        train["files"] = _dataset_files(ds, train.get("files"))
+    elif train.get("files") is not None:
+        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir)
+    val = (values.get("data") or {}).get("validation") or {}
+    if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
+        val["files"] = _abs_files(val["files"], exp_dir)
+
+    main_py = exp_dir / "main.py"
+    return MergedSpec(
+        name=name,
+        exp_dir=str(exp_dir),
+        values=values,
+        provenance=provenance,
+        override_sources=override_sources,
+        main_py=str(main_py) if main_py.is_file() else None,
+        dataset_dir=dataset_dir,
+    )
+
+
+def spec_from_values(values: dict, name: str = "test", exp_dir: str = "/tmp/exp", main_py: str | None = None) -> MergedSpec:
+    """A MergedSpec built in memory (tests, sweeps): defaults < values, no files read but the defaults."""
+    merged = _deep_merge(builtin_defaults(), {k: v for k, v in values.items() if k != "overrides"})
+    merged["overrides"] = list(values.get("overrides") or [])
+    prov = {d: "defaults" for d, _ in _leaves(builtin_defaults())}
+    prov.update({d: "values" for d, _ in _leaves({k: v for k, v in values.items() if k != "overrides"})})
+    return MergedSpec(name=name, exp_dir=exp_dir, values=merged, provenance=prov,
+                      override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py)

@@ -1,0 +1,200 @@
+"""Check compiled overrides against the INSTALLED verl's own Hydra config.
+
+verl is found with importlib.util.find_spec and never imported (its __init__ pulls torch);
+only its YAML under verl/trainer/config/ is read, by Hydra's compose. A key that does not
+exist fails with its name and the closest real key; mandatory values still `???` that
+verl needs are reported too. Without verl or Hydra installed this says so (never a silent
+pass).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+from functools import lru_cache
+
+from launcher.errors import SpecError
+
+INSTALL_HINT = "pip install 'sf[verl-config]' && pip install --no-deps verl=={version}"
+
+# `???` values that matter, per config, and when they matter (key -> override that makes it matter).
+_MANDATORY = {
+    "ppo_trainer": {
+        "actor_rollout_ref.rollout.name": None,
+        "reward.reward_model.rollout.name": "reward.reward_model.enable",
+    },
+}
+
+
+@lru_cache(maxsize=None)
+def verl_config_dir() -> str | None:
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config")
+    return path if os.path.isdir(path) else None
+
+
+@lru_cache(maxsize=None)
+def installed_verl_version() -> str | None:
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = os.path.join(list(spec.submodule_search_locations)[0], "version", "version")
+    try:
+        with open(version_file) as fh:
+            return fh.read().strip()
+    except OSError:
+        try:
+            from importlib.metadata import version
+
+            return version("verl")
+        except Exception:
+            return None
+
+
+def _missing_tools(version: str) -> SpecError | None:
+    hint = INSTALL_HINT.format(version=version)
+    if importlib.util.find_spec("hydra") is None or importlib.util.find_spec("omegaconf") is None:
+        return SpecError("verl-config", f"hydra-core/omegaconf are not installed, so sf cannot check the overrides "
+                         f"against verl's config: {hint}")
+    if verl_config_dir() is None:
+        return SpecError("verl-config", f"verl is not installed, so sf cannot check the overrides against its config: {hint}")
+    return None
+
+
+def _compose(config_name: str, overrides: tuple[str, ...]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
+
+
+@lru_cache(maxsize=None)
+def base_config(config_name: str):
+    return _compose(config_name, ())
+
+
+@lru_cache(maxsize=None)
+def base_keys(config_name: str) -> frozenset[str]:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    cfg = base_config(config_name)
+    keys: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, DictConfig):
+            for k in node.keys():
+                dotted = f"{prefix}.{k}" if prefix else str(k)
+                keys.add(dotted)
+                try:
+                    child = node._get_node(k)
+                except Exception:
+                    continue
+                if isinstance(child, (DictConfig, ListConfig)) and not OmegaConf.is_missing(node, k):
+                    walk(child, dotted)
+
+    walk(cfg, "")
+    groups = _groups(config_name)
+    return frozenset(keys | groups)
+
+
+@lru_cache(maxsize=None)
+def _groups(config_name: str) -> frozenset[str]:
+    """Config groups that take `group=option` overrides (model_engine, engine, ...)."""
+    root = verl_config_dir()
+    out = set()
+    for name in os.listdir(root):
+        if os.path.isdir(os.path.join(root, name)) and not name.startswith("_"):
+            out.add(name)
+    return frozenset(out)
+
+
+def closest_key(key: str, config_name: str) -> str | None:
+    keys = base_keys(config_name)
+    # Prefer keys sharing the parent; then any key; compare on the full dotted path.
+    parent = key.rsplit(".", 1)[0] if "." in key else ""
+    siblings = [k for k in keys if k.startswith(parent + ".")] if parent else []
+    leaf = key.rsplit(".", 1)[-1]
+    nested = sorted((k for k in siblings if k.endswith("." + leaf)), key=len)
+    if nested:
+        return nested[0]  # actor.loss_mode -> actor.policy_loss.loss_mode
+    for pool, cutoff in ((siblings, 0.6), (list(keys), 0.6), (list(keys), 0.4)):
+        match = difflib.get_close_matches(key, pool, n=1, cutoff=cutoff)
+        if match:
+            return match[0]
+    same_leaf = sorted(k for k in keys if k.rsplit(".", 1)[-1] == leaf)
+    return same_leaf[0] if same_leaf else None
+
+
+def _split(override: str) -> tuple[str, str, str]:
+    key, _, value = override.partition("=")
+    prefix = ""
+    while key[:1] in "+~":
+        prefix += key[0]
+        key = key[1:]
+    return prefix, key, value
+
+
+def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
+    keys = base_keys(config_name)
+    errors = []
+    for ov in overrides:
+        prefix, key, _ = _split(ov)
+        if "+" in prefix:
+            parent = key.rsplit(".", 1)[0]
+            if key in keys and "+" == prefix:
+                errors.append(SpecError(ov.split("=")[0], f"{key} already exists in verl's {config_name} config; drop the '+'"))
+            continue
+        if key in keys:
+            continue
+        close = closest_key(key, config_name)
+        errors.append(SpecError(key, f"not a key of verl {installed_verl_version() or ''}'s {config_name} config"
+                                + (f"; closest real key: {close}" if close else "")))
+    return errors
+
+
+def check_overrides(config_name: str, overrides, version: str | None = None) -> list[SpecError]:
+    """Compose `overrides` against the installed verl's `config_name`; [] when they compose."""
+    overrides = tuple(overrides)
+    version = version or "0.9.1"
+    missing = _missing_tools(version)
+    if missing:
+        return [missing]
+    installed = installed_verl_version()
+    errors: list[SpecError] = []
+    try:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+    except ImportError as exc:  # pragma: no cover
+        return [SpecError("verl-config", f"cannot import hydra ({exc}); {INSTALL_HINT.format(version=version)}")]
+    try:
+        cfg = _compose(config_name, overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        errors = _bad_keys(config_name, overrides)
+        if not errors:
+            cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+            errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {exc}{cause}")]
+        return errors
+    from omegaconf import OmegaConf
+
+    set_keys = {_split(o)[1]: _split(o)[2] for o in overrides}
+    try:
+        missing_keys = OmegaConf.missing_keys(cfg)
+    except Exception:  # pragma: no cover
+        missing_keys = set()
+    for key, condition in _MANDATORY.get(config_name, {}).items():
+        if key in missing_keys and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
+            errors.append(SpecError(key, f"verl needs a value (it is ??? in {config_name}); set it, e.g. {key}=vllm"))
+    if installed and version and installed != version and not errors:
+        pass  # checked against another version: the caller may warn (see version_note)
+    return errors
+
+
+def version_note(version: str) -> str | None:
+    """A warning when the installed verl differs from the spec's framework_version."""
+    installed = installed_verl_version()
+    if installed and installed != version:
+        return f"overrides were checked against the installed verl {installed}, not {version}"
+    return None
