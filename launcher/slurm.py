@@ -445,3 +445,29 @@ def job_states(job_ids) -> JobStates:
     return JobStates(states, source="squeue",
                      warning=f"accounting unavailable ({sacct_error}); states from squeue, "
                              "which forgets finished jobs")
+
+
+# --- cluster facts (sf doctor) ------------------------------------------------------------
+
+def show_partitions() -> list[dict]:
+    """`scontrol show partition -o`: one key->value dict per partition (PartitionName,
+    State, Nodes, ...)."""
+    proc = _run(["scontrol", "show", "partition", "-o"])
+    return [_split_kv(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def show_nodes() -> list[dict]:
+    """`scontrol show node -o`: one key->value dict per node (NodeName, CPUTot, RealMemory,
+    Gres, Partitions, State, AvailableFeatures, ...)."""
+    proc = _run(["scontrol", "show", "node", "-o"])
+    return [_split_kv(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def accounting_check() -> str | None:
+    """None when sacct answers from the accounting database, else why not."""
+    proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID",
+                 "--starttime=now-1minutes"], check=False)
+    err = (proc.stderr or "").strip()
+    if proc.returncode != 0 or _ACCOUNTING_DOWN.search(err):
+        return err.splitlines()[-1] if err else f"sacct exit {proc.returncode}"
+    return None
