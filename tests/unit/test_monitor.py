@@ -1,0 +1,323 @@
+"""launcher.monitor and the sf status/logs/cancel/list commands, against fake Slurm
+binaries (SF_SLURM_BIN_DIR) and run records in a temp dir."""
+from __future__ import annotations
+
+import json
+import stat
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from launcher import monitor, runs, slurm
+from launcher.cli import main
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "calls.log"
+    for name in ("sacct", "squeue", "scancel"):
+        path = bindir / name
+        path.write_text(f"""#!/bin/sh
+echo "{name} $*" >> "{log}"
+[ -f "{bindir}/{name}.out" ] && cat "{bindir}/{name}.out"
+[ -f "{bindir}/{name}.err" ] && cat "{bindir}/{name}.err" >&2
+exit $(cat "{bindir}/{name}.rc" 2>/dev/null || echo 0)
+""")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(bindir))
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
+
+    class Fake:
+        runs_dir = tmp_path / "runs"
+
+        def set(self, name, out="", err="", rc=0):
+            (bindir / f"{name}.out").write_text(out)
+            (bindir / f"{name}.err").write_text(err)
+            (bindir / f"{name}.rc").write_text(str(rc))
+
+        def calls(self, name=None):
+            lines = log.read_text().splitlines() if log.exists() else []
+            return [l for l in lines if name is None or l.split()[0] == name]
+
+    return Fake()
+
+
+def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
+    return f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}|2026-11-29T10:59:59|00:10:00\n"
+
+
+def _submitted(root, name, *job_ids, **fields):
+    run = runs.create_run(root, name, **fields)
+    run.add_state("submitted")
+    run.set_job_ids(list(job_ids))
+    return run
+
+
+VERL_LOG = """\
+(TaskRunner pid=1) Total training steps: 12
+Training Progress:   0%|          | 0/12 [00:00<?, ?it/s]
+(TaskRunner pid=1) step:1 - global_seqlen/min:100 - actor/pg_loss:0.1
+Training Progress:   8%|8         | 1/12 [00:05<00:55]\r
+(TaskRunner pid=1) step:2 - global_seqlen/min:100 - actor/pg_loss:0.1
+"""
+
+
+def test_parse_progress_from_verl_output():
+    assert monitor.parse_progress(VERL_LOG) == (2, 12)
+    assert monitor.parse_progress("Training Progress:  30%|###  | 3/10 [00:30<01:10]") == (3, 10)
+    assert monitor.parse_progress("nothing here, timestep:3 - x") == (None, None)
+    assert monitor.parse_progress("") == (None, None)
+
+
+def test_poll_one_sacct_call_for_many_runs(fake_slurm):
+    root = fake_slurm.runs_dir
+    a = _submitted(root, "plain", "11")
+    b = _submitted(root, "het", "18")
+    c = _submitted(root, "pend", "30")
+    d = _submitted(root, "fresh", "31")  # sacct lags: not there yet
+    fake_slurm.set("sacct", _row("11", "COMPLETED") + _row("18+0", "RUNNING") +
+                   _row("18+1", "RUNNING", nodes="dev7") + _row("30", "PENDING", nodes="None assigned",
+                                                                reason="Resources"))
+    (b.dir / "logs" / "driver.log").write_text(VERL_LOG)
+    runs.record_phase(b.dir, "allocated")
+    runs.record_phase(b.dir, "ray_up")
+    before = slurm.CALLS["sacct"]
+    statuses = {s.id: s for s in monitor.poll([a, b, c, d])}
+    assert slurm.CALLS["sacct"] - before == 1 and len(fake_slurm.calls()) == 1
+    assert statuses[a.id].state == "completed" and statuses[a.id].done
+    het = statuses[b.id]
+    assert het.state == "running" and het.progress == "step 2/12" and het.phase == "ray_up"
+    assert set(het.jobs) == {"18", "18+0", "18+1"} and het.nodes == "dev1,dev7"
+    assert statuses[c.id].progress == "queued (Resources)" and not statuses[c.id].done
+    assert statuses[d.id].state == "submitted" and statuses[d.id].progress == "submitted"
+    # Slurm's answer is written back into the record (once).
+    assert a.record()["state"] == "completed"
+    monitor.poll([a])
+    assert [h["state"] for h in a.record()["history"]] == ["created", "submitted", "completed"]
+    assert d.record()["state"] == "submitted"
+
+
+def test_progress_from_phases_before_training(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "x", "40")
+    fake_slurm.set("sacct", _row("40", "RUNNING"))
+    assert monitor.poll([run])[0].progress == "allocated"
+    runs.record_phase(run.dir, "allocated")
+    runs.record_phase(run.dir, "all_nodes_joined")
+    assert monitor.poll([run])[0].progress == "ray up"
+    run.update(total_steps=5)
+    (run.dir / "logs" / "slurm-40.out").write_text("(TaskRunner) step:3 - a:1\n")
+    assert monitor.poll([run])[0].progress == "step 3/5"
+
+
+def test_total_steps_from_plan_overrides(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "x", "41")
+    run.write_json("plan.json", {"overrides": ["trainer.total_epochs=1", "trainer.total_training_steps=7"]})
+    (run.dir / "logs" / "slurm-41.out").write_text("step:4 - a:1\n")
+    fake_slurm.set("sacct", _row("41", "FAILED", exit_code="1:0"))
+    status = monitor.poll([run])[0]
+    assert status.state == "failed" and status.progress == "failed at step 4/7"
+    assert run.record()["history"][-1]["exit_code"] == "1:0"
+
+
+def test_skip_ended_asks_nothing_about_finished_runs(fake_slurm):
+    done = _submitted(fake_slurm.runs_dir, "done", "50")
+    done.add_state("completed")
+    statuses = monitor.poll([done], skip_ended=True)
+    assert statuses[0].state == "completed" and fake_slurm.calls() == []
+
+
+def test_squeue_fallback_is_reported(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "x", "60")
+    gone = _submitted(fake_slurm.runs_dir, "y", "61")
+    fake_slurm.set("sacct", "", "sacct: error: Slurm accounting storage is disabled\n", 1)
+    fake_slurm.set("squeue", "60|job|RUNNING|0:05|dev2|None|2026-11-29T11:00:00|10:00|2026-11-29T10:59:59\n")
+    statuses = {s.id: s for s in monitor.poll([run, gone])}
+    assert statuses[run.id].state == "running" and statuses[run.id].source == "squeue"
+    assert statuses[gone.id].state == "gone" and statuses[gone.id].done
+    assert "accounting unavailable" in statuses[run.id].warning
+    result = CliRunner().invoke(main, ["status", "--json"])
+    doc = json.loads(result.output)
+    assert doc["source"] == "squeue" and doc["accounting"] is False and "accounting" in doc["warning"]
+
+
+def test_array_sweep_points_from_one_call(fake_slurm):
+    root = fake_slurm.runs_dir
+    sweep = runs.create_run(root, "sw", kind="sweep", points=[{"i": i} for i in range(6)])
+    sweep.add_state("submitted")
+    sweep.set_job_ids(["70"])
+    fake_slurm.set("sacct", _row("70_0", "COMPLETED") + _row("70_1", "RUNNING") +
+                   _row("70_2", "RUNNING") + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
+    status = monitor.poll([sweep])[0]
+    assert len(fake_slurm.calls("sacct")) == 1
+    assert [p["state"] for p in status.points] == ["completed", "running", "running", "pending", "pending", "pending"]
+    assert [p["job_id"] for p in status.points] == [f"70_{i}" for i in range(6)]
+    assert status.state == "running" and status.progress == "1 completed, 3 pending, 2 running"
+    assert not status.done
+
+
+def test_hetjob_sweep_members_in_one_call(fake_slurm):
+    root = fake_slurm.runs_dir
+    sweep = runs.create_run(root, "hs", kind="sweep")
+    p0 = _submitted(root, "hs", "80", sweep={"id": sweep.id, "index": 0})
+    p1 = _submitted(root, "hs", "82", sweep={"id": sweep.id, "index": 1})
+    fake_slurm.set("sacct", _row("80+0", "COMPLETED") + _row("80+1", "COMPLETED") +
+                   _row("82+0", "RUNNING") + _row("82+1", "RUNNING", nodes="dev8"))
+    status = monitor.poll([sweep])[0]
+    assert len(fake_slurm.calls("sacct")) == 1
+    assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "completed"), (p1.id, "running")]
+    assert status.state == "running" and not status.done
+    result = CliRunner().invoke(main, ["status", sweep.id])
+    assert result.exit_code == 0, result.output
+    assert p0.id in result.output and p1.id in result.output and "POINT" in result.output
+
+
+def test_status_cli_table_json_and_unknown_run(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "90")
+    fake_slurm.set("sacct", _row("90", "RUNNING", nodes="dev3"))
+    runner = CliRunner()
+    result = runner.invoke(main, ["status"])
+    assert result.exit_code == 0 and run.id in result.output and "running" in result.output
+    result = runner.invoke(main, ["status", run.id, "--json"])
+    doc = json.loads(result.output)
+    assert doc["runs"][0]["id"] == run.id and doc["runs"][0]["state"] == "running"
+    assert doc["runs"][0]["nodes"] == "dev3" and doc["source"] == "sacct"
+    result = runner.invoke(main, ["status", run.id[:-1] + "9"])
+    assert result.exit_code == 2 and run.id in result.output
+
+
+def test_status_watch_redraws_until_done(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "91")
+    fake_slurm.set("sacct", _row("91", "RUNNING"))
+
+    def finish():
+        time.sleep(0.6)
+        fake_slurm.set("sacct", _row("91", "COMPLETED"))
+
+    threading.Thread(target=finish).start()
+    result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2", "--json"])
+    assert result.exit_code == 0
+    docs = [json.loads(line) for line in result.output.splitlines()]
+    assert docs[0]["runs"][0]["state"] == "running" and docs[-1]["runs"][0]["state"] == "completed"
+    assert len(fake_slurm.calls("sacct")) == len(docs)
+
+
+def test_status_watch_ctrl_c_exits_130_without_cancelling(fake_slurm, monkeypatch):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "92")
+    fake_slurm.set("sacct", _row("92", "RUNNING"))
+
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("launcher.cmd_monitor.time.sleep", interrupt)
+    result = CliRunner().invoke(main, ["status", run.id, "--watch"])
+    assert result.exit_code == 130
+    assert fake_slurm.calls("scancel") == []
+
+
+def test_cancel_run_and_sweep(fake_slurm):
+    root = fake_slurm.runs_dir
+    run = _submitted(root, "grpo", "100")
+    ended = _submitted(root, "old", "101")
+    fake_slurm.set("sacct", _row("100+0", "RUNNING") + _row("100+1", "RUNNING") + _row("101", "COMPLETED"))
+    runner = CliRunner()
+    result = runner.invoke(main, ["cancel", run.id, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["job_ids"] == ["100"] and doc["cancelled"] == [run.id]
+    assert fake_slurm.calls("scancel") == ["scancel 100"]
+    assert run.record()["state"] == "cancelled"
+    result = runner.invoke(main, ["cancel", ended.id])
+    assert result.exit_code == 0 and "nothing to cancel (completed)" in result.output
+    assert len(fake_slurm.calls("scancel")) == 1
+
+    sweep = runs.create_run(root, "hs", kind="sweep")
+    p0 = _submitted(root, "hs", "110", sweep={"id": sweep.id, "index": 0})
+    p1 = _submitted(root, "hs", "112", sweep={"id": sweep.id, "index": 1})
+    fake_slurm.set("sacct", _row("110+0", "RUNNING") + _row("110+1", "RUNNING") + _row("112", "PENDING"))
+    result = runner.invoke(main, ["cancel", sweep.id, "--json"])
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(result.output)["cancelled"]) == sorted([p0.id, p1.id])
+    assert fake_slurm.calls("scancel")[-1] == "scancel 110 112"
+
+
+def test_cancel_slurm_failure_exits_1(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "120")
+    fake_slurm.set("sacct", _row("120", "RUNNING"))
+    fake_slurm.set("scancel", "", "scancel: error: Unable to contact slurm controller\n", 1)
+    result = CliRunner().invoke(main, ["cancel", run.id])
+    assert result.exit_code == 1 and "Unable to contact" in result.output
+    assert run.record()["state"] != "cancelled"
+
+
+def test_list_cli(fake_slurm):
+    root = fake_slurm.runs_dir
+    runner = CliRunner()
+    assert "no runs" in runner.invoke(main, ["list"]).output
+    a = runs.create_run(root, "first")
+    b = _submitted(root, "second", "130")
+    result = runner.invoke(main, ["list"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].startswith("RUN") and b.id in lines[1] and a.id in lines[2]
+    doc = json.loads(runner.invoke(main, ["list", "--json", "--limit", "1"]).output)
+    assert [r["id"] for r in doc["runs"]] == [b.id] and doc["runs"][0]["job_ids"] == ["130"]
+    assert fake_slurm.calls() == []  # list asks Slurm nothing
+
+
+def test_select_logs():
+    from pathlib import Path
+
+    from launcher.cmd_monitor import select_logs
+
+    files = [Path(n) for n in ("slurm-5.out", "ray-head-dev1.log", "ray-worker-dev2.log",
+                               "ray-worker-dev12.log", "driver.log", "teacher-node1.log")]
+    assert select_logs(files, None, None) == [Path("driver.log")]
+    assert select_logs(files, "dev2", None) == [Path("ray-worker-dev2.log")]
+    assert select_logs(files, "1", None) == [Path("teacher-node1.log")]
+    assert select_logs(files, None, "worker") == [Path("ray-worker-dev2.log"), Path("ray-worker-dev12.log")]
+    assert select_logs(files[:1], None, None) == [Path("slurm-5.out")]
+
+
+def test_logs_print_tail_list_and_errors(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "140")
+    runner = CliRunner()
+    result = runner.invoke(main, ["logs", run.id])
+    assert result.exit_code == 2 and "no log files" in result.output
+    (run.dir / "logs" / "slurm-140.out").write_text("".join(f"line {i}\n" for i in range(10)))
+    (run.dir / "logs" / "ray-worker-dev2.log").write_text("worker says hi\n")
+    result = runner.invoke(main, ["logs", run.id])
+    assert result.output == "".join(f"line {i}\n" for i in range(10))
+    assert runner.invoke(main, ["logs", run.id, "--tail", "2"]).output == "line 8\nline 9\n"
+    assert runner.invoke(main, ["logs", run.id, "--node", "dev2"]).output == "worker says hi\n"
+    assert "ray-worker-dev2.log" in runner.invoke(main, ["logs", run.id, "--list"]).output
+    assert runner.invoke(main, ["logs", run.id, "--node", "1", "--role", "x"]).exit_code == 2
+    assert fake_slurm.calls() == []
+
+
+def test_logs_follow_until_job_ends(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "150")
+    log = run.dir / "logs" / "slurm-150.out"
+    fake_slurm.set("sacct", _row("150", "RUNNING"))
+
+    def job():
+        time.sleep(0.3)
+        with open(log, "a") as f:
+            for i in range(5):
+                f.write(f"tick {i}\n")
+                f.flush()
+                time.sleep(0.1)
+            f.write("last words without newline")
+        fake_slurm.set("sacct", _row("150", "COMPLETED"))
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["logs", run.id, "-f", "--interval", "0.05", "--check-every", "0.5"])
+    thread.join()
+    assert result.exit_code == 0, result.output
+    assert "tick 0\ntick 1\ntick 2\ntick 3\ntick 4\nlast words without newline" in result.output
+    assert time.monotonic() - started < 10
