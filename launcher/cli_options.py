@@ -1,0 +1,52 @@
+"""The spec flags shared by `sf validate`, `sf submit`, `sf render` and `sf sweep`.
+
+    @click.command()
+    @click.argument("name")
+    @spec_options
+    def submit(name, **kwargs):
+        flags = spec_flags(kwargs)         # pops the spec flags out of kwargs
+        site = load_site(flags.get("site"))
+        spec = load_spec(name, flags, site)
+"""
+
+from __future__ import annotations
+
+import click
+
+SPEC_FLAG_NAMES = ("model", "train_data", "validation_data", "train_dataset", "profile", "set", "site")
+
+_OPTIONS = (
+    click.option("--model", metavar="PATH_OR_HF_ID", help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
+    click.option("--train-data", "train_data", metavar="FILE", multiple=True,
+                 help="Training file -> data.train_files (repeatable; relative to --train-dataset when given)."),
+    click.option("--validation-data", "validation_data", metavar="FILE", multiple=True,
+                 help="Validation file -> data.val_files (repeatable)."),
+    click.option("--train-dataset", "train_dataset", metavar="OWNER/NAME@VERSION",
+                 help="Platform dataset under the site's dataset_roots; --train-data picks a file in it."),
+    click.option("--profile", metavar="SERIES:G|SERIES:NxG",
+                 help="GPUs of the training pool, e.g. h200:8 or h200:2x8."),
+    click.option("--set", "set_", metavar="KEY=VALUE", multiple=True,
+                 help="A knob (rollout_n=8) or a raw Hydra key (a.b.c=1); repeatable."),
+    click.option("--site", metavar="FILE", help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...)."),
+)
+
+
+def spec_options(func):
+    """Decorator adding the spec flags to a click command."""
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def spec_flags(kwargs: dict) -> dict:
+    """Pop the spec flags out of click's kwargs into the `flags` dict load_spec takes."""
+    flags = {
+        "model": kwargs.pop("model", None),
+        "train_data": list(kwargs.pop("train_data", None) or ()) or None,
+        "validation_data": list(kwargs.pop("validation_data", None) or ()) or None,
+        "train_dataset": kwargs.pop("train_dataset", None),
+        "profile": kwargs.pop("profile", None),
+        "set": list(kwargs.pop("set_", None) or ()),
+        "site": kwargs.pop("site", None),
+    }
+    return flags

@@ -1,0 +1,193 @@
+"""`sf new`, `sf validate`, `sf schema`: writing and checking an experiment's config.yaml."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from launcher.cli_options import spec_flags, spec_options
+from launcher.errors import SpecError, SpecErrors
+
+_KNOB_BLOCK = {
+    "grpo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n",
+    "rloo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
+    "reinforce-baseline": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
+    "remax": "  rollout_n: 1   # ReMax: one sampled response + the greedy baseline\n  actor_lr: 1.0e-6\n",
+    "ppo": "  actor_lr: 1.0e-6\n  critic_lr: 1.0e-5\n",
+    "dapo": ("  # Paper defaults are on: clip 0.2/0.28, token-mean, 4096-token overlong buffer, n=16, KL off.\n"
+             "  rollout_n: 16\n  max_response_length: 8192\n  actor_lr: 1.0e-6\n"),
+    "distillation": "  rollout_n: 4\n  distillation_loss_mode: k3\n",
+    "sft": "  micro_batch_size_per_gpu: 4\n  actor_lr: 1.0e-5\n  total_epochs: 1\n",
+}
+
+
+def config_text(name: str, method: str, version: str) -> str:
+    """The commented config.yaml `sf new` writes (valid against the schema)."""
+    lines = [
+        f"# sf experiment {name}: verl/{method} on verl {version}.",
+        f"# Check it:  sf validate {name} --model PATH_OR_HF_ID --train-data FILE",
+        f"# Run it:    sf submit {name} --profile SERIES:G --model ... --train-data ... --validation-data ...",
+        "# Every key: `sf schema`. CLI flags override this file.",
+        f"method: verl/{method}",
+        f'framework_version: "{version}"',
+        "",
+        "# Model and data, here or at submit time (--model, --train-data, --validation-data):",
+        "# model: Qwen/Qwen2.5-0.5B-Instruct",
+        "# data:",
+        "#   train: {files: data/train.parquet}        # or {dataset: OWNER/NAME@VERSION, files: train.parquet}",
+        "#   validation: {files: data/test.parquet}",
+    ]
+    if method == "distillation":
+        lines += ["", "# The teacher runs on the second pool, on top of the training pool.",
+                  "# teacher: {model: Qwen/Qwen2.5-7B-Instruct}"]
+    if method != "sft":
+        lines += ["", "# A custom reward function (optional; by default verl picks one by data_source):",
+                  "# reward:", "#   function: {path: my_reward.py, name: compute_score}"]
+    lines += ["", "# Knobs (each maps to a verl key; `sf schema` lists them):", "knobs:"]
+    lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
+    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":", "overrides: []"]
+    if method == "distillation":
+        lines += ["", "spec:", "  resources:", "    pools:",
+                  "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
+                  "      - {name: teach, nodes: 1}",
+                  "    roles: {actor: train, rollout: train, teacher: teach}"]
+    else:
+        lines += ["", "# Pools (default: one node of the site's default series; --profile reshapes the first):",
+                  "# spec:", "#   resources:", "#     pools: [{name: train, series: h200, nodes: 1, gpus_per_node: 8}]"]
+    lines += ["", "# Slurm settings (defaults from the site file):", '# slurm: {time: "04:00:00", partition: null}', ""]
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--method", "method", required=True, metavar="verl/METHOD",
+              help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation or sft.")
+@click.option("--framework-version", "framework_version", default="0.9.1", show_default=True, help="verl version of the catalog.")
+def new(name, method, framework_version):
+    """Create experiments/NAME/config.yaml for a method."""
+    from launcher import catalog
+    from launcher.spec import NAME_RE, schema_errors
+
+    import yaml
+
+    if not NAME_RE.match(name):
+        raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
+                        "starting with a letter or digit")
+    m = catalog.parse_method(method)
+    version = catalog.check_version(framework_version)
+    catalog.get_method(version, m)
+    exp = Path("experiments") / name
+    target = exp / "config.yaml"
+    if target.exists():
+        raise SpecError(name, f"{target} already exists; edit it, or pick another name")
+    text = config_text(name, m, version)
+    problems = schema_errors(yaml.safe_load(text))
+    assert not problems, problems
+    exp.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".yaml", dir=exp)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        if target.exists():  # lost a race
+            raise SpecError(name, f"{target} already exists; edit it, or pick another name")
+        os.link(tmp, target)  # atomic, and never overwrites
+    finally:
+        os.unlink(tmp)
+    click.echo(f"created {target}")
+    click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
+
+
+def _placeholder_run_dir(site, name: str) -> str:
+    return os.path.join(os.path.abspath(site.runs_dir), f"{name}-XXXX")
+
+
+def check(name: str, flags: dict, run_dir: str | None = None):
+    """load_spec + compile_plan + verlcheck. Returns (spec, plan, site); raises SpecErrors."""
+    from launcher.compile import compile_plan
+    from launcher.site import load_site
+    from launcher.spec import load_spec
+    from launcher.verlcheck import check_overrides, version_note
+
+    site = load_site(flags.get("site"))
+    spec = load_spec(name, flags, site)
+    plan = compile_plan(spec, site, run_dir or _placeholder_run_dir(site, spec.name))
+    errors = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+    if errors:
+        raise SpecErrors(errors)
+    note = version_note(plan.framework_version)
+    if note:
+        from dataclasses import replace
+
+        plan = replace(plan, warnings=plan.warnings + (note,))
+    return spec, plan, site
+
+
+def _flat(values: dict, prefix: str = ""):
+    for key, value in values.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            yield from _flat(value, dotted)
+        else:
+            yield dotted, value
+
+
+@click.command()
+@click.argument("name")
+@spec_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def validate(name, as_json, **kwargs):
+    """Check an experiment and show the compiled verl command.
+
+    Exit 0 when valid, 2 when not (one line per problem on stderr).
+    """
+    flags = spec_flags(kwargs)
+    try:
+        spec, plan, _site = check(name, flags)
+    except (SpecError, SpecErrors) as exc:
+        if as_json:
+            errs = exc.errors if isinstance(exc, SpecErrors) else [exc]
+            click.echo(json.dumps({"valid": False, "errors": [{"field": e.field, "message": e.message} for e in errs]}, indent=2))
+        raise
+    if as_json:
+        out = {
+            "valid": True,
+            "experiment": plan.experiment,
+            "method": f"verl/{plan.method}",
+            "framework_version": plan.framework_version,
+            "values": spec.values,
+            "provenance": spec.provenance,
+            "overrides": list(plan.overrides),
+            "entry": list(plan.entry),
+            "argv": plan.argv(),
+            "pools": [{"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
+                       "het_group": p.het_group, "roles": list(p.roles)} for p in plan.pools],
+            "warnings": list(plan.warnings),
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{plan.experiment}: verl/{plan.method} on verl {plan.framework_version} — valid")
+    click.echo("values:")
+    for dotted, value in _flat({k: v for k, v in spec.values.items() if k != "overrides"}):
+        click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
+    click.echo("pools:")
+    for p in plan.pools:
+        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} roles={','.join(p.roles)}")
+    click.echo("entry: " + " ".join(plan.entry))
+    click.echo("overrides:")
+    for ov in plan.overrides:
+        click.echo(f"  {ov}")
+    for w in plan.warnings:
+        click.echo(f"sf: warning: {w}", err=True)
+
+
+@click.command()
+def schema():
+    """Print the JSON Schema of config.yaml."""
+    from launcher.spec import schema as load_schema
+
+    click.echo(json.dumps(load_schema(), indent=2))
