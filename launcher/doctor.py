@@ -1,0 +1,293 @@
+"""`sf doctor`: check the site file against the live cluster.
+
+Each check says ok / warn / fail and, when not ok, what to fix. Slurm is asked through
+launcher.slurm only (scontrol show partition/node, sacct, sbatch --test-only); the rest
+is the local filesystem (runtimes, dataset roots, runs_dir) as seen from this login node.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def all_ok(checks: list[Check]) -> bool:
+    return not any(c.status == FAIL for c in checks)
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status.upper():4}  {c.name}: {c.detail}")
+        if c.fix and c.status != OK:
+            lines.append(f"      fix: {c.fix}")
+    fails = sum(c.status == FAIL for c in checks)
+    warns = sum(c.status == WARN for c in checks)
+    lines.append(f"{len(checks)} checks: {fails} to fix, {warns} warnings" if fails or warns
+                 else f"{len(checks)} checks: all good")
+    return "\n".join(lines)
+
+
+# --- parsing Slurm's answers (pure) ---------------------------------------------------
+
+def gres_gpus(gres: str, name: str = "gpu") -> int:
+    """GPUs in a node's Gres string: `gpu:4`, `gpu:h100:8(S:0-1)`, `gpu:a:2,gpu:b:2` -> count."""
+    total = 0
+    for item in (gres or "").split(","):
+        item = re.sub(r"\(.*?\)", "", item.strip())
+        parts = item.split(":")
+        if parts[0] != name or len(parts) < 2:
+            continue
+        count = parts[-1]
+        if count.isdigit():
+            total += int(count)
+    return total
+
+
+def mem_mb(text: str | None) -> int | None:
+    """`4G` / `4096M` / `4096` (MB) / `1T` -> MB."""
+    if not text:
+        return None
+    match = re.fullmatch(r"(\d+)([KMGT]?)B?", str(text).strip().upper())
+    if not match:
+        return None
+    n, unit = int(match.group(1)), match.group(2) or "M"
+    return {"K": n // 1024, "M": n, "G": n * 1024, "T": n * 1024 * 1024}[unit]
+
+
+def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]:
+    """Partitions exist and are up; each series' nodes have its GPUs, CPUs, memory, feature."""
+    checks = []
+    by_name = {p.get("PartitionName"): p for p in partitions}
+    for series in site.series.values():
+        what = f"series {series.name}"
+        part = by_name.get(series.partition)
+        if part is None:
+            checks.append(Check(what, FAIL, f"partition {series.partition!r} does not exist "
+                                f"(partitions: {', '.join(sorted(p for p in by_name if p)) or 'none'})",
+                                f"set series.{series.name}.partition in {site.path} to one of them"))
+            continue
+        if part.get("State", "UP") != "UP":
+            checks.append(Check(what, FAIL, f"partition {series.partition} is {part.get('State')}",
+                                f"ask the Slurm admin: scontrol update PartitionName={series.partition} State=UP"))
+            continue
+        members = [n for n in nodes if series.partition in (n.get("Partitions") or "").split(",")]
+        if not members:
+            checks.append(Check(what, FAIL, f"partition {series.partition} has no nodes", "fix slurm.conf or the series"))
+            continue
+        problems: dict[str, list[str]] = {}
+        want_mem = mem_mb(series.mem_per_node)
+        for node in members:
+            name = node.get("NodeName", "?")
+            gpus = gres_gpus(node.get("Gres", ""), series.gres_name)
+            if gpus != series.gpus_per_node:
+                problems.setdefault(f"has {gpus} {series.gres_name} GRES, the series says {series.gpus_per_node}", []).append(name)
+            cpus = int(node.get("CPUTot") or 0)
+            if cpus and cpus < series.cpus_per_node:
+                problems.setdefault(f"has {cpus} CPUs, the series asks {series.cpus_per_node}", []).append(name)
+            real = int(node.get("RealMemory") or 0)
+            if want_mem and real and real < want_mem:
+                problems.setdefault(f"has {real} MB memory, the series asks {series.mem_per_node}", []).append(name)
+            if series.constraint:
+                features = set(re.split(r"[,&|]", node.get("AvailableFeatures") or ""))
+                wanted = set(re.split(r"[,&|]", series.constraint))
+                if not wanted <= features:
+                    problems.setdefault(f"lacks feature {series.constraint}", []).append(name)
+            state = (node.get("State") or "").upper()
+            if any(s in state for s in ("DOWN", "DRAIN", "FAIL", "INVAL")):
+                problems.setdefault(f"is {state}", []).append(name)
+        if problems:
+            detail = "; ".join(f"{','.join(names)} {msg}" for msg, names in problems.items())
+            down_only = all(msg.startswith("is ") for msg in problems)
+            checks.append(Check(what, WARN if down_only else FAIL,
+                                f"partition {series.partition}: {detail}",
+                                "ask the Slurm admin about those nodes" if down_only else
+                                f"make series.{series.name} (gpus_per_node, cpus_per_node, mem_per_node, "
+                                f"gres_name, constraint) in {site.path} match the nodes, or fix gres.conf/slurm.conf"))
+        else:
+            checks.append(Check(what, OK, f"partition {series.partition}: {len(members)} nodes with "
+                                f"{series.gpus_per_node} {series.gres_name} each"))
+    if site.default_series and site.default_series not in site.series:
+        checks.append(Check("default_series", FAIL, f"{site.default_series!r} is not a series of the site",
+                            f"set default_series in {site.path} to one of {', '.join(site.series)}"))
+    return checks
+
+
+def _test_script(site, series) -> str:
+    lines = ["#!/bin/bash", f"#SBATCH --partition={series.partition}", "#SBATCH --nodes=1",
+             "#SBATCH --time=00:01:00", f"#SBATCH --cpus-per-task={series.cpus_per_node}"]
+    if series.gpu_directive == "gpus-per-node":
+        lines.append(f"#SBATCH --gpus-per-node={series.gpus_per_node}")
+    else:
+        lines.append(f"#SBATCH --gres={series.gres_name}:{series.gpus_per_node}")
+    if series.constraint:
+        lines.append(f"#SBATCH --constraint={series.constraint}")
+    if site.account:
+        lines.append(f"#SBATCH --account={site.account}")
+    if site.qos:
+        lines.append(f"#SBATCH --qos={site.qos}")
+    return "\n".join(lines + ["true", ""])
+
+
+def check_sbatch(site) -> list[Check]:
+    """`sbatch --test-only` a whole node of every series, with the site's account and qos."""
+    from launcher import slurm
+    from launcher.errors import SlurmError
+
+    checks = []
+    for series in site.series.values():
+        with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as handle:
+            handle.write(_test_script(site, series))
+        try:
+            answer = slurm.sbatch_test_only(handle.name)
+            checks.append(Check(f"sbatch {series.name}", OK, answer.splitlines()[-1] if answer else "accepted"))
+        except SlurmError as exc:
+            checks.append(Check(f"sbatch {series.name}", FAIL, str(exc),
+                                "check the series' partition/GPUs and slurm.account/qos of the site against "
+                                "sinfo and sacctmgr show assoc"))
+        finally:
+            os.unlink(handle.name)
+    return checks
+
+
+def check_runtimes(site, timeout: float = 30) -> list[Check]:
+    import yaml
+
+    from launcher.runtime import registry_path, runtime_from_entry
+
+    path = registry_path(site)
+    if not path:
+        return [Check("runtimes", FAIL, "the site names no runtime_registry",
+                      f"set runtime_registry in {site.path} and publish runtimes with scripts/publish-runtime")]
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        return [Check("runtimes", FAIL, f"registry {path} does not exist",
+                      f"publish a runtime: scripts/publish-runtime --registry {path} VERSION venv PATH")]
+    except (OSError, yaml.YAMLError) as exc:
+        return [Check("runtimes", FAIL, f"registry {path} cannot be read ({exc.__class__.__name__})", "fix the file")]
+    table = data.get("verl") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not table:
+        return [Check("runtimes", FAIL, f"registry {path} publishes no verl runtime",
+                      f"scripts/publish-runtime --registry {path} VERSION venv PATH")]
+    checks = []
+    for version, entry in table.items():
+        name = f"runtime verl {version}"
+        try:
+            rt = runtime_from_entry("verl", str(version), entry, path)
+        except Exception as exc:  # SpecError: a bad entry
+            checks.append(Check(name, FAIL, str(exc), f"fix the entry in {path}"))
+            continue
+        checks.append(_probe_runtime(name, rt, str(version), timeout))
+    return checks
+
+
+def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
+    probe = "import importlib.metadata as m; print(m.version('verl'))"
+    if rt.kind == "venv":
+        python = Path(rt.path) / "bin" / "python"
+        if not os.access(python, os.X_OK):
+            return Check(name, FAIL, f"{python} is missing or not executable",
+                         f"build the venv at {rt.path} or fix its path in the registry")
+        argv = [str(python), "-c", probe]
+    elif rt.kind == "apptainer":
+        if not Path(rt.image).is_file():
+            return Check(name, FAIL, f"image {rt.image} does not exist", "fix the image path in the registry")
+        return Check(name, OK, f"apptainer image {rt.image} present (verl inside not checked from the login node)")
+    elif rt.kind == "pyxis":
+        if rt.image.startswith("/") and not Path(rt.image).exists():
+            return Check(name, FAIL, f"image {rt.image} does not exist", "fix the image path in the registry")
+        return Check(name, OK, f"pyxis image {rt.image} (pulled on the compute nodes; not checked here)")
+    else:  # module
+        argv = ["bash", "-lc", f"module load {' '.join(rt.modules)} && {rt.python} -c \"{probe}\""]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(name, FAIL, f"probe failed ({exc.__class__.__name__})", "check the runtime by hand")
+    if proc.returncode != 0:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        return Check(name, FAIL, f"verl does not import there: {err[-1] if err else proc.returncode}",
+                     "install verl into the runtime or fix the registry entry")
+    found = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "?"
+    if found != version:
+        return Check(name, FAIL, f"has verl {found}, published as {version}", "fix the registry entry's version")
+    where = rt.path if rt.kind == "venv" else " ".join(rt.modules)
+    return Check(name, OK, f"{rt.kind} {where} has verl {found}")
+
+
+def check_paths(site) -> list[Check]:
+    checks = []
+    for root in site.dataset_roots:
+        p = Path(root)
+        if p.is_dir() and os.access(p, os.R_OK | os.X_OK):
+            checks.append(Check(f"dataset root {root}", OK, "readable"))
+        else:
+            checks.append(Check(f"dataset root {root}", FAIL, "missing" if not p.exists() else "not readable",
+                                f"create it or remove it from dataset_roots in {site.path}"))
+    if not site.dataset_roots:
+        checks.append(Check("dataset roots", WARN, "the site lists none (platform datasets OWNER/NAME@VERSION will not resolve)",
+                            f"add dataset_roots to {site.path}"))
+    runs = Path(site.runs_dir)
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=runs, prefix=".sf-doctor-"):
+            pass
+        checks.append(Check("runs_dir", OK, f"{runs} writable"))
+    except OSError as exc:
+        checks.append(Check("runs_dir", FAIL, f"{runs} not writable ({exc.strerror or exc})",
+                            f"set runs_dir in {site.path} to a shared folder every user can write"))
+    lo, hi = (tuple(site.ray.port_range) + (0, 0))[:2]
+    if not (1024 <= int(lo) < int(hi) <= 65535) or int(hi) - int(lo) < 100:
+        checks.append(Check("ray.port_range", FAIL, f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
+                            f"fix ray.port_range in {site.path}"))
+    else:
+        checks.append(Check("ray.port_range", OK, f"{lo}-{hi}"))
+    return checks
+
+
+def run_checks(site_path: str | None = None) -> list[Check]:
+    from launcher import slurm
+    from launcher.errors import SlurmError, SpecError
+    from launcher.site import load_site
+
+    try:
+        site = load_site(site_path)
+    except SpecError as exc:
+        return [Check("site file", FAIL, str(exc), "fix the file or point $SF_SITE / --site at a good one")]
+    checks = [Check("site file", OK, f"{site.path} (site {site.name}, {len(site.series)} GPU series)")]
+    if not site.series:
+        checks.append(Check("series", FAIL, "the site defines no GPU series", f"add series: to {site.path}"))
+    try:
+        partitions, nodes = slurm.show_partitions(), slurm.show_nodes()
+        checks.append(Check("slurmctld", OK, f"{len(partitions)} partitions, {len(nodes)} nodes"))
+        checks += check_series(site, partitions, nodes)
+        checks += check_sbatch(site)
+    except SlurmError as exc:
+        checks.append(Check("slurmctld", FAIL, str(exc), "is Slurm installed, SLURM_CONF set and slurmctld up?"))
+    try:
+        why = slurm.accounting_check()
+        checks.append(Check("sacct", OK, "accounting answers") if why is None else
+                      Check("sacct", FAIL, why, "start slurmdbd / set AccountingStorageType; sf status needs sacct "
+                            "to see finished jobs"))
+    except SlurmError as exc:
+        checks.append(Check("sacct", FAIL, str(exc), "install Slurm's client tools on this node"))
+    checks += check_runtimes(site)
+    checks += check_paths(site)
+    return checks
