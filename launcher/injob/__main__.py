@@ -1,0 +1,49 @@
+"""`python -m launcher.injob COMMAND ...`: the in-job commands.
+
+  supervise ...            the batch step (see supervise.py)
+  node --role head|worker  one Ray node (inside a node srun)
+  barrier                  wait for every pool's nodes and GPUs (runtime python)
+  preflight                the preflight checks (runtime python)
+  phase RUN_DIR NAME [k=v ...]   append a phase to the run's events (the requeue trap)
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "supervise":
+        from launcher.injob import supervise
+
+        return supervise.main(rest)
+    if cmd == "node":
+        from launcher.injob import node
+
+        role = rest[rest.index("--role") + 1] if "--role" in rest else "worker"
+        return node.main(role)
+    if cmd == "barrier":
+        from launcher.injob import barrier
+
+        return barrier.main()
+    if cmd == "preflight":
+        from launcher.injob import preflight
+
+        return preflight.main()
+    if cmd == "phase":
+        from launcher import runs
+
+        run_dir, name, *pairs = rest
+        info = dict(p.split("=", 1) for p in pairs if "=" in p)
+        runs.record_phase(run_dir, name, **info)
+        return 0
+    print(f"unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""Wait until the expected Ray nodes and GPUs of every pool are registered.
+
+Runs with the runtime's python as ONE long-lived process started by the supervisor. It
+asks the GCS for the node table every POLL_S seconds through Ray's GCS client (a single
+cheap RPC, no driver, no `ray status` subprocess), bounded by the site's barrier
+timeout. Result: one JSON line on stdout ({"ok", "seconds", "pools": {...}, "missing"}),
+exit 0 when everyone joined, 3 on timeout (naming the hosts that never joined).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from launcher.injob import topology
+
+POLL_S = 0.5
+
+
+class NodeTable:
+    """Reads the alive nodes' total resources from the GCS."""
+
+    def __init__(self, gcs_address: str):
+        self.address = gcs_address
+        self._client = None
+        self._fallback = False
+
+    def _connect(self):
+        from ray._raylet import GcsClient  # noqa: PLC0415 (runtime-only import)
+
+        self._client = GcsClient(address=self.address)
+
+    def nodes(self) -> list[dict]:
+        """[{"node_id", "address", "resources"}] for alive nodes."""
+        if not self._fallback:
+            try:
+                if self._client is None:
+                    self._connect()
+                info = self._client.get_all_node_info(timeout=5)
+                out = []
+                for node_id, node in info.items():
+                    if getattr(node, "state", 0) != 0:  # GcsNodeInfo.ALIVE == 0
+                        continue
+                    out.append({"node_id": str(node_id), "address": node.node_manager_address,
+                                "resources": dict(node.resources_total)})
+                return out
+            except (ImportError, AttributeError, TypeError):
+                self._fallback = True
+        import ray  # noqa: PLC0415
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
+        return [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"], "resources": n["Resources"]}
+                for n in ray.nodes() if n.get("Alive")]
+
+
+def summarize(nodes: list[dict], pools: list[topology.PoolHosts]) -> dict:
+    """Per pool: which expected hosts joined (with their GPUs), which are missing."""
+    by_host = {}
+    for node in nodes:
+        for key in node["resources"]:
+            if key.startswith(topology.NODE_PREFIX):
+                by_host[key] = node
+    report = {}
+    for pool in pools:
+        joined, missing, short = {}, [], []
+        for host in pool.hosts:
+            node = by_host.get(topology.node_resource(host))
+            if node is None or pool.resource not in node["resources"]:
+                missing.append(host)
+                continue
+            gpus = int(node["resources"].get("GPU", 0))
+            joined[host] = {"address": node["address"], "gpus": gpus,
+                            "cpus": int(node["resources"].get("CPU", 0)), "node_id": node["node_id"]}
+            if gpus < pool.gpus_per_node:
+                short.append(host)
+        report[pool.name] = {"expected_nodes": pool.nodes, "gpus_per_node": pool.gpus_per_node,
+                             "joined": joined, "missing": missing, "short_of_gpus": short,
+                             "gpus": sum(j["gpus"] for j in joined.values())}
+    return report
+
+
+def complete(report: dict) -> bool:
+    return all(not p["missing"] and not p["short_of_gpus"] for p in report.values())
+
+
+def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S) -> dict:
+    start = time.monotonic()
+    table = NodeTable(gcs_address)
+    report, error = {}, None
+    while True:
+        try:
+            report = summarize(table.nodes(), pools)
+            error = None
+            if complete(report):
+                return {"ok": True, "seconds": round(time.monotonic() - start, 2), "pools": report,
+                        "ray_nodes": sum(len(p["joined"]) for p in report.values())}
+        except Exception as exc:  # GCS not answering yet: keep polling until the deadline
+            error = f"{exc.__class__.__name__}: {exc}"
+        if time.monotonic() - start > timeout:
+            missing = [h for p in report.values() for h in p["missing"]] if report else \
+                [h for p in pools for h in p.hosts]
+            short = [h for p in report.values() for h in p["short_of_gpus"]]
+            return {"ok": False, "seconds": round(time.monotonic() - start, 2), "pools": report,
+                    "missing": missing, "short_of_gpus": short, "error": error}
+        time.sleep(poll)
+
+
+def main() -> int:
+    job = topology.job_from_env()
+    pools = topology.pools_from_job(job)
+    result = wait(job["head"], pools, float(job.get("barrier_timeout_s", 300)))
+    print(json.dumps(result, separators=(",", ":")), flush=True)
+    return 0 if result["ok"] else 3

@@ -1,0 +1,143 @@
+"""One Ray node: run by every task of the node sruns (`python -m launcher.injob node`).
+
+Reads SF_JOB, finds its Slurm node name (SLURMD_NODENAME, never the hostname: emulated
+nodes share one), its slot in the job, its ports, temp dir and address, then runs
+`ray start --block` as a child with the CPUs and GPUs Slurm gave this step, tagged with
+its pool and its node name. It records node_started (with the ray start pid) and
+node_exit phases, and always exits non-zero when Ray ends: a Ray node ending while the
+job lives is a failure, and srun --kill-on-bad-exit then ends the group's step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launcher import runs
+from launcher.injob import address as addr_mod
+from launcher.injob import ports as ports_mod
+from launcher.injob import topology
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def ray_executable() -> str:
+    here = Path(sys.executable).parent / "ray"
+    return str(here) if here.exists() else (shutil.which("ray") or "ray")
+
+
+def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, ports, temp: str,
+                   cpus: int, gpus: int, dashboard: bool = False) -> list[str]:
+    resources = {topology.pool_resource(pool): topology.TAG_AMOUNT,
+                 topology.node_resource(node): topology.TAG_AMOUNT}
+    argv = [ray_executable(), "start", "--block", "--disable-usage-stats",
+            f"--node-ip-address={address}", f"--temp-dir={temp}",
+            f"--num-cpus={cpus}", f"--num-gpus={gpus}",
+            f"--resources={json.dumps(resources, separators=(',', ':'))}",
+            f"--node-manager-port={ports.node_manager}",
+            f"--object-manager-port={ports.object_manager}",
+            f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
+            f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
+            f"--metrics-export-port={ports.metrics_export}",
+            f"--runtime-env-agent-port={ports.runtime_env_agent}",
+            f"--min-worker-port={ports.min_worker}", f"--max-worker-port={ports.max_worker}"]
+    if role == "head":
+        argv += ["--head", f"--port={ports.gcs}", f"--ray-client-server-port={ports.client_server}"]
+        if dashboard:
+            argv += ["--include-dashboard=true", f"--dashboard-host={address}", f"--dashboard-port={ports.dashboard}"]
+        else:
+            argv += ["--include-dashboard=false"]
+    else:
+        argv += [f"--address={head}"]
+    return argv
+
+
+def main(role: str) -> int:
+    job = topology.job_from_env()
+    node = topology.node_name()
+    run_dir = job["run_dir"]
+    job_id = job["job_id"]
+    pool = topology.pool_of_node(job, node)
+    pool_name = pool.name if pool else "?"
+
+    if node in [n for n in os.environ.get("SF_TEST_SKIP_NODE", "").split(",") if n]:
+        # Test hook: this node never joins (a node whose Ray cannot start).
+        runs.record_phase(run_dir, "node_skipped", node=node, pool=pool_name)
+        print(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        while True:
+            signal.pause()
+
+    def fail(msg: str) -> int:
+        print(f"[sf node {node}] {msg}", file=sys.stderr, flush=True)
+        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg)
+        return 1
+
+    try:
+        slot = job["nodes"].index(node)
+        ports = ports_mod.node_ports(job_id, slot, tuple(job["port_range"]))
+        temp = ports_mod.temp_dir(job["temp_root"], job_id, node)
+        address = addr_mod.node_address(node, job["address_method"], job["address_prefix"], job.get("interface"))
+    except (ValueError, KeyError) as exc:
+        return fail(f"cannot set up this node: {exc}")
+    busy = [p for p in (ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
+                        ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent)
+            + ((ports.gcs, ports.client_server) if role == "head" else ()) if not port_free(address, p)]
+    if busy:
+        return fail(f"ports {busy} on {address} are in use (another job on this host?); "
+                    f"this job's block is {ports.gcs}-{ports.max_worker}")
+    shutil.rmtree(temp, ignore_errors=True)  # a previous attempt of this job (requeue)
+    head = job["head"]
+    if role == "worker":
+        host, _, port = head.rpartition(":")
+        if not wait_for_tcp(host, int(port), float(job.get("barrier_timeout_s", 300))):
+            return fail(f"the Ray head {head} never answered")
+    gpus = topology.gpus_given()
+    cpus = topology.cpus_given()
+    argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
+                          temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
+    print(f"[sf node {node}] {' '.join(argv)}", flush=True)
+    env = dict(os.environ)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    child = subprocess.Popen(argv, env=env)
+
+    def forward(signum, _frame):
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    runs.record_phase(run_dir, "node_started", node=node, pool=pool_name, role=role, pid=child.pid,
+                      wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
+                      gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
+    rc = child.wait()
+    runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc)
+    print(f"[sf node {node}] ray start exited with {rc}", flush=True)
+    return rc if rc and rc > 0 else 1

@@ -1,0 +1,106 @@
+"""Placement groups per pool, as verl asks for them, pinned to the pool's Slurm nodes.
+
+verl 0.9.1 (`verl/single_controller/ray/base.py`, RayResourcePool.get_placement_groups)
+makes, for a resource pool of `[n_gpus_per_node] * nnodes`, one STRICT_PACK placement
+group per node of n_gpus_per_node bundles `{"CPU": max_colocate_count, "GPU": 1}`
+(ResourcePoolManager's max_colocate_count is 3). It checks only the cluster's total GPU
+count, so nothing keeps `teacher_pool` on the teacher group's nodes. Adding the pool's
+custom resource (every node of the pool advertises `sf_pool_<name>`) to every bundle
+does. verl_main uses tag_bundles() on verl's own bundles; preflight uses pool_bundles()
+and pin_report() to prove where each pool lands.
+"""
+
+from __future__ import annotations
+
+import time
+
+from launcher.injob import topology
+
+VERL_MAX_COLOCATE = 3
+
+# verl resource pool name (prefix) -> which Slurm pool it belongs to
+_TEACHER = ("teacher_pool", "rollout_pool_teacher")
+_REWARD = ("reward_pool", "rollout_pool_reward")
+
+
+def slurm_pool_for(verl_pool: str, pools: list[dict]) -> dict:
+    """The Slurm pool (dict with name, roles, resource) a verl resource pool must land on."""
+    def find(*names):
+        for pool in pools:
+            if pool["name"] in names or set(pool.get("roles") or ()) & set(names):
+                return pool
+        return None
+
+    name = verl_pool or ""
+    if name.startswith(_TEACHER):
+        target = find("teach", "teacher")
+    elif name.startswith(_REWARD):
+        target = find("reward", "reward_model")
+    else:
+        target = None
+    return target or next((p for p in pools if p.get("het_group", 0) == 0), pools[0])
+
+
+def tag_bundles(bundles: list[dict], resource: str) -> list[dict]:
+    tagged = []
+    for bundle in bundles:
+        bundle = dict(bundle)
+        bundle[resource] = 1
+        tagged.append(bundle)
+    return tagged
+
+
+def pool_bundles(pool: dict, cpus_per_bundle: float = VERL_MAX_COLOCATE) -> list[list[dict]]:
+    """verl's placement-group scheme for this pool (one PG per node), tagged."""
+    bundle = {"CPU": cpus_per_bundle, "GPU": 1}
+    return [tag_bundles([bundle] * pool["gpus_per_node"], topology.pool_resource(pool["name"]))
+            for _ in range(pool["nodes"])]
+
+
+def fitting_cpus(pool: dict, node_cpus: int) -> tuple[float, str | None]:
+    """CPUs per bundle: verl's 3 when the nodes hold them, else what fits (with a warning)."""
+    need = VERL_MAX_COLOCATE * pool["gpus_per_node"]
+    if node_cpus >= need:
+        return VERL_MAX_COLOCATE, None
+    per = max(0.01, round(node_cpus / max(1, pool["gpus_per_node"]), 2))
+    return per, (f"pool {pool['name']}: verl reserves {VERL_MAX_COLOCATE} CPUs per GPU bundle "
+                 f"({need} per node) but its nodes have {node_cpus}; verl's placement groups would not fit "
+                 f"(placement checked with {per} CPUs per bundle)")
+
+
+def pin_report(pool: dict, node_cpus: int, timeout: float = 30) -> dict:
+    """Create the pool's tagged placement groups, report the node of every bundle, remove them."""
+    import ray  # noqa: PLC0415
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    cpus, warning = fitting_cpus(pool, node_cpus)
+    node_names = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        for key in node["Resources"]:
+            if key.startswith(topology.NODE_PREFIX):
+                node_names[node["NodeID"]] = key[len(topology.NODE_PREFIX):]
+    pgs = [placement_group(bundles, strategy="STRICT_PACK", name=f"sf_preflight_{pool['name']}_{i}")
+           for i, bundles in enumerate(pool_bundles(pool, cpus))]
+    bundles, ok, error = [], True, None
+    try:
+        ready = [pg.wait(timeout_seconds=timeout) for pg in pgs]
+        if not all(ready):
+            ok, error = False, f"placement groups of pool {pool['name']} not placed within {timeout:g}s"
+        for i, pg in enumerate(pgs):
+            table = placement_group_table(pg)
+            for index, node_id in sorted((table.get("bundles_to_node_id") or {}).items()):
+                node = node_names.get(node_id, node_id)
+                on_pool = node in pool["hosts"]
+                ok = ok and on_pool
+                bundles.append({"pg": i, "bundle": index, "node": node, "on_pool_nodes": on_pool})
+    finally:
+        for pg in pgs:
+            remove_placement_group(pg)
+    if len(bundles) != pool["nodes"] * pool["gpus_per_node"]:
+        ok = False
+        error = error or "not every bundle was placed"
+    return {"pool": pool["name"], "resource": topology.pool_resource(pool["name"]), "cpus_per_bundle": cpus,
+            "bundles": bundles, "nodes": sorted({b["node"] for b in bundles}), "ok": ok,
+            "error": error, "warning": warning, "time": time.time()}

@@ -1,0 +1,102 @@
+"""Ray ports per (job, node slot), derived from SLURM_JOB_ID inside the site's range.
+
+The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
+A job takes block `job_id % n_blocks`; node i of the job takes slot `i % SLOTS_PER_JOB`.
+Two jobs whose ids differ by less than n_blocks never share a port, and nor do two
+nodes of one job (emulated nodes, or several jobs on one shared host). Each slot holds
+every port a Ray node opens (head-only ones too) and a worker port range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SLOT_SIZE = 128
+SLOTS_PER_JOB = 8
+JOB_BLOCK = SLOT_SIZE * SLOTS_PER_JOB
+N_FIXED = 16  # fixed ports at the start of a slot; the rest are worker ports
+
+# offsets inside a slot
+OFFSETS = {
+    "gcs": 0,
+    "node_manager": 1,
+    "object_manager": 2,
+    "dashboard_agent_grpc": 3,
+    "dashboard_agent_listen": 4,
+    "metrics_export": 5,
+    "runtime_env_agent": 6,
+    "client_server": 7,
+    "dashboard": 8,
+    "rdzv": 9,  # torchrun c10d rendezvous (SFT)
+}
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    gcs: int
+    node_manager: int
+    object_manager: int
+    dashboard_agent_grpc: int
+    dashboard_agent_listen: int
+    metrics_export: int
+    runtime_env_agent: int
+    client_server: int
+    dashboard: int
+    rdzv: int
+    min_worker: int
+    max_worker: int
+
+    def all_ports(self) -> list[int]:
+        fixed = [v for k, v in asdict(self).items() if k not in ("min_worker", "max_worker")]
+        return fixed + list(range(self.min_worker, self.max_worker + 1))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def n_blocks(port_range: tuple[int, int]) -> int:
+    lo, hi = int(port_range[0]), int(port_range[1])
+    count = (hi - lo + 1) // JOB_BLOCK
+    if count < 1:
+        raise ValueError(f"port range {lo}-{hi} holds fewer than {JOB_BLOCK} ports; widen ray.port_range")
+    return count
+
+
+def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:
+    return int(port_range[0]) + (int(job_id) % n_blocks(port_range)) * JOB_BLOCK
+
+
+def node_ports(job_id: int | str, slot: int, port_range: tuple[int, int]) -> NodePorts:
+    base = job_base(job_id, port_range) + (int(slot) % SLOTS_PER_JOB) * SLOT_SIZE
+    ports = {name: base + off for name, off in OFFSETS.items()}
+    return NodePorts(**ports, min_worker=base + N_FIXED, max_worker=base + SLOT_SIZE - 1)
+
+
+def head_ports(job_id: int | str, port_range: tuple[int, int]) -> NodePorts:
+    """The head is node slot 0 of the job."""
+    return node_ports(job_id, 0, port_range)
+
+
+# --- temp dirs ----------------------------------------------------------------------
+
+UNIX_PATH_MAX = 107
+# What Ray appends under --temp-dir for its sockets:
+#   /session_2026-11-29_11-23-22_123456_4194304/sockets/plasma_store
+RAY_SOCKET_SUFFIX = len("/session_2026-11-29_11-23-22_123456_4194304/sockets/plasma_store") + 8
+
+
+def temp_dir(temp_root: str, job_id: int | str, node: str) -> str:
+    """A short Ray temp dir per (job, Slurm node name): <root>/sf<job>_<node>."""
+    safe = "".join(c if c.isalnum() or c in "-." else "_" for c in node)[:24]
+    path = f"{temp_root.rstrip('/') or ''}/sf{job_id}_{safe}"
+    check_temp_dir(path)
+    return path
+
+
+def check_temp_dir(path: str) -> None:
+    longest = len(path.encode()) + RAY_SOCKET_SUFFIX
+    if longest > UNIX_PATH_MAX:
+        raise ValueError(
+            f"Ray temp dir {path} is too long: its unix sockets would need {longest} bytes, over the "
+            f"{UNIX_PATH_MAX}-byte limit; set a shorter ray.temp_root in the site file (e.g. /tmp)"
+        )

@@ -1,0 +1,210 @@
+"""--preflight: everything training needs, checked on the running job instead of training.
+
+Runs with the runtime's python on the head after the barrier (Ray) or on the batch host
+(torchrun). Checks, each one a line of <run_dir>/preflight.json:
+  pools        nodes and GPUs per pool as compiled vs what joined
+  placement    verl's tagged placement groups per pool; the node of every bundle
+  overrides    the overrides compose against this runtime's verl (launcher.verlcheck)
+  paths        model/data paths readable from every compute node (a Ray task pinned to each)
+  checkpoint   the checkpoint a resume would start from (or none)
+Prints a summary to the job log; exits 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launcher import runs
+from launcher.injob import topology
+
+
+def check_paths_here(paths: list[str]) -> dict:
+    out = {}
+    for path in paths:
+        exists = os.path.exists(path)
+        readable = os.access(path, os.R_OK) and (not os.path.isdir(path) or os.access(path, os.X_OK))
+        out[path] = {"exists": exists, "readable": bool(exists and readable)}
+    return out
+
+
+def latest_checkpoint(checkpoint_dir: str) -> dict:
+    if not checkpoint_dir:
+        return {"dir": None, "resume_from": None, "note": "no checkpoint dir compiled"}
+    tracker = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
+    try:
+        step = int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return {"dir": checkpoint_dir, "resume_from": None, "note": "no checkpoint yet: starts from step 0"}
+    path = Path(checkpoint_dir) / f"global_step_{step}"
+    return {"dir": checkpoint_dir, "resume_from": str(path) if path.is_dir() else None, "step": step,
+            "note": "resumes from it" if path.is_dir() else f"tracker names step {step} but {path} is missing"}
+
+
+def check_overrides(config_name: str, overrides: list[str]) -> dict:
+    try:
+        from launcher.verlcheck import check_overrides as verl_check
+    except ImportError as exc:
+        return {"ok": False, "errors": [f"launcher.verlcheck is not available: {exc}"]}
+    try:
+        errors = verl_check(config_name, list(overrides))
+    except Exception as exc:  # a crash in composing is a failed check, not a crashed preflight
+        return {"ok": False, "errors": [f"{exc.__class__.__name__}: {exc}"]}
+    return {"ok": not errors, "errors": [str(e) for e in errors]}
+
+
+def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, dict, dict]:
+    import ray
+
+    from launcher.injob import placement
+
+    ray.init(address=job["head"], logging_level="ERROR", log_to_driver=False)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    by_name = {}
+    for node in nodes:
+        for key in node["Resources"]:
+            if key.startswith(topology.NODE_PREFIX):
+                by_name[key[len(topology.NODE_PREFIX):]] = node
+    pool_report = {}
+    for pool in pools:
+        joined = {h: {"gpus": int(by_name[h]["Resources"].get("GPU", 0)),
+                      "cpus": int(by_name[h]["Resources"].get("CPU", 0)),
+                      "address": by_name[h]["NodeManagerAddress"]}
+                  for h in pool["hosts"] if h in by_name and pool["resource"] in by_name[h]["Resources"]}
+        ok = len(joined) == pool["nodes"] and all(j["gpus"] >= pool["gpus_per_node"] for j in joined.values())
+        pool_report[pool["name"]] = {"ok": ok, "compiled": {"nodes": pool["nodes"], "gpus_per_node": pool["gpus_per_node"],
+                                                            "het_group": pool["het_group"]},
+                                     "joined": joined, "missing": [h for h in pool["hosts"] if h not in joined]}
+    pool_report["_cluster"] = {"ok": True, "ray_nodes": len(nodes),
+                               "gpus": sum(int(n["Resources"].get("GPU", 0)) for n in nodes)}
+    place = {}
+    for pool in pools:
+        cpus = min((j["cpus"] for j in pool_report[pool["name"]]["joined"].values()), default=0)
+        try:
+            place[pool["name"]] = placement.pin_report(pool, cpus)
+        except Exception as exc:
+            place[pool["name"]] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+
+    path_report = {}
+    if paths:
+        @ray.remote(num_cpus=0)
+        def check_on_node(paths_):
+            from launcher.injob.preflight import check_paths_here as chk
+
+            return chk(paths_)
+
+        refs = {name: check_on_node.options(resources={topology.node_resource(name): 1}).remote(paths)
+                for name in by_name}
+        for name, ref in refs.items():
+            try:
+                path_report[name] = ray.get(ref, timeout=60)
+            except Exception as exc:
+                path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
+    return pool_report, place, path_report
+
+
+def srun_paths(job: dict, pools: list[dict], paths: list[str]) -> dict:
+    """torchrun jobs have no Ray: one srun task per node checks the paths."""
+    from launcher import slurm
+
+    report = {}
+    code = ("import json,sys,os;from launcher.injob.preflight import check_paths_here as c;"
+            "print(json.dumps({os.environ.get('SLURMD_NODENAME'): c(sys.argv[1:])}))")
+    for pool in pools:
+        proc = slurm.srun_popen([sys.executable, "-c", code, *paths],
+                                het_group=pool["het_group"] if len(pools) > 1 else None,
+                                nodes=pool["nodes"], ntasks=pool["nodes"], ntasks_per_node=1,
+                                nodelist=pool["hosts"], overlap=True, stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=120)
+        for line in out.decode(errors="replace").splitlines():
+            try:
+                report.update(json.loads(line))
+            except ValueError:
+                pass
+    return report
+
+
+def main() -> int:
+    job = topology.job_from_env()
+    pools = job["pools"]
+    overrides = json.loads(os.environ.get("SF_PREFLIGHT_OVERRIDES", "[]"))
+    entry = json.loads(os.environ.get("SF_PREFLIGHT_ENTRY", "[]"))
+    paths = list(job.get("check_paths") or [])
+    t0 = time.time()
+    report = {"ok": False, "job_id": job["job_id"], "launcher": job["launcher"], "head": job["head"],
+              "entry": entry, "config_name": job.get("config_name"), "warnings": [], "failures": []}
+    if job["launcher"] == "ray":
+        try:
+            pool_report, place, path_report = ray_checks(job, pools, paths)
+        except Exception as exc:
+            pool_report, place, path_report = {}, {}, {}
+            report["failures"].append(f"ray: {exc.__class__.__name__}: {exc}")
+    else:
+        pool_report = {p["name"]: {"ok": len(p["hosts"]) == p["nodes"], "compiled": {
+            "nodes": p["nodes"], "gpus_per_node": p["gpus_per_node"], "het_group": p["het_group"]},
+            "hosts": p["hosts"]} for p in pools}
+        place = {}
+        path_report = srun_paths(job, pools, paths) if paths else {}
+    report["pools"] = pool_report
+    report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
+    report["placement"] = place
+    for name, entry_ in pool_report.items():
+        if not entry_.get("ok", True):
+            report["failures"].append(f"pool {name}: nodes/GPUs joined differ from what was compiled")
+    for name, entry_ in place.items():
+        if entry_.get("warning"):
+            report["warnings"].append(entry_["warning"])
+        if not entry_.get("ok"):
+            report["failures"].append(f"placement of pool {name}: {entry_.get('error') or 'bundles off the pool nodes'}")
+    report["overrides"] = check_overrides(job.get("config_name") or "ppo_trainer", overrides)
+    if not report["overrides"]["ok"]:
+        report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]
+    report["paths"] = path_report
+    all_hosts = [h for p in pools for h in p["hosts"]]
+    for host in all_hosts:
+        if paths and host not in path_report:
+            report["failures"].append(f"paths: no answer from {host}")
+    for host, checks in path_report.items():
+        if "_error" in checks:
+            report["failures"].append(f"paths on {host}: {checks['_error']}")
+            continue
+        for path, res in checks.items():
+            if not res["readable"]:
+                report["failures"].append(f"paths: {path} is not readable on {host}")
+    report["checkpoint"] = latest_checkpoint(job.get("checkpoint_dir") or "")
+    report["seconds"] = round(time.time() - t0, 2)
+    report["ok"] = not report["failures"]
+    runs.Run(job["run_dir"]).write_json("preflight.json", report)
+    print(summary(report), flush=True)
+    return 0 if report["ok"] else 1
+
+
+def summary(report: dict) -> str:
+    lines = [f"== sf preflight: {'PASSED' if report['ok'] else 'FAILED'} "
+             f"(Ray nodes: {report.get('ray_nodes')}, {report.get('seconds')}s) =="]
+    for name, pool in report.get("pools", {}).items():
+        if name.startswith("_"):
+            continue
+        c = pool.get("compiled", {})
+        joined = pool.get("joined") or {h: {} for h in pool.get("hosts", [])}
+        lines.append(f"pool {name}: compiled {c.get('nodes')}x{c.get('gpus_per_node')} GPUs (het group "
+                     f"{c.get('het_group')}); joined: " + ", ".join(
+                         f"{h}({j.get('gpus', '?')} GPUs)" for h, j in joined.items()))
+    for name, place in report.get("placement", {}).items():
+        lines.append(f"placement {name}: {len(place.get('bundles', []))} bundles on {', '.join(place.get('nodes', []))}"
+                     f" -> {'ok' if place.get('ok') else 'WRONG'}")
+    o = report.get("overrides", {})
+    lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
+    paths = report.get("paths", {})
+    lines.append(f"paths: checked on {len(paths)} nodes")
+    ck = report.get("checkpoint", {})
+    lines.append(f"checkpoint: {ck.get('resume_from') or ck.get('note')}")
+    for w in report.get("warnings", []):
+        lines.append(f"warning: {w}")
+    for f in report.get("failures", []):
+        lines.append(f"FAIL: {f}")
+    return "\n".join(lines)

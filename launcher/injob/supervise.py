@@ -1,0 +1,391 @@
+"""The supervisor: the batch step of every sf job (`python -m launcher.injob supervise`).
+
+Runs on the batch host (the first node of het group 0) and holds every process of the
+job as a Popen:
+
+  allocated     the pools' Slurm hosts are known
+  head          one srun step on the first node of het group 0: `ray start --head --block`
+  workers       ONE srun per het group over its other nodes: `ray start --block` each
+  head_up       the GCS answers (TCP connect, no CPU cost)
+  barrier       one long-lived process polls the GCS until every pool's hosts and GPUs
+                are there (site barrier_timeout_s); on timeout it names who never joined
+  all_joined    recorded with seconds since allocated
+  driver        verl on the head with FORGE_CLUSTER_* and the wall-time end exported
+                (or preflight instead, or torchrun over the train pool for SFT)
+  ended         with rc and reason
+
+Any node srun that ends before the driver does ends the job (within a second or two):
+a `reason` file naming the node(s) and the phase, every step terminated, exit non-zero.
+Stdlib only (it may run with the host's python when the runtime is a container).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from launcher import runs, slurm
+from launcher.injob import address as addr_mod
+from launcher.injob import ports as ports_mod
+from launcher.injob import topology
+from launcher.runtime import Runtime
+
+POLL_S = 0.5
+TERM_GRACE_S = 8
+MAIN_PPO = "verl.trainer.main_ppo"
+PINNED_MAIN = "launcher.injob.verl_main"
+
+
+def log(msg: str) -> None:
+    stamp = datetime.now().strftime("%H:%M:%S")
+    print(f"[sf {stamp}] {msg}", flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m launcher.injob supervise")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--launcher", choices=("ray", "torchrun"), default="ray")
+    p.add_argument("--config-name", default="ppo_trainer")
+    p.add_argument("--pool", action="append", required=True, type=topology.parse_pool_arg)
+    p.add_argument("--address-method", default="hostname")
+    p.add_argument("--address-prefix", default="127.0.0")
+    p.add_argument("--interface", default=None)
+    p.add_argument("--port-range", default="20000-59999")
+    p.add_argument("--temp-root", default="/tmp")
+    p.add_argument("--barrier-timeout", type=float, default=300)
+    p.add_argument("--dashboard", action="store_true")
+    p.add_argument("--runtime", required=True, help="the runtime as JSON")
+    p.add_argument("--checkpoint-dir", default="")
+    p.add_argument("--check-path", action="append", default=[])
+    p.add_argument("--preflight", action="store_true")
+    p.add_argument("--n-entry", type=int, required=True, help="how many of the trailing args are the entry")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    args.entry, args.overrides = rest[: args.n_entry], rest[args.n_entry:]
+    lo, _, hi = args.port_range.partition("-")
+    args.port_range = (int(lo), int(hi))
+    args.runtime = Runtime.from_dict(json.loads(args.runtime))
+    return args
+
+
+def job_end_timestamp(job_id: str) -> float | None:
+    """The job's end (EndTime) as epoch seconds, for verl's save-before-expiry."""
+    if os.environ.get("SLURM_JOB_END_TIME", "").isdigit():
+        return float(os.environ["SLURM_JOB_END_TIME"])
+    try:
+        end = slurm.show_job(job_id).get("EndTime", "")
+        return datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except Exception:  # Unknown / not parsable / scontrol failed: verl just won't save early
+        return None
+
+
+def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
+    for pool in pools:
+        key = f"SLURM_JOB_NODELIST_HET_GROUP_{pool.het_group}" if hetjob else "SLURM_JOB_NODELIST"
+        nodelist = os.environ.get(key) or (os.environ.get("SLURM_JOB_NODELIST") if not hetjob else "")
+        if not nodelist:
+            raise RuntimeError(f"{key} is not set: is this a {'heterogeneous ' if hetjob else ''}Slurm job?")
+        pool.hosts = slurm.hostnames(nodelist)
+        if len(pool.hosts) != pool.nodes:
+            log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes, Slurm gave {len(pool.hosts)}")
+
+
+def tcp_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Supervisor:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.run_dir = args.run_dir
+        self.runtime: Runtime = args.runtime
+        self.job_id = os.environ.get("SLURM_JOB_ID", "0")
+        self.leader = os.environ.get("SLURM_HET_JOB_ID") or self.job_id
+        self.pools = args.pool
+        self.hetjob = len(self.pools) > 1
+        self.steps: list[dict] = []  # {"name", "popen", "kind", "pool", "hosts"}
+        self.phase = "allocated"
+        self.t0 = time.monotonic()
+        self.ended = False
+        self.logs = Path(self.run_dir) / "logs"
+
+    # -- helpers ----------------------------------------------------------------------
+    def record(self, phase: str, **info) -> None:
+        self.phase = phase
+        try:
+            runs.record_phase(self.run_dir, phase, **info)
+        except OSError as exc:
+            log(f"warning: cannot record phase {phase}: {exc}")
+        log(f"phase {phase} " + " ".join(f"{k}={v}" for k, v in info.items() if v is not None))
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.t0, 2)
+
+    def srun(self, name, argv, *, kind, pool=None, hosts=(), stdout=None, **kw) -> subprocess.Popen:
+        env = kw.pop("env", None) or self.env
+        flags = list(kw.pop("extra", ())) + self.runtime.srun_flags()
+        popen = slurm.srun_popen(self.runtime.wrap(argv), env=env, extra=flags, stdout=stdout,
+                                 stderr=subprocess.STDOUT if stdout else None, **kw)
+        self.steps.append({"name": name, "popen": popen, "kind": kind, "pool": pool, "hosts": list(hosts)})
+        return popen
+
+    def local(self, name, argv, *, kind, env=None, stdout=None) -> subprocess.Popen:
+        """A runtime process on the batch host (directly, or a one-task overlap step)."""
+        local = self.runtime.local_argv(argv)
+        if local is None:
+            return self.srun(name, argv, kind=kind, env=env, stdout=stdout, het_group=0 if self.hetjob else None,
+                             nodes=1, ntasks=1, nodelist=self.head_node, overlap=True)
+        popen = subprocess.Popen(local, env=env or self.env, stdout=stdout, stdin=subprocess.DEVNULL)
+        self.steps.append({"name": name, "popen": popen, "kind": kind, "pool": None, "hosts": [self.head_node]})
+        return popen
+
+    def write_reason(self, text: str) -> None:
+        try:
+            runs.Run(self.run_dir).write_text(runs.REASON, text.rstrip() + "\n")
+        except OSError as exc:
+            log(f"warning: cannot write reason: {exc}")
+
+    def exited_nodes(self) -> list[str]:
+        """Nodes whose Ray ended in this attempt (from the node_exit phases)."""
+        restart = os.environ.get("SLURM_RESTART_COUNT")
+        names = []
+        for event in runs.read_phases(self.run_dir):
+            if event.get("phase") in ("node_exit",) and str(event.get("job_id")) == self.job_id \
+                    and str(event.get("restart", "")) == str(restart or "") and event.get("time", 0) >= self.wall0:
+                if event.get("node") not in names:
+                    names.append(event.get("node"))
+        return names
+
+    # -- the job ------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.wall0 = time.time()
+        pool_hosts(self.pools, self.hetjob)
+        self.head_node = self.pools[0].hosts[0]
+        batch_node = os.environ.get("SLURMD_NODENAME", self.head_node)
+        if batch_node != self.head_node:
+            log(f"warning: batch host {batch_node} is not the first node of het group 0 ({self.head_node})")
+        self.nodes = [h for p in self.pools for h in p.hosts]
+        self.record("allocated", pools={p.name: p.hosts for p in self.pools}, nodes=len(self.nodes),
+                    leader=self.leader)
+        a = self.args
+        self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
+        self.ports = ports_mod.head_ports(self.job_id, a.port_range)
+        self.gcs = f"{self.head_addr}:{self.ports.gcs}"
+        self.end_ts = job_end_timestamp(self.leader)
+        self.job = {
+            "run_dir": self.run_dir, "job_id": self.job_id, "leader": self.leader,
+            "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
+            "head_node": self.head_node, "address_method": a.address_method,
+            "address_prefix": a.address_prefix, "interface": a.interface,
+            "port_range": list(a.port_range), "temp_root": a.temp_root,
+            "barrier_timeout_s": a.barrier_timeout, "dashboard": a.dashboard,
+            "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
+            "check_paths": a.check_path, "launcher": a.launcher,
+        }
+        self.env = dict(os.environ)
+        self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def cluster_env(self) -> dict:
+        train = self.pools[0]
+        env = dict(self.env)
+        env.update({
+            "FORGE_CLUSTER_NNODES": str(train.nodes),
+            "FORGE_CLUSTER_GPUS_PER_NODE": str(train.gpus_per_node),
+            "FORGE_CLUSTER_TOTAL_NODES": str(len(self.nodes)),
+            "FORGE_CLUSTER_POOLS": json.dumps([p.to_dict() for p in self.pools], separators=(",", ":")),
+            "FORGE_CLUSTER_HEAD_ADDRESS": self.gcs,
+            "FORGE_CLUSTER_HEAD_NODE": self.head_node,
+            "FORGE_CLUSTER_NODES": ",".join(self.nodes),
+            "FORGE_CLUSTER_RUN_DIR": self.run_dir,
+        })
+        if self.args.launcher == "ray":
+            env["RAY_ADDRESS"] = self.gcs
+        if self.end_ts:
+            env["MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"] = str(int(self.end_ts))
+        return env
+
+    def start_ray(self) -> None:
+        py = self.runtime.runtime_python()
+        node_cmd = [py, "-m", "launcher.injob", "node"]
+        self.logs.mkdir(parents=True, exist_ok=True)
+        head_pool = self.pools[0]
+        head_log = open(self.logs / f"{self.job_id}-ray-head.log", "ab")
+        self.srun("ray-head", [*node_cmd, "--role", "head"], kind="node", pool=head_pool.name,
+                  hosts=[self.head_node], stdout=head_log, het_group=0 if self.hetjob else None,
+                  nodes=1, ntasks=1, nodelist=self.head_node, overlap=True, kill_on_bad_exit=True)
+        for pool in self.pools:
+            workers = [h for h in pool.hosts if h != self.head_node]
+            if not workers:
+                continue
+            out = open(self.logs / f"{self.job_id}-ray-{pool.name}.log", "ab")
+            self.srun(f"ray-{pool.name}", [*node_cmd, "--role", "worker"], kind="node", pool=pool.name,
+                      hosts=workers, stdout=out, het_group=pool.het_group if self.hetjob else None,
+                      nodes=len(workers), ntasks=len(workers), ntasks_per_node=1, nodelist=workers,
+                      overlap=True, kill_on_bad_exit=True)
+
+    def driver_argv(self) -> list[str]:
+        argv = [*self.args.entry, *self.args.overrides]
+        if argv[:1] and argv[0] in ("python", "python3"):
+            argv[0] = self.runtime.runtime_python()
+        if len(argv) >= 3 and argv[1] == "-m" and argv[2] == MAIN_PPO:
+            argv[2] = PINNED_MAIN  # verl's main_ppo with each pool pinned to its Slurm group
+        return argv
+
+    def start_driver(self) -> None:
+        if self.args.preflight:
+            py = self.runtime.runtime_python()
+            env = self.cluster_env()
+            env["SF_PREFLIGHT_OVERRIDES"] = json.dumps(self.args.overrides)
+            env["SF_PREFLIGHT_ENTRY"] = json.dumps(self.args.entry)
+            self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
+            self.record("driver_started", what="preflight", seconds=self.elapsed())
+            return
+        argv = self.driver_argv()
+        log("driver: " + " ".join(argv))
+        self.local("driver", argv, kind="driver", env=self.cluster_env())
+        self.record("driver_started", what=argv[2] if len(argv) > 2 else argv[0], seconds=self.elapsed())
+
+    def start_torchrun(self) -> None:
+        train = self.pools[0]
+        argv = [*self.args.entry, *self.args.overrides]
+        rdzv = [f"--nnodes={train.nodes}", f"--nproc_per_node={train.gpus_per_node}",
+                "--rdzv_backend=c10d", f"--rdzv_endpoint={self.head_addr}:{self.ports.rdzv}",
+                f"--rdzv_id=sf{self.job_id}"]
+        argv = [argv[0], *rdzv, *argv[1:]]
+        if self.args.preflight:
+            py = self.runtime.runtime_python()
+            env = self.cluster_env()
+            env["SF_PREFLIGHT_OVERRIDES"] = json.dumps(self.args.overrides)
+            env["SF_PREFLIGHT_ENTRY"] = json.dumps(argv)
+            self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
+            self.record("driver_started", what="preflight", seconds=self.elapsed())
+            return
+        log("driver: " + " ".join(argv))
+        self.srun("torchrun", argv, kind="driver", env=self.cluster_env(),
+                  het_group=0 if self.hetjob else None, nodes=train.nodes, ntasks=train.nodes,
+                  ntasks_per_node=1, nodelist=train.hosts, kill_on_bad_exit=True)
+        self.record("driver_started", what="torchrun", seconds=self.elapsed())
+
+    def fail(self, reason: str, rc: int = 1) -> int:
+        log("FAILED: " + reason)
+        self.write_reason(reason)
+        self.finish(rc, reason)
+        return rc
+
+    def finish(self, rc: int, reason: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.terminate()
+        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed())
+
+    def terminate(self) -> None:
+        live = [s for s in self.steps if s["popen"].poll() is None]
+        for step in live:
+            try:
+                step["popen"].send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + TERM_GRACE_S
+        for step in live:
+            try:
+                step["popen"].wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                step["popen"].kill()
+
+    def run(self) -> int:
+        self.setup()
+        if self.args.launcher == "torchrun":
+            self.start_torchrun()
+            return self.watch(barrier=None)
+        self.start_ray()
+        barrier = self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
+                             kind="barrier", stdout=subprocess.PIPE)
+        self.phase = "bringup"
+        return self.watch(barrier=barrier)
+
+    def watch(self, barrier) -> int:
+        head_up = self.args.launcher != "ray"
+        while True:
+            for step in self.steps:
+                rc = step["popen"].poll()
+                if rc is None:
+                    continue
+                if step["kind"] == "node":
+                    time.sleep(0.3)  # let the wrapper's node_exit line land
+                    named = [n for n in self.exited_nodes() if n in step["hosts"]] or step["hosts"]
+                    return self.fail(
+                        f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
+                        f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log",
+                        rc=1)
+                if step["kind"] == "barrier" and step is not None and not step.get("seen"):
+                    step["seen"] = True
+                    out = step["popen"].stdout.read().decode(errors="replace") if step["popen"].stdout else ""
+                    try:
+                        result = json.loads(out.strip().splitlines()[-1])
+                    except (ValueError, IndexError):
+                        result = {"ok": False, "error": f"barrier exited {rc} without a result: {out[-500:]}"}
+                    if rc == 0 and result.get("ok"):
+                        self.record("all_joined", seconds=self.elapsed(), barrier_s=result.get("seconds"),
+                                    ray_nodes=result.get("ray_nodes"),
+                                    pools={k: sorted(v["joined"]) for k, v in result["pools"].items()})
+                        self.start_driver()
+                        continue
+                    missing = result.get("missing") or []
+                    where = {h: p.name for p in self.pools for h in p.hosts}
+                    named = ", ".join(f"{h} (pool {where.get(h, '?')})" for h in missing)
+                    if missing:
+                        reason = (f"barrier timed out after {self.args.barrier_timeout:g}s during phase barrier: "
+                                  f"hosts never joined the Ray cluster: {named}")
+                    elif result.get("short_of_gpus"):
+                        reason = ("barrier timed out during phase barrier: hosts joined with fewer GPUs than "
+                                  f"compiled: {', '.join(result['short_of_gpus'])}")
+                    else:
+                        reason = f"barrier failed during phase barrier: {result.get('error')}"
+                    return self.fail(reason, rc=1)
+                if step["kind"] == "driver":
+                    what = step["name"]
+                    reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"
+                    if rc != 0:
+                        self.write_reason(reason)
+                    self.finish(rc, reason)
+                    return rc
+            if not head_up and tcp_open(self.head_addr, self.ports.gcs):
+                head_up = True
+                self.record("head_up", seconds=self.elapsed(), address=self.gcs)
+                if self.phase == "head_up":
+                    self.phase = "barrier"
+            time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    sup = Supervisor(args)
+
+    def on_term(signum, _frame):
+        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}")
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    try:
+        return sup.run()
+    except Exception as exc:  # a bug or a broken allocation: still leave a reason behind
+        import traceback
+
+        traceback.print_exc()
+        return sup.fail(f"supervisor error during phase {sup.phase}: {exc.__class__.__name__}: {exc}", rc=1)

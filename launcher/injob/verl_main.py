@@ -1,0 +1,136 @@
+"""verl's main_ppo with every verl resource pool pinned to its Slurm pool's nodes.
+
+Run on the head as `python -m launcher.injob.verl_main <overrides>` (the supervisor
+puts it in place of `-m verl.trainer.main_ppo`). verl 0.9.1 builds its pools in
+`verl.single_controller.ray.base.RayResourcePool.get_placement_groups`, which calls the
+module-level `placement_group(bundles=..., strategy=..., name=..., lifetime=...)` once per
+node. We wrap get_placement_groups to remember which verl pool (its `name_prefix`:
+global_pool, teacher_pool, reward_pool, rollout_pool_teacher_0, ...) is being built, and
+wrap that module's `placement_group` to add the Slurm pool's custom resource
+(`sf_pool_<name>`, advertised only by that pool's nodes) to every bundle. verl's own
+logic (bundle shapes, sorting, ready-wait) is untouched.
+
+The patch must live in every process that builds pools: the TaskRunner actor, the
+rollout/teacher managers it starts. ray.init is wrapped so the job's runtime_env carries
+`worker_process_setup_hook` (install_in_worker) and the pool map (SF_VERL_POOLS); the
+hook patches verl's module as soon as it is imported in that worker. The driver
+process is patched too.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import threading
+
+BASE = "verl.single_controller.ray.base"
+POOLS_ENV = "SF_VERL_POOLS"
+_local = threading.local()
+
+
+def _pools() -> list[dict]:
+    raw = os.environ.get(POOLS_ENV) or os.environ.get("FORGE_CLUSTER_POOLS") or "[]"
+    return json.loads(raw)
+
+
+def patch_base(module) -> None:
+    """Pin RayResourcePool placement groups in verl's base module (idempotent)."""
+    if getattr(module, "_sf_pinned", False):
+        return
+    from launcher.injob import placement
+
+    pools = _pools()
+    if not pools:
+        return
+    original_pg = module.placement_group
+    original_get = module.RayResourcePool.get_placement_groups
+
+    def placement_group(bundles, *args, **kwargs):
+        verl_pool = getattr(_local, "verl_pool", None) or kwargs.get("name") or ""
+        target = placement.slurm_pool_for(verl_pool, pools)
+        resource = target.get("resource") or ("sf_pool_" + target["name"])
+        return original_pg(placement.tag_bundles(list(bundles), resource), *args, **kwargs)
+
+    def get_placement_groups(self, *args, **kwargs):
+        previous = getattr(_local, "verl_pool", None)
+        _local.verl_pool = getattr(self, "name_prefix", None)
+        try:
+            return original_get(self, *args, **kwargs)
+        finally:
+            _local.verl_pool = previous
+
+    module.placement_group = placement_group
+    module.RayResourcePool.get_placement_groups = get_placement_groups
+    module._sf_pinned = True
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Patches verl's base module right after it is first imported in this process."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != BASE:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        patch_base(module)
+
+
+def install_in_worker() -> None:
+    """worker_process_setup_hook: patch now if verl's base is loaded, else on import."""
+    if BASE in sys.modules:
+        patch_base(sys.modules[BASE])
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+def wrap_ray_init(ray_module) -> None:
+    original = ray_module.init
+    if getattr(original, "_sf_wrapped", False):
+        return
+    pools_json = json.dumps(_pools(), separators=(",", ":"))
+
+    def init(*args, **kwargs):
+        runtime_env = dict(kwargs.get("runtime_env") or {})
+        runtime_env["worker_process_setup_hook"] = "launcher.injob.verl_main.install_in_worker"
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars[POOLS_ENV] = pools_json
+        runtime_env["env_vars"] = env_vars
+        kwargs["runtime_env"] = runtime_env
+        return original(*args, **kwargs)
+
+    init._sf_wrapped = True
+    ray_module.init = init
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault(POOLS_ENV, os.environ.get("FORGE_CLUSTER_POOLS", "[]"))
+    import ray
+
+    wrap_ray_init(ray)
+    install_in_worker()  # the driver too
+    from verl.trainer import main_ppo
+
+    sys.argv = [main_ppo.__file__, *argv]
+    main_ppo.main()
+
+
+if __name__ == "__main__":
+    main()

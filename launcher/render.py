@@ -1,0 +1,249 @@
+"""Plan + site + runtime -> the sbatch script text (pure; Jinja templates in templates/).
+
+One pool -> a plain job; several pools -> one heterogeneous job (`#SBATCH hetjob`
+between components), pool i = het group i. Every value that reaches an `#SBATCH` line is
+checked against a strict pattern and refused (SpecError naming the field) otherwise;
+every value that reaches the shell is quoted (shlex.quote, or $'...' when it holds a
+control character such as a newline, so no raw line of user text ever appears). The
+overrides and the entry are bash arrays in the script, which is therefore standalone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import jinja2
+
+import launcher
+from launcher import paths
+from launcher.errors import SpecError
+from launcher.plan import Plan
+from launcher.runtime import Runtime
+
+TEMPLATE = "job.sbatch.j2"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_ACCOUNTISH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TIME = re.compile(r"^(?:\d+-\d{1,2}(?::\d{2}){0,2}|\d{1,6}(?::\d{2}){0,2}|UNLIMITED|INFINITE)$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*:!,-]{1,200}$")
+_GRES = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")  # on #SBATCH lines: no spaces, %, #, quotes
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,32}$")
+_PREFIX = re.compile(r"^\d{1,3}(?:\.\d{1,3}){1,2}$")
+_POOL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_ROLE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+def quote(value) -> str:
+    """Quote for bash; control characters (newlines, ...) never appear raw in the script."""
+    text = str(value)
+    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c == "\\":
+            out.append("\\\\")
+        elif c == "'":
+            out.append("\\'")
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif ord(c) < 32 or ord(c) == 127:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def _check(pattern: re.Pattern, value, field: str, what: str) -> str:
+    text = str(value)
+    if not pattern.match(text):
+        raise SpecError(field, f"{text!r} cannot go into the batch script: {what}")
+    return text
+
+
+def _int(value, field: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(field, f"{value!r} must be a whole number >= {minimum}")
+    return value
+
+
+def _sbatch_path(path: str, field: str) -> str:
+    return _check(_PATH, path, field, "an absolute path of letters, digits and ._/+- only "
+                  "(no spaces, %, # or quotes); choose another runs_dir")
+
+
+def _pool_directives(plan: Plan, pool, site, first: bool) -> list[str]:
+    if pool.series not in site.series:
+        raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "
+                        f"known: {', '.join(sorted(site.series)) or 'none'}")
+    series = site.series[pool.series]
+    s = plan.slurm
+    d: list[str] = []
+    if first:
+        d.append("--job-name=" + _check(_NAME, f"sf-{plan.experiment}", "experiment",
+                                        "use letters, digits and ._- only (at most 97 characters)"))
+        log = _sbatch_path(plan.run_dir, "run_dir") + "/logs/slurm-%j.out"
+        d += [f"--output={log}", f"--error={log}"]
+        if s.requeue:
+            lead = _int(s.signal_lead_s, "slurm.signal_lead_s", 1)
+            d += ["--requeue", f"--signal=B:USR1@{lead}", "--open-mode=append"]
+        else:
+            d.append("--no-requeue")
+    account = s.account or site.account
+    qos = s.qos or site.qos
+    if account:
+        d.append("--account=" + _check(_ACCOUNTISH, account, "slurm.account", "letters, digits and ._- only"))
+    if qos:
+        d.append("--qos=" + _check(_ACCOUNTISH, qos, "slurm.qos", "letters, digits and ._- only"))
+    d.append("--time=" + _check(_TIME, s.time or site.time, "slurm.time",
+                                "use minutes, HH:MM:SS or D-HH:MM:SS"))
+    partition = s.partition or series.partition
+    d.append("--partition=" + _check(_ACCOUNTISH, partition, "slurm.partition", "letters, digits and ._- only"))
+    d.append(f"--nodes={_int(pool.nodes, f'pools.{pool.name}.nodes', 1)}")
+    d.append("--ntasks-per-node=1")
+    gpus = _int(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
+    if gpus:
+        if series.gpu_directive == "gpus-per-node":
+            d.append(f"--gpus-per-node={gpus}")
+        elif series.gpu_directive == "gres":
+            name = _check(_GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _-")
+            d.append(f"--gres={name}:{gpus}")
+        else:
+            raise SpecError(f"site.series.{series.name}.gpu_directive",
+                            f"{series.gpu_directive!r} is not gres or gpus-per-node")
+    if series.constraint:
+        d.append("--constraint=" + _check(_CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint",
+                                          "features joined by & | , only; no spaces"))
+    d.append(f"--cpus-per-task={_int(series.cpus_per_node, f'site.series.{series.name}.cpus_per_node', 1)}")
+    if series.mem_per_node:
+        d.append("--mem=" + _check(_MEM, series.mem_per_node, f"site.series.{series.name}.mem_per_node",
+                                   "a size such as 64G"))
+    if s.exclusive:
+        d.append("--exclusive")
+    return d
+
+
+def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
+    lines = []
+    for source, pairs in (("site.env", site.env), ("runtime.env", runtime.env), ("env", plan.env)):
+        for key, value in pairs:
+            _check(_ENV_KEY, key, f"{source}.{key}", "environment names are letters, digits and _")
+            lines.append(f"export {key}={quote(value)}")
+    return lines
+
+
+def _activate_lines(site, runtime: Runtime) -> list[str]:
+    lines = []
+    modules = list(site.modules) + (list(runtime.modules) if runtime.kind == "module" else [])
+    if modules:
+        lines.append("type module >/dev/null 2>&1 || source /etc/profile.d/lmod.sh 2>/dev/null "
+                     "|| source /etc/profile.d/modules.sh 2>/dev/null || true")
+        lines.append("module load " + " ".join(quote(m) for m in modules))
+    if runtime.kind == "venv":
+        lines += runtime.activate_lines()
+    return lines
+
+
+def _sf_root() -> str | None:
+    root = Path(launcher.__file__).resolve().parent.parent
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def _supervise_args(plan: Plan, site) -> list[str]:
+    ray = site.ray
+    if ray.address_method not in ("loopback", "interface", "hostname"):
+        raise SpecError("site.ray.node_address.method", f"{ray.address_method!r} is not loopback, interface or hostname")
+    args = ["--run-dir", '"$SF_RUN_DIR"', "--launcher", quote(plan.launcher),
+            "--config-name", quote(plan.config_name)]
+    for pool in plan.pools:
+        _check(_POOL, pool.name, "pools.name", "a letter then letters, digits, _ or -")
+        roles = "+".join(_check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-") for r in pool.roles)
+        spec = f"{pool.name}:{int(pool.nodes)}:{int(pool.gpus_per_node)}:{int(pool.het_group)}"
+        args += ["--pool", quote(spec + (f":{roles}" if roles else ""))]
+    args += ["--address-method", ray.address_method,
+             "--address-prefix", _check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix", "like 127.0.0")]
+    if ray.interface:
+        args += ["--interface", _check(_IFACE, ray.interface, "site.ray.node_address.interface", "an interface name")]
+    lo, hi = (int(p) for p in ray.port_range)
+    if not (1024 <= lo < hi <= 65535):
+        raise SpecError("site.ray.port_range", f"{lo}-{hi} must lie within 1024-65535")
+    args += ["--port-range", f"{lo}-{hi}", "--temp-root", quote(ray.temp_root),
+             "--barrier-timeout", str(_int(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1)),
+             "--runtime", '"$SF_RUNTIME"']
+    if (site.raw.get("ray") or {}).get("dashboard"):
+        args.append("--dashboard")
+    if plan.checkpoint_dir:
+        args += ["--checkpoint-dir", quote(plan.checkpoint_dir)]
+    for path in plan.paths_to_check:
+        args += ["--check-path", quote(path)]
+    return args
+
+
+def _pair(args: list[str]) -> list[str]:
+    """["--a", "1", "--flag", "--b", "2"] -> ["--a 1", "--flag", "--b 2"] (one option a line)."""
+    lines, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"{args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            lines.append(args[i])
+            i += 1
+    return lines
+
+
+def overrides_text(plan: Plan) -> str:
+    """overrides.txt: one override per line (a newline inside one is written as \\n)."""
+    return "".join(o.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for o in plan.overrides)
+
+
+def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False) -> str:
+    if not plan.pools:
+        raise SpecError("pools", "the plan has no pools")
+    groups = sorted(p.het_group for p in plan.pools)
+    if groups != list(range(len(plan.pools))):
+        raise SpecError("pools", f"het groups must be 0..{len(plan.pools) - 1}, not {groups}")
+    if not str(plan.run_dir).startswith("/"):
+        raise SpecError("run_dir", f"{plan.run_dir!r} must be absolute")
+    if not plan.entry:
+        raise SpecError("entry", "the plan has no entry command")
+    components = []
+    for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
+        components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
+                           "gpus": pool.gpus_per_node, "series": _check(_NAME, pool.series, "pools.series", "a name"),
+                           "directives": _pool_directives(plan, pool, site, first=index == 0)})
+    supervise = _supervise_args(plan, site)
+    if preflight:
+        supervise.append("--preflight")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
+                             autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    root = _sf_root()
+    text = env.get_template(TEMPLATE).render(
+        components=components,
+        sf_version=launcher.__version__,
+        experiment=plan.experiment, method=_check(_NAME, plan.method, "method", "a name"),
+        framework=_check(_NAME, plan.framework, "framework", "a name"),
+        framework_version=_check(_NAME, plan.framework_version, "framework_version", "a version"),
+        script_name="job.sbatch",
+        run_dir=quote(plan.run_dir),
+        max_requeues=_int(plan.slurm.max_requeues, "slurm.max_requeues", 0),
+        requeue=plan.slurm.requeue, signal_lead_s=plan.slurm.signal_lead_s,
+        env_lines=_env_lines(plan, site, runtime),
+        runtime_label=f"{runtime.framework} {runtime.version}, {runtime.kind}",
+        activate_lines=_activate_lines(site, runtime),
+        sf_root=quote(root) if root else None,
+        host_python=quote(runtime.host_python()),
+        runtime_json=quote(json.dumps(runtime.to_dict(), separators=(",", ":"))),
+        launcher=_check(_NAME, plan.launcher, "launcher", "ray or torchrun"),
+        entry=[quote(a) for a in plan.entry],
+        overrides=[quote(o) for o in plan.overrides],
+        supervise_args=_pair(supervise),
+    )
+    return text
