@@ -1,0 +1,69 @@
+"""Regenerates configs/schema/config.schema.json from the knob table: python tests/unit/compiler_fixtures/genschema.py"""
+import json
+from launcher.rules import KNOBS
+
+
+def build() -> dict:
+    T = {"int": {"type": ["integer", "string", "null"]}, "float": {"type": ["number", "string", "null"]},
+         "bool": {"type": ["boolean", "null"]}, "str": {"type": ["string", "null"]},
+         "list": {"type": ["array", "string"], "items": {"type": "string"}},
+         "threshold": {"type": ["number", "string", "null"]}, "rs_list": {"type": ["string", "array", "null"]}}
+    knobs = {}
+    for name, k in KNOBS.items():
+        d = dict(T.get(k.type, {"type": ["string", "null"]}))
+        if k.type == "enum":
+            d = {"enum": list(k.choices) + [None]}
+        desc = k.help or ""
+        keys = " / ".join(x for x in (k.key and f"RL: {k.key}", k.sft_key and f"SFT: {k.sft_key}") if x)
+        d["description"] = (desc + "; " if desc else "") + keys
+        knobs[name] = d
+    files = {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}]}
+    schema = {
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "$id": "https://github.com/sf/configs/schema/config.schema.json",
+      "title": "sf experiment config.yaml",
+      "description": "An sf experiment: method, model, data, knobs, raw Hydra overrides, pools and Slurm settings. CLI flags (--model, --train-data, --set ...) override it.",
+      "type": "object",
+      "additionalProperties": False,
+      "required": ["method"],
+      "properties": {
+        "method": {"type": "string", "pattern": "^verl/[a-z-]+$", "description": "verl/grpo, verl/dapo, verl/ppo, verl/rloo, verl/reinforce-baseline, verl/remax, verl/distillation or verl/sft"},
+        "framework_version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$", "description": "verl version of the catalog: \"0.9.1\" or \"0.9.0\" (quote it)"},
+        "description": {"type": "string"},
+        "model": {"type": "string", "minLength": 1, "description": "model path or HF id (--model) -> actor_rollout_ref.model.path"},
+        "teacher": {"type": "object", "additionalProperties": False, "properties": {"model": {"type": "string", "minLength": 1}}, "description": "verl/distillation: the teacher model"},
+        "data": {"type": "object", "additionalProperties": False, "properties": {
+            "train": {"type": "object", "additionalProperties": False, "properties": {
+                "dataset": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+$", "description": "platform dataset OWNER/NAME@VERSION (--train-dataset)"},
+                "files": dict(files, description="training files (--train-data) -> data.train_files; relative to the dataset when one is set")}},
+            "validation": {"type": "object", "additionalProperties": False, "properties": {
+                "files": dict(files, description="validation files (--validation-data) -> data.val_files")}}}},
+        "reward": {"type": "object", "additionalProperties": False, "properties": {
+            "function": {"type": "object", "additionalProperties": False, "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "python file, relative to the experiment dir -> reward.custom_reward_function.path"},
+                "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "function name (default compute_score)"}}},
+            "model": {"type": "string", "minLength": 1, "description": "reward model path; on its own pool when roles.reward names one"}}},
+        "knobs": {"type": "object", "additionalProperties": False, "properties": knobs, "description": "named knobs; each maps to a verl Hydra key"},
+        "overrides": {"type": "array", "items": {"type": "string", "pattern": "^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"}, "description": "raw Hydra overrides, \"key=value\""},
+        "spec": {"type": "object", "additionalProperties": False, "properties": {
+            "resources": {"type": "object", "additionalProperties": False, "properties": {
+                "pools": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,15}$"},
+                    "series": {"type": "string", "description": "GPU series of the site file (default: the site's default_series)"},
+                    "nodes": {"type": "integer", "minimum": 1},
+                    "gpus_per_node": {"type": "integer", "minimum": 1}}}},
+                "roles": {"type": "object", "additionalProperties": False, "properties": {
+                    r: {"type": "string"} for r in ("actor", "rollout", "ref", "critic", "teacher", "reward")}}}}}},
+        "slurm": {"type": "object", "additionalProperties": False, "properties": {
+            "account": {"type": ["string", "null"]}, "qos": {"type": ["string", "null"]},
+            "time": {"type": "string", "pattern": "^([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){1,2}$|^[0-9]+$", "description": "wall time, HH:MM:SS or D-HH:MM:SS"},
+            "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
+            "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
+            "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10}}},
+      },
+    }
+    return schema
+
+
+if __name__ == "__main__":
+    json.dump(build(), open("configs/schema/config.schema.json", "w"), indent=2)
