@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from launcher import monitor, runs, slurm
-from launcher.errors import SpecError
+from launcher.errors import SlurmError, SpecError
 
 EXIT_INTERRUPTED = 130
 
@@ -113,9 +113,21 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
         watched = [runs.open_run(root, target)]
     else:
         watched = runs.list_runs(root)[:limit]
+    failures = 0
     try:
         while True:
-            statuses = monitor.poll(watched, runs_dir=root, skip_ended=not target)
+            try:
+                statuses = monitor.poll(watched, runs_dir=root, skip_ended=not target)
+            except SlurmError as exc:
+                # --watch rides out a slurmctld/slurmdbd restart; a single status fails.
+                if not watch:
+                    raise
+                failures += 1
+                click.echo(f"sf: slurm unreachable (try {failures}), retrying in {interval:g} s: {exc}",
+                           err=True)
+                time.sleep(interval)
+                continue
+            failures = 0
             if as_json:
                 click.echo(json.dumps(_status_doc(statuses, root), default=str,
                                       indent=None if watch else 2))
@@ -257,7 +269,12 @@ def logs(run_id, follow, node, role, tail_n, list_only, interval, check_every, s
             read_new(files, first=False)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + check_every
-                if _run_ended(run):
+                try:
+                    ended = _run_ended(run)
+                except SlurmError as exc:  # slurmctld restarting: keep following
+                    click.echo(f"sf: slurm unreachable, still following: {exc}", err=True)
+                    ended = False
+                if ended:
                     time.sleep(min(interval, 0.5))
                     read_new(current_files(), first=False, drain=True)
                     return

@@ -24,7 +24,9 @@ _TOTAL = re.compile(r"Total training steps:\s*(\d+)")
 _TQDM = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
 _TOTAL_OVERRIDE = re.compile(r"^trainer\.total_training_steps=(\d+)$")
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
-TAIL_BYTES = 256 * 1024
+TAIL_BYTES = 128 * 1024
+HEAD_BYTES = 64 * 1024
+MAX_PROGRESS_FILES = 4
 
 # Phase names the job writes (launcher.injob), and how status shows them.
 PHASE_LABELS = {
@@ -128,13 +130,36 @@ def _total_from_plan(run: runs_mod.Run, rec: dict) -> int | None:
     return None
 
 
+def _progress_files(run_dir) -> list[Path]:
+    """The files verl's driver output lands in: driver logs, else the batch output
+    (slurm-*.out), else the newest few."""
+    files = log_files(run_dir)
+    preferred = [f for f in files if "driver" in f.name] or \
+        [f for f in files if f.name.startswith("slurm-")]
+    return (preferred or files)[-MAX_PROGRESS_FILES:]
+
+
+def _head(path: Path, size: int = HEAD_BYTES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def training_progress(run: runs_mod.Run, rec: dict) -> tuple[int | None, int | None]:
+    """(last step, total steps): steps from the tail of the driver output, the total from
+    the record, the output (tail, then head) or `trainer.total_training_steps` in plan.json."""
     step = total = None
-    for path in log_files(run.dir)[-8:]:
+    for path in _progress_files(run.dir):
         s, t = parse_progress(_tail(path))
         if s is not None and (step is None or s > step):
             step = s
         total = t or total
+    total = total or (int(rec["total_steps"]) if rec.get("total_steps") else None)
+    if total is None and step is not None:
+        for path in _progress_files(run.dir):
+            total = parse_progress(_head(path))[1] or total
     return step, total or _total_from_plan(run, rec)
 
 
@@ -199,7 +224,11 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         state = "gone"
     phases = rec.get("phases") or []
     phase = latest_phase(phases)
-    step, total = training_progress(run, rec) if state not in ("created", "submit_failed") else (None, None)
+    wants_progress = state in ("running", "completing") or (
+        state in runs_mod.TERMINAL_STATES and states is not None)
+    step, total = training_progress(run, rec) if wants_progress else (None, None)
+    if state in ("running", "completing", "configuring") and rec.get("state") == "cancelled":
+        state = "cancelling"  # sf cancel was sent; sacct lags a second behind
     return RunStatus(
         id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
         state=state, progress=_progress_line(state, job, phase, step, total, rec),
@@ -244,8 +273,10 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     """Record a state Slurm reported that the record does not have yet."""
     if status.slurm_state is None or status.state == rec.get("state") or status.state in ("unknown",):
         return
-    if rec.get("state") == "cancelled" and status.state in runs_mod.TERMINAL_STATES:
-        return  # sf cancel already recorded it
+    if rec.get("state") == "cancelled":
+        return  # sf cancel recorded it; Slurm's answer may lag behind
+    if status.state == "cancelling":
+        return
     info = {"source": status.source}
     if status.exit_code and status.exit_code != "0:0":
         info["exit_code"] = status.exit_code
@@ -271,7 +302,11 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
     for run, rec in list(records.items()):
         if rec.get("kind") == "sweep":
             root = runs_dir or run.dir.parent
-            members[run] = runs_mod.sweep_members(root, rec["id"])
+            if rec.get("members"):
+                members[run] = [runs_mod.Run(Path(root) / m) for m in rec["members"]
+                                if (Path(root) / m / runs_mod.RECORD).is_file()]
+            else:
+                members[run] = runs_mod.sweep_members(root, rec["id"])
             for member in members[run]:
                 if member not in records:
                     try:
@@ -294,6 +329,11 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
         status = _status_for(run, rec, asked)
         if write_back and asked is not None:
             _write_back(run, rec, status)
+            if status.total_steps and not rec.get("total_steps") and status.state in ("running", "completing"):
+                try:
+                    run.update(total_steps=status.total_steps)
+                except OSError:
+                    pass
         if asked is not None:
             status.warning = states.warning
         return status

@@ -321,3 +321,51 @@ def test_logs_follow_until_job_ends(fake_slurm):
     assert result.exit_code == 0, result.output
     assert "tick 0\ntick 1\ntick 2\ntick 3\ntick 4\nlast words without newline" in result.output
     assert time.monotonic() - started < 10
+
+
+def test_cancelled_record_is_not_overwritten_by_lagging_sacct(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "160")
+    run.add_state("cancelled", by="sf cancel")
+    fake_slurm.set("sacct", _row("160", "RUNNING"))
+    status = monitor.poll([run])[0]
+    assert status.state == "cancelling" and not status.done
+    fake_slurm.set("sacct", _row("160", "CANCELLED by 0"))
+    assert monitor.poll([run])[0].state == "cancelled"
+    assert [h["state"] for h in run.record()["history"]] == ["created", "submitted", "cancelled"]
+
+
+def test_watch_rides_out_an_unreachable_controller(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "170")
+    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
+    fake_slurm.set("squeue", "", "squeue: error: Unable to contact slurm controller\n", 1)
+
+    def recover():
+        time.sleep(0.5)
+        fake_slurm.set("sacct", _row("170", "COMPLETED"))
+
+    threading.Thread(target=recover).start()
+    result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2"])
+    assert result.exit_code == 0, result.output
+    assert "slurm unreachable" in result.output and "completed" in result.output
+    # without --watch the same failure is exit 1
+    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
+    assert CliRunner().invoke(main, ["status", run.id]).exit_code == 1
+
+
+def test_total_steps_found_once_is_kept_in_the_record(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "180")
+    fake_slurm.set("sacct", _row("180", "RUNNING"))
+    log = run.dir / "logs" / "slurm-180.out"
+    log.write_text("Total training steps: 9\n" + "x" * (monitor.TAIL_BYTES + 10) + "\nstep:4 - a:1\n")
+    assert monitor.poll([run])[0].progress == "step 4/9"  # total from the head of the file
+    assert run.record()["total_steps"] == 9
+
+
+def test_sweep_members_listed_in_the_record(fake_slurm):
+    root = fake_slurm.runs_dir
+    p0 = _submitted(root, "hs", "190")
+    sweep = runs.create_run(root, "hs", kind="sweep", members=[p0.id, "hs-gone0"])
+    p0.update(sweep={"id": sweep.id, "index": 0})
+    fake_slurm.set("sacct", _row("190+0", "PENDING", reason="Resources") + _row("190+1", "PENDING"))
+    status = monitor.poll([sweep])[0]
+    assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "pending")]
