@@ -35,6 +35,10 @@ PHASE_LABELS = {
     "ray_head_up": "ray head up",
     "nodes_joined": "ray up",
     "all_nodes_joined": "ray up",
+    "all_joined": "ray up",
+    "bringup": "starting ray",
+    "barrier": "waiting for nodes",
+    "requeue_refused": "requeue refused (bound reached)",
     "ray_up": "ray up",
     "barrier_ok": "ray up",
     "driver_started": "driver started",
@@ -42,6 +46,7 @@ PHASE_LABELS = {
     "checkpoint": "checkpoint saved",
     "requeued": "requeued",
     "preflight_done": "preflight done",
+    "preflight_running": "preflight running",
     "ended": "ended",
     "failed": "failed",
 }
@@ -164,7 +169,14 @@ def training_progress(run: runs_mod.Run, rec: dict) -> tuple[int | None, int | N
 
 
 def latest_phase(phases: list[dict]) -> str | None:
-    return phases[-1]["phase"] if phases else None
+    """The newest job-level phase (per-node events `node_*` are detail, not progress)."""
+    for event in reversed(phases):
+        name = str(event.get("phase", ""))
+        if name and not name.startswith("node_"):
+            if name == "driver_started" and event.get("what") == "preflight":
+                return "preflight_running"
+            return name
+    return None
 
 
 # --- states ----------------------------------------------------------------------------

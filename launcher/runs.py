@@ -149,7 +149,7 @@ class Run:
         rec = self.raw_record()
         phases = read_phases(self.dir)
         rec["phases"] = phases
-        restarts = [int(p.get("restart", 0) or 0) for p in phases]
+        restarts = [_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
         requeued = sum(1 for p in phases if p.get("phase") == "requeued")
         rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts])
         if not rec.get("exit_reason"):
@@ -219,6 +219,13 @@ class Run:
     def set_job_ids(self, ids) -> dict:
         ids = [str(i) for i in ids]
         return self.update(job_ids=ids)
+
+
+def _int(value) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None) -> dict:

@@ -369,3 +369,11 @@ def test_sweep_members_listed_in_the_record(fake_slurm):
     fake_slurm.set("sacct", _row("190+0", "PENDING", reason="Resources") + _row("190+1", "PENDING"))
     status = monitor.poll([sweep])[0]
     assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "pending")]
+
+
+def test_latest_phase_ignores_per_node_events():
+    phases = [{"phase": "allocated"}, {"phase": "node_started", "node": "dev2"}, {"phase": "head_up"},
+              {"phase": "all_joined"}, {"phase": "node_started", "node": "dev3"}]
+    assert monitor.latest_phase(phases) == "all_joined"
+    assert monitor.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
+    assert monitor.latest_phase([{"phase": "node_exit"}]) is None

@@ -239,3 +239,11 @@ def test_reason_file_and_requeued_phases_merge_into_record(tmp_path):
     assert rec["requeue_count"] == 2
     run.update(exit_reason="explicit")
     assert run.record()["exit_reason"] == "explicit"
+
+
+def test_restart_strings_from_the_batch_script_trap(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    runs.record_phase(run.dir, "requeued", restart="1", signal="USR1")  # sf_phase passes strings
+    runs.record_phase(run.dir, "odd", restart="not-a-number")
+    runs.record_phase(run.dir, "requeue_refused", restarts="3", max_requeues="3")
+    assert run.record()["requeue_count"] == 1
