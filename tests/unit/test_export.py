@@ -1,0 +1,202 @@
+"""sf export / sf eval: checkpoint layout checks, rendered jobs, and (with the export test
+venv, tests/unit/fixtures_extra/make_export_venv.sh) a real merge with verl's own model
+merger of a tiny checkpoint made here, run with --local."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher import runs
+from launcher.cli import main
+from launcher.export import LayoutError, find_actor_dir
+
+FIXTURES = Path(__file__).parent / "fixtures_extra"
+EXPORT_VENV = Path(os.environ.get("SF_EXPORT_TEST_VENV", "/var/lib/sfdev/export-test-venv"))
+
+
+def fsdp_layout(root: Path, step: int = 5, world: int = 2, tracker: bool = True) -> Path:
+    actor = root / f"global_step_{step}" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "huggingface" / "config.json").write_text("{}")
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 1, "world_size": world}))
+    for rank in range(world):
+        (actor / f"model_world_size_{world}_rank_{rank}.pt").write_bytes(b"x")
+    if tracker:
+        (root / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
+    return actor
+
+
+def test_layout_accepts_three_forms(tmp_path):
+    actor = fsdp_layout(tmp_path / "ckpt")
+    for path in (tmp_path / "ckpt", actor.parent, actor):
+        ck = find_actor_dir(path, "verl-fsdp")
+        assert ck.actor_dir == str(actor) and ck.step == 5 and ck.backend == "fsdp"
+    assert find_actor_dir(tmp_path / "ckpt").fmt == "verl-fsdp"  # detected
+
+
+def test_layout_megatron(tmp_path):
+    actor = tmp_path / "global_step_7" / "actor"
+    (actor / "model" / "dist_ckpt").mkdir(parents=True)
+    (actor / "model" / "huggingface").mkdir()
+    (actor / "model" / "huggingface" / "config.json").write_text("{}")
+    ck = find_actor_dir(tmp_path / "global_step_7", "verl-megatron")
+    assert ck.backend == "megatron" and ck.step == 7
+    with pytest.raises(LayoutError, match="use --checkpoint-format verl-megatron"):
+        find_actor_dir(actor, "verl-fsdp")
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("no-tracker", "no latest_checkpointed_iteration.txt .*global_step_5"),
+    ("bad-tracker-step", "says step 9 but global_step_9/ is missing"),
+    ("missing-shard", "missing model_world_size_2_rank_1.pt"),
+    ("missing-hf", "missing huggingface/config.json"),
+    ("no-actor", "has no actor/"),
+    ("empty", "no global_step_N/ and no actor files"),
+    ("absent", "does not exist"),
+])
+def test_layout_errors_say_what_is_missing(tmp_path, breakage, message):
+    root = tmp_path / "ckpt"
+    if breakage != "absent":
+        root.mkdir()
+    if breakage not in ("empty", "absent"):
+        actor = fsdp_layout(root, tracker=breakage != "no-tracker")
+        if breakage == "bad-tracker-step":
+            (root / "latest_checkpointed_iteration.txt").write_text("9")
+        elif breakage == "missing-shard":
+            (actor / "model_world_size_2_rank_1.pt").unlink()
+        elif breakage == "missing-hf":
+            (actor / "huggingface" / "config.json").unlink()
+        elif breakage == "no-actor":
+            for p in sorted(actor.rglob("*"), reverse=True):
+                p.unlink() if p.is_file() else p.rmdir()
+            actor.rmdir()
+    with pytest.raises(LayoutError, match=message):
+        find_actor_dir(root, "verl-fsdp")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """Runs dir + a runtime registry; the dev site file for partitions."""
+    registry = tmp_path / "runtimes.yaml"
+    venv = EXPORT_VENV if (EXPORT_VENV / "bin" / "python").exists() else tmp_path / "rt"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {venv}}}\n')
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(registry))
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SF_SITE", str(Path(__file__).resolve().parents[2] / "site" / "dev.yaml"))
+    monkeypatch.delenv("FORGE_IMAGE_VERL", raising=False)
+    return {"root": tmp_path / "runs", "venv": venv, "tmp": tmp_path}
+
+
+def test_export_bad_checkpoint_is_one_line_exit_2(env):
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"]),
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run"])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sf: error: --checkpoint:") and "a valid --checkpoint is" in lines[0]
+
+
+def test_export_render(env):
+    actor = fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run", "--target", str(env["tmp"] / "hf")])
+    assert res.exit_code == 0, res.output
+    script = res.output
+    assert script.startswith("#!/bin/bash\n")
+    assert "#SBATCH --partition=train\n" in script and "#SBATCH --nodes=1\n" in script
+    assert "--gres" not in script  # FSDP merge needs no GPU
+    assert f"source {env['venv']}/bin/activate" in script
+    merge = (f"{env['venv']}/bin/python -m verl.model_merger merge --backend fsdp "
+             f"--local_dir {actor} --target_dir {env['tmp'] / 'hf'}")
+    assert merge in script.splitlines()
+    assert "record_phase" in script and "export_started" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert not env["root"].exists() or not any(env["root"].iterdir())  # dry run records nothing
+
+
+def test_export_render_megatron_asks_a_gpu(env):
+    actor = env["tmp"] / "global_step_2" / "actor"
+    (actor / "model" / "dist_ckpt").mkdir(parents=True)
+    (actor / "model" / "huggingface").mkdir()
+    (actor / "model" / "huggingface" / "config.json").write_text("{}")
+    res = CliRunner().invoke(main, ["export", "x", "--checkpoint", str(actor), "--checkpoint-format",
+                                    "verl-megatron", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "#SBATCH --gres=gpu:1\n" in res.output and "--backend megatron" in res.output
+    assert "/x-XXXXX/exports/global_step_2" in res.output
+
+
+def _sft_run(root: Path, val: Path) -> runs.Run:
+    run = runs.create_run(root, "my-sft")
+    run.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1",
+                                 "overrides": [f"data.val_files={val}", "data.messages_key=messages"]})
+    return run
+
+
+def test_eval_render(env):
+    val = env["tmp"] / "val.jsonl"
+    val.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}) + "\n")
+    run = _sft_run(env["root"], val)
+    fsdp_layout(run.checkpoints_dir, step=3, world=1)
+    res = CliRunner().invoke(main, ["eval", "my-sft", "--run-id", run.id, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    script = res.output
+    assert "#SBATCH --gres=gpu:1\n" in script
+    assert f"--local_dir {run.checkpoints_dir}/global_step_3/actor" in script
+    assert f"--data {val}" in script and "--messages-key messages" in script and " evaluate " in script
+    assert f"{run.dir}/evals/eval-" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    # an RL run is refused
+    rl = runs.create_run(env["root"], "my-grpo")
+    rl.write_json("plan.json", {"method": "grpo", "overrides": []})
+    res = CliRunner().invoke(main, ["eval", rl.id, "--validation-data", str(val), "--dry-run"])
+    assert res.exit_code == 2 and "sf eval is for SFT runs" in res.output
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    if not (EXPORT_VENV / "bin" / "python").exists():
+        pytest.skip(f"no export test venv at {EXPORT_VENV}: run {FIXTURES}/make_export_venv.sh")
+    out = tmp_path_factory.mktemp("tiny") / "ckpt"
+    subprocess.run([str(EXPORT_VENV / "bin" / "python"), str(FIXTURES / "make_checkpoint.py"), str(out), "2"],
+                   check=True, capture_output=True)
+    return out
+
+
+def test_export_and_eval_local_for_real(env, tiny_checkpoint):
+    """verl's merger on a tiny Qwen2 FSDP checkpoint, loaded back with transformers; then
+    sf eval on the merged model attaches samples to an SFT run."""
+    res = CliRunner().invoke(main, ["export", "tiny", "--checkpoint", str(tiny_checkpoint),
+                                    "--checkpoint-format", "verl-fsdp", "--local"])
+    assert res.exit_code == 0, res.output
+    run = runs.list_runs(env["root"])[0]
+    rec = run.record()
+    [exp] = rec["exports"]
+    assert exp["state"] == "completed" and exp["target"] == f"{run.dir}/exports/global_step_2"
+    assert {p["phase"] for p in rec["phases"]} >= {"export_started", "export_ended"}
+    check = subprocess.run([str(EXPORT_VENV / "bin" / "python"), str(FIXTURES / "check_merged.py"),
+                            exp["target"], str(tiny_checkpoint / "reference.pt")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert "ok 27 tensors Qwen2ForCausalLM" in check.stdout
+
+    val = env["tmp"] / "val.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "what is one plus two ?"},
+                          {"role": "assistant", "content": "three"}]},
+            {"messages": [{"role": "user", "content": "what is two plus two ?"},
+                          {"role": "assistant", "content": "the answer is four"}]}]
+    val.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sft = _sft_run(env["root"], val)
+    res = CliRunner().invoke(main, ["eval", sft.id, "--model", exp["target"], "--max-new-tokens", "4", "--local"])
+    assert res.exit_code == 0, res.output
+    [ev] = sft.record()["evals"]
+    assert ev["state"] == "completed"
+    samples = [json.loads(l) for l in Path(ev["samples"]).read_text().splitlines()]
+    assert [s["reference"] for s in samples] == ["three", "the answer is four"]
+    assert all(s["tokens"] > 0 and s["nll"] > 0 for s in samples)
+    summary = json.loads(Path(ev["summary"]).read_text())
+    assert summary["samples"] == 2 and summary["val_loss"] > 0
