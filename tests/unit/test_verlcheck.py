@@ -1,0 +1,101 @@
+"""verlcheck: compiled overrides composed against the installed verl's Hydra config."""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import pytest
+
+from launcher import verlcheck
+from launcher.verlcheck import check_overrides, closest_key
+
+needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
+
+BASE = ["algorithm.adv_estimator=grpo", "data.train_files=/x/train.parquet", "actor_rollout_ref.model.path=m",
+        "actor_rollout_ref.rollout.name=vllm", "trainer.nnodes=1", "trainer.n_gpus_per_node=8"]
+
+
+@needs_verl
+def test_good_list_composes():
+    assert check_overrides("ppo_trainer", BASE) == []
+
+
+@needs_verl
+@pytest.mark.parametrize("bad,closest", [
+    ("actor_rollout_ref.rollout.nn=5", "actor_rollout_ref.rollout.n"),
+    ("actor_rollout_ref.actor.loss_mode=gspo", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+    ("trainer.n_gpu_per_node=8", "trainer.n_gpus_per_node"),
+    ("algorithm.rollout_correction.rollout_is_threshold_lower=0.5", "algorithm.rollout_correction.rollout_is_threshold"),
+])
+def test_wrong_key_names_closest(bad, closest):
+    errors = check_overrides("ppo_trainer", BASE + [bad])
+    assert len(errors) == 1
+    assert errors[0].field == bad.split("=")[0]
+    assert f"closest real key: {closest}" in errors[0].message
+
+
+@needs_verl
+def test_all_wrong_keys_reported():
+    errors = check_overrides("ppo_trainer", BASE + ["trainer.nnodez=1", "data.train_filez=x"])
+    assert {e.field for e in errors} == {"trainer.nnodez", "data.train_filez"}
+
+
+@needs_verl
+def test_reward_kwargs_needs_plus():
+    errors = check_overrides("ppo_trainer", BASE + ["reward.reward_kwargs.max_resp_len=10"])
+    assert errors and "reward.reward_kwargs.max_resp_len" in errors[0].field
+    assert check_overrides("ppo_trainer", BASE + ["+reward.reward_kwargs.max_resp_len=10"]) == []
+
+
+@needs_verl
+def test_missing_rollout_name_reported():
+    errors = check_overrides("ppo_trainer", [o for o in BASE if "rollout.name" not in o])
+    assert [e.field for e in errors] == ["actor_rollout_ref.rollout.name"]
+    # The reward model's rollout.name matters only with a reward model.
+    errors = check_overrides("ppo_trainer", BASE + ["reward.reward_model.enable=True"])
+    assert [e.field for e in errors] == ["reward.reward_model.rollout.name"]
+
+
+@needs_verl
+def test_sft_config():
+    ok = ["model.path=m", "data.train_files=/x", "data.messages_key=messages", "trainer.nnodes=2", "trainer.n_gpus_per_node=8"]
+    assert check_overrides("sft_trainer_engine", ok) == []
+    errors = check_overrides("sft_trainer_engine", ok + ["actor_rollout_ref.model.path=m"])
+    assert errors and errors[0].field == "actor_rollout_ref.model.path"
+
+
+@needs_verl
+def test_group_override_is_a_key():
+    assert check_overrides("ppo_trainer", BASE + ["model_engine=megatron"]) == []
+
+
+@needs_verl
+def test_closest_key_helper():
+    assert closest_key("trainer.total_epoch", "ppo_trainer") == "trainer.total_epochs"
+
+
+@needs_verl
+def test_fast_enough():
+    check_overrides("ppo_trainer", BASE)  # warm
+    t = time.monotonic()
+    check_overrides("ppo_trainer", BASE + ["trainer.total_epochs=3"])
+    assert time.monotonic() - t < 1.5
+
+
+def test_not_installed_is_an_error(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(verlcheck.importlib.util, "find_spec", lambda name, *a: None if name == "verl" else real(name, *a))
+    verlcheck.verl_config_dir.cache_clear()
+    try:
+        errors = check_overrides("ppo_trainer", BASE, "0.9.1")
+    finally:
+        verlcheck.verl_config_dir.cache_clear()
+    assert len(errors) == 1
+    assert "pip install 'sf[verl-config]'" in errors[0].message and "--no-deps verl==0.9.1" in errors[0].message
+
+
+def test_hydra_missing_is_an_error(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(verlcheck.importlib.util, "find_spec", lambda name, *a: None if name == "hydra" else real(name, *a))
+    errors = check_overrides("ppo_trainer", BASE, "0.9.1")
+    assert errors and "hydra-core" in errors[0].message
