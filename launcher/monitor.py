@@ -241,16 +241,21 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     step, total = training_progress(run, rec) if wants_progress else (None, None)
     if state in ("running", "completing", "configuring") and rec.get("state") == "cancelled":
         state = "cancelling"  # sf cancel was sent; sacct lags a second behind
+    final = rec.get("final") if states is None and state in runs_mod.TERMINAL_STATES else None
+    if final:  # ended before: the record holds what Slurm said then
+        step, total = final.get("step"), final.get("total_steps")
+    reason = job.reason if job is not None and job.reason not in ("", "None") else None
     return RunStatus(
         id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
         state=state, progress=_progress_line(state, job, phase, step, total, rec),
-        job_ids=job_ids, slurm_state=job.state if job is not None else None,
-        reason=(job.reason or None) if job is not None else None,
-        nodes=job.nodelist if job is not None else "", elapsed=job.elapsed if job is not None else "",
-        exit_code=job.exit_code if job is not None else "",
+        job_ids=job_ids, slurm_state=job.state if job is not None else (final or {}).get("slurm_state"),
+        reason=reason,
+        nodes=job.nodelist if job is not None else (final or {}).get("nodes", ""),
+        elapsed=job.elapsed if job is not None else (final or {}).get("elapsed", ""),
+        exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
         phase=phase, step=step, total_steps=total, requeue_count=int(rec.get("requeue_count") or 0),
         exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
-        jobs=jobs, done=state in runs_mod.TERMINAL_STATES or state in ("created", "gone"),
+        jobs=jobs, done=state in runs_mod.TERMINAL_STATES or state == "gone" or not job_ids,
         source=states.source if states is not None else None,
     )
 
@@ -269,8 +274,11 @@ def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunS
         by_index = {int(slurm.split_job_id(s.job_id)[1]): s for s in seen}
         for index in range(npoints or (max(by_index) + 1 if by_index else 0)):
             s = by_index.get(index)
+            array = states.get(array_id)
+            # a task between its pending range row and its own row (sacct lag) is pending
+            unseen = "pending" if array is not None and not array.done else "unknown"
             points.append({"index": index, "job_id": f"{array_id}_{index}",
-                           "state": s.state.lower() if s else "unknown",
+                           "state": s.state.lower() if s else unseen,
                            "elapsed": s.elapsed if s else "", "nodes": s.nodelist if s else "",
                            "exit_code": s.exit_code if s else ""})
     for member in members:
@@ -282,18 +290,37 @@ def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunS
 
 
 def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
-    """Record a state Slurm reported that the record does not have yet."""
-    if status.slurm_state is None or status.state == rec.get("state") or status.state in ("unknown",):
+    """Record what Slurm reported that the record does not have yet: a new state (with
+    history), and once the job has ended its final facts (`final`: Slurm state, nodes,
+    elapsed, exit code, last training step), so later views need not ask Slurm."""
+    if status.slurm_state is None:
         return
-    if rec.get("state") == "cancelled":
-        return  # sf cancel recorded it; Slurm's answer may lag behind
-    if status.state == "cancelling":
+    new_state = None
+    if status.state not in ("unknown", "cancelling") and status.state != rec.get("state") \
+            and rec.get("state") != "cancelled":  # sf cancel recorded it; sacct may lag
+        new_state = status.state
+    ended = status.state in runs_mod.TERMINAL_STATES
+    final = None
+    if ended and not rec.get("final"):
+        final = {"slurm_state": status.slurm_state, "nodes": status.nodes, "elapsed": status.elapsed,
+                 "exit_code": status.exit_code, "step": status.step, "total_steps": status.total_steps}
+    if new_state is None and final is None and not (rec.get("final") and not ended):
         return
-    info = {"source": status.source}
+    entry = {"state": new_state, "time": runs_mod.utc_now(), "source": status.source}
     if status.exit_code and status.exit_code != "0:0":
-        info["exit_code"] = status.exit_code
+        entry["exit_code"] = status.exit_code
+
+    def apply(r):
+        if new_state is not None:
+            r["state"] = new_state
+            r.setdefault("history", []).append(entry)
+        if final is not None:
+            r["final"] = final
+        elif not ended:
+            r.pop("final", None)  # requeued after it looked ended
+
     try:
-        run.add_state(status.state, **info)
+        run.mutate(apply)
     except OSError:
         pass  # someone else's read-only runs dir: status still shows the truth
 

@@ -350,7 +350,8 @@ def _aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
         start=min(starts) if starts else first.start,
         end=max(ends) if (ends and all_ended) else ("Unknown" if not all_ended else first.end),
         elapsed=max((p.elapsed for p in parts), key=_elapsed_s, default=""),
-        nodelist=",".join(p.nodelist for p in parts if p.nodelist and p.nodelist != "None assigned"),
+        nodelist=",".join(dict.fromkeys(p.nodelist for p in parts
+                                        if p.nodelist and p.nodelist != "None assigned")),
         reason=next((p.reason for p in parts if p.reason and p.reason != "None"), first.reason),
         submit=first.submit, timelimit=first.timelimit, kind=kind,
         parts=[p.job_id for p in parts],

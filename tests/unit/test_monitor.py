@@ -377,3 +377,22 @@ def test_latest_phase_ignores_per_node_events():
     assert monitor.latest_phase(phases) == "all_joined"
     assert monitor.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
     assert monitor.latest_phase([{"phase": "node_exit"}]) is None
+
+
+def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "200")
+    (run.dir / "logs" / "slurm-200.out").write_text("Total training steps: 5\nstep:3 - a:1\n")
+    fake_slurm.set("sacct", _row("200", "TIMEOUT", nodes="dev[1-2]", elapsed="00:10:00"))
+    assert monitor.poll([run])[0].progress == "timeout at step 3/5"
+    final = run.record()["final"]
+    assert final["slurm_state"] == "TIMEOUT" and final["nodes"] == "dev[1-2]" and final["step"] == 3
+    # the overview does not ask Slurm about it again, and still shows the facts
+    calls = len(fake_slurm.calls())
+    status = monitor.poll([run], skip_ended=True)[0]
+    assert len(fake_slurm.calls()) == calls
+    assert (status.state, status.progress, status.nodes, status.elapsed) == \
+        ("timeout", "timeout at step 3/5", "dev[1-2]", "00:10:00")
+    # requeued after all: final facts are dropped
+    fake_slurm.set("sacct", _row("200", "PENDING", reason="BeginTime"))
+    assert monitor.poll([run])[0].state == "pending"
+    assert "final" not in run.record() and run.record()["state"] == "pending"
