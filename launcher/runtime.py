@@ -34,7 +34,7 @@ import yaml
 from launcher.errors import SpecError
 
 KINDS = ("venv", "module", "pyxis", "apptainer")
-_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:@+=,%-]+$")
+_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:@+=,%#-]+$")  # enroot refs use #
 
 
 @dataclass(frozen=True)

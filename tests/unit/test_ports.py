@@ -1,0 +1,117 @@
+"""Port blocks per (job, node slot), temp dir length, node addresses, resource names."""
+from __future__ import annotations
+
+import pytest
+
+from launcher.injob import address, ports, topology
+
+
+def test_blocks_never_overlap_for_two_jobs_and_slots():
+    rng = (20000, 59999)
+    for a, b in [(62, 63), (100, 101), (1, 2), (123456, 123457), (7, 7 + ports.n_blocks(rng) - 1)]:
+        seen = {}
+        for job in (a, b):
+            for slot in range(ports.SLOTS_PER_JOB):
+                for port in ports.node_ports(job, slot, rng).all_ports():
+                    assert rng[0] <= port <= rng[1]
+                    assert port not in seen, f"port {port} of job {job} slot {slot} also in {seen[port]}"
+                    seen[port] = (job, slot)
+
+
+def test_layout_inside_slot():
+    p = ports.node_ports(5, 1, (20000, 59999))
+    fixed = [p.gcs, p.node_manager, p.object_manager, p.dashboard_agent_grpc, p.dashboard_agent_listen,
+             p.metrics_export, p.runtime_env_agent, p.client_server, p.dashboard, p.rdzv]
+    assert len(set(fixed)) == len(fixed)
+    assert max(fixed) < p.min_worker < p.max_worker
+    assert p.max_worker - p.min_worker + 1 == ports.SLOT_SIZE - ports.N_FIXED
+    assert ports.head_ports(5, (20000, 59999)) == ports.node_ports(5, 0, (20000, 59999))
+
+
+def test_same_job_is_deterministic_and_range_too_small():
+    assert ports.node_ports(99, 3, (30000, 40000)) == ports.node_ports(99, 3, (30000, 40000))
+    with pytest.raises(ValueError, match="widen"):
+        ports.node_ports(1, 0, (30000, 30100))
+
+
+def test_temp_dir_short_and_checked():
+    path = ports.temp_dir("/tmp", 123456789, "dev12")
+    assert path == "/tmp/sf123456789_dev12"
+    assert len(path) + ports.RAY_SOCKET_SUFFIX <= ports.UNIX_PATH_MAX
+    assert ports.temp_dir("/tmp", 1, "node/with weird") == "/tmp/sf1_node_with_weird"
+    with pytest.raises(ValueError, match="107"):
+        ports.temp_dir("/scratch/" + "x" * 60, 1, "dev1")
+
+
+def test_loopback_address_by_node_name():
+    assert address.node_address("dev1", "loopback", "127.0.0") == "127.0.0.11"
+    assert address.node_address("dev8", "loopback", "127.0.0") == "127.0.0.18"
+    with pytest.raises(ValueError):
+        address.node_address("login", "loopback")
+    with pytest.raises(ValueError):
+        address.node_address("dev1", "carrier-pigeon")
+    with pytest.raises(ValueError):
+        address.node_address("dev1", "interface", interface=None)
+
+
+def test_resource_names_never_contain_group():
+    assert topology.pool_resource("train") == "sf_pool_train"
+    assert "_group_" not in topology.pool_resource("my_group_1")
+    assert "_group_" not in topology.node_resource("rack-group-3")
+    assert topology.node_resource("dev1") == "sf_node_dev1"
+
+
+def test_gpus_and_cpus_from_slurm_env():
+    assert topology.gpus_given({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) == 4
+    assert topology.gpus_given({"SLURM_STEP_GPUS": "2,3"}) == 2
+    assert topology.gpus_given({"SLURM_GPUS_ON_NODE": "8"}) == 8
+    assert topology.gpus_given({}) == 0
+    assert topology.cpus_given({"SLURM_CPUS_ON_NODE": "16"}) == 16
+    assert topology.cpus_given({"SLURM_JOB_CPUS_PER_NODE": "4(x2)"}) == 4
+
+
+def test_pool_arg_roundtrip():
+    pool = topology.parse_pool_arg("teach:1:4:1:teacher")
+    assert (pool.name, pool.nodes, pool.gpus_per_node, pool.het_group, pool.roles) == ("teach", 1, 4, 1, ["teacher"])
+
+
+def test_placement_pins_verl_pools_to_slurm_pools():
+    from launcher.injob import placement
+
+    pools = [{"name": "train", "het_group": 0, "roles": ["actor"], "resource": "sf_pool_train", "nodes": 2, "gpus_per_node": 4},
+             {"name": "teach", "het_group": 1, "roles": ["teacher"], "resource": "sf_pool_teach", "nodes": 1, "gpus_per_node": 4}]
+    assert placement.slurm_pool_for("global_pool", pools)["name"] == "train"
+    assert placement.slurm_pool_for("teacher_pool", pools)["name"] == "teach"
+    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools)["name"] == "teach"
+    assert placement.slurm_pool_for("reward_pool", pools)["name"] == "train"  # no reward pool: train nodes
+    scheme = placement.pool_bundles(pools[1])
+    assert scheme == [[{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 4]
+    assert placement.fitting_cpus(pools[0], 4)[0] == 1.0 and placement.fitting_cpus(pools[0], 64) == (3, None)
+
+
+def test_verl_main_patch_tags_bundles(monkeypatch):
+    """The patch wraps verl's module-level placement_group as verl calls it (fake module)."""
+    import json
+    import types
+
+    from launcher.injob import verl_main
+
+    calls = []
+
+    class RayResourcePool:
+        def __init__(self, name_prefix):
+            self.name_prefix = name_prefix
+
+        def get_placement_groups(self, strategy="STRICT_PACK"):
+            return mod.placement_group(bundles=[{"CPU": 3, "GPU": 1}] * 2, strategy=strategy, name=self.name_prefix + "x")
+
+    mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
+                                placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
+    monkeypatch.setenv(verl_main.POOLS_ENV, json.dumps([
+        {"name": "train", "het_group": 0, "roles": [], "resource": "sf_pool_train"},
+        {"name": "teach", "het_group": 1, "roles": ["teacher"], "resource": "sf_pool_teach"}]))
+    verl_main.patch_base(mod)
+    RayResourcePool("teacher_pool").get_placement_groups()
+    RayResourcePool("global_pool").get_placement_groups()
+    assert calls[0] == [{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 2
+    assert calls[1] == [{"CPU": 3, "GPU": 1, "sf_pool_train": 1}] * 2

@@ -1,0 +1,130 @@
+"""render_script: plain and heterogeneous jobs, directives, standalone script."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from launcher.errors import SpecError
+from launcher.plan import Plan, Pool, SlurmOptions
+from launcher.render import overrides_text, quote, render_script
+from launcher.runtime import Runtime
+from launcher.site import load_site
+
+from launcher import paths
+
+SITE = load_site(str(paths.site_dir() / "dev.yaml"))
+VENV = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt/verl-0.9.1",
+               python="/opt/rt/verl-0.9.1/bin/python")
+
+
+def make_plan(**kw) -> Plan:
+    base = dict(experiment="grpo", method="grpo", framework="verl", framework_version="0.9.1",
+                config_name="ppo_trainer", launcher="ray", entry=("python3", "-m", "verl.trainer.main_ppo"),
+                overrides=("algorithm.adv_estimator=grpo", "trainer.nnodes=2"),
+                pools=(Pool("train", "fake", 2, 4, 0, ("actor", "rollout")),),
+                run_dir="/runs/grpo-abcde", checkpoint_dir="/runs/grpo-abcde/checkpoints",
+                slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=2))
+    base.update(kw)
+    return Plan(**base)
+
+
+def het_plan(**kw) -> Plan:
+    return make_plan(pools=(Pool("train", "fake", 2, 4, 0, ("actor",)), Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))), **kw)
+
+
+def directives(script: str) -> list[list[str]]:
+    """#SBATCH lines before the first command, split into het components."""
+    comps = [[]]
+    for line in script.splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH"):
+            value = line[len("#SBATCH "):]
+            if value == "hetjob":
+                comps.append([])
+            else:
+                comps[-1].append(value)
+    return comps
+
+
+def test_plain_job_directives():
+    script = render_script(make_plan(), SITE, VENV)
+    (comp,) = directives(script)
+    assert "--job-name=sf-grpo" in comp
+    assert "--partition=train" in comp and "--nodes=2" in comp and "--ntasks-per-node=1" in comp
+    assert "--gres=gpu:4" in comp and "--cpus-per-task=4" in comp and "--mem=4G" in comp
+    assert "--time=00:20:00" in comp
+    assert "--output=/runs/grpo-abcde/logs/slurm-%j.out" in comp
+    assert "--requeue" in comp and "--signal=B:USR1@60" in comp
+    assert "hetjob" not in script.split("set -uo")[0].replace("#SBATCH hetjob", "")
+    assert "SF_MAX_REQUEUES=2" in script and "trap sf_on_usr1 USR1" in script
+    assert "scontrol requeue" in script
+    assert "source /opt/rt/verl-0.9.1/bin/activate" in script
+    assert "--pool train:2:4:0:actor+rollout" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_hetjob_one_component_per_pool():
+    script = render_script(het_plan(), SITE, VENV)
+    comps = directives(script)
+    assert len(comps) == 2
+    assert "--partition=train" in comps[0] and "--nodes=2" in comps[0]
+    assert "--partition=teach" in comps[1] and "--nodes=1" in comps[1] and "--gres=gpu:4" in comps[1]
+    assert not any(d.startswith("--job-name") or d.startswith("--output") for d in comps[1])
+    assert "--pool teach:1:4:1:teacher" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_options_account_qos_exclusive_partition_gpus_per_node():
+    site = replace(SITE, series={**SITE.series, "fake": replace(SITE.series["fake"], gpu_directive="gpus-per-node",
+                                                                constraint="h200&ib")})
+    plan = make_plan(slurm=SlurmOptions(account="proj1", qos="high", partition="all", exclusive=True, requeue=False))
+    (comp,) = directives(render_script(plan, site, VENV))
+    for d in ("--account=proj1", "--qos=high", "--partition=all", "--exclusive", "--gpus-per-node=4",
+              "--constraint=h200&ib", "--no-requeue"):
+        assert d in comp
+    assert not any(d.startswith("--signal") for d in comp)
+
+
+def test_preflight_flag_and_standalone_arrays():
+    script = render_script(make_plan(), SITE, VENV, preflight=True)
+    assert "  --preflight \\" in script
+    out = subprocess.run(["bash", "-c", script.split("sf_phase()")[0].split("set -uo pipefail")[1]
+                          + '\nprintf "%s\\n" "${SF_ENTRY[@]}" "${SF_OVERRIDES[@]}"'],
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    lines = out.stdout.splitlines()
+    assert lines == ["python3", "-m", "verl.trainer.main_ppo", "algorithm.adv_estimator=grpo", "trainer.nnodes=2"]
+
+
+def test_runtime_kinds_in_script():
+    mod = Runtime(framework="verl", version="0.9.1", kind="module", modules=("cuda/12", "verl/0.9.1"))
+    script = render_script(make_plan(), SITE, mod)
+    assert "module load cuda/12 verl/0.9.1" in script
+    pyx = Runtime(framework="verl", version="0.9.1", kind="pyxis", image="/img/verl.sqsh", mounts=("/data:/data",))
+    script = render_script(make_plan(), SITE, pyx)
+    runtime = json.loads(re.search(r"^SF_RUNTIME='(.*)'$", script, re.M).group(1))
+    assert runtime["kind"] == "pyxis" and runtime["image"] == "/img/verl.sqsh"
+    assert Runtime.from_dict(runtime).srun_flags() == ["--container-image=/img/verl.sqsh", "--container-mounts=/data:/data"]
+    app = Runtime(framework="verl", version="0.9.1", kind="apptainer", image="/img/v.sif", mounts=("/data",))
+    assert app.wrap(["python3", "-V"]) == ["apptainer", "exec", "--nv", "--bind", "/data", "/img/v.sif", "python3", "-V"]
+
+
+def test_unknown_series_and_bad_groups():
+    with pytest.raises(SpecError, match="series"):
+        render_script(make_plan(pools=(Pool("train", "h100", 1, 8, 0),)), SITE, VENV)
+    with pytest.raises(SpecError, match="het groups"):
+        render_script(make_plan(pools=(Pool("train", "fake", 1, 4, 1),)), SITE, VENV)
+
+
+def test_overrides_text_one_per_line():
+    assert overrides_text(make_plan(overrides=("a=1", "b=x\ny"))) == "a=1\nb=x\\ny\n"
+
+
+def test_quote_control_characters():
+    assert "\n" not in quote("a\nb")
+    out = subprocess.run(["bash", "-c", f"printf %s {quote(chr(10).join(['x', '#SBATCH --y']))}"], capture_output=True, text=True)
+    assert out.stdout == "x\n#SBATCH --y"
