@@ -184,9 +184,23 @@ def _emit(text: str, prefix: str | None) -> None:
     sys.stdout.flush()
 
 
-def _run_ended(run: runs.Run) -> bool:
+def select_task(files: list[Path], array_id: str | None, task: int) -> list[Path]:
+    """Logs of one array task: `<array id>_<task>` in the name (slurm-%A_%a.out), or a
+    folder named `<task>`, `task-<task>` or `point-<task>`."""
+    out = []
+    for f in files:
+        tokens = _tokens(f.name)
+        in_name = array_id is not None and any(
+            tokens[i] == array_id and tokens[i + 1] == str(task) for i in range(len(tokens) - 1))
+        in_dir = f.parent.name in (str(task), f"task-{task}", f"point-{task}")
+        if in_name or in_dir:
+            out.append(f)
+    return out
+
+
+def _run_ended(run: runs.Run, only: str | None = None) -> bool:
     rec = run.record()
-    ids = [str(j) for j in rec.get("job_ids") or []]
+    ids = [only] if only else [str(j) for j in rec.get("job_ids") or []]
     if not ids:
         return rec.get("state") in runs.TERMINAL_STATES
     states = slurm.job_states(ids)
@@ -201,18 +215,34 @@ def _run_ended(run: runs.Run) -> bool:
 @click.option("--role", default=None, metavar="ROLE", help="Logs of one role: driver, head, worker, teacher, ...")
 @click.option("--tail", "tail_n", default=None, type=click.IntRange(min=0), metavar="N",
               help="Start with the last N lines (default: all; 50 with -f).")
+@click.option("--task", type=click.IntRange(min=0), default=None, metavar="I",
+              help="For a sweep: the logs of point I.")
 @click.option("--list", "list_only", is_flag=True, help="List the log files and exit.")
 @click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
               help="Seconds between reads with -f.")
 @click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between job-state checks with -f (one sacct call each).")
 @_common
-def logs(run_id, follow, node, role, tail_n, list_only, interval, check_every, site_path, runs_dir):
+def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_every, site_path, runs_dir):
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     root = _runs_dir(site_path, runs_dir)
     run = runs.open_run(root, run_id)
+    rec = run.record()
+    array_id, only = None, None
+    if task is not None:
+        if rec.get("kind") != "sweep":
+            raise SpecError("--task", f"{run.id} is a run, not a sweep; drop --task")
+        members = [m for m in runs.sweep_members(root, run.id)
+                   if (m.record().get("sweep") or {}).get("index") == task]
+        if members:  # a sweep of separate runs (hetjobs): follow that point's run
+            run, rec = members[0], members[0].record()
+        elif rec.get("job_ids"):
+            array_id = str(rec["job_ids"][0])
+            only = f"{array_id}_{task}"
+        else:
+            raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
     if list_only:
         files = monitor.log_files(run.dir)
         click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
@@ -223,7 +253,10 @@ def logs(run_id, follow, node, role, tail_n, list_only, interval, check_every, s
     offsets: dict[Path, int] = {}
 
     def current_files():
-        chosen = select_logs(monitor.log_files(run.dir), node, role)
+        found = monitor.log_files(run.dir)
+        if only:
+            found = select_task(found, array_id, task)
+        chosen = select_logs(found, node, role) if not only or node or role else found
         return sorted(chosen, key=lambda p: p.name)
 
     def read_new(files, first: bool, drain: bool = False):
@@ -270,7 +303,7 @@ def logs(run_id, follow, node, role, tail_n, list_only, interval, check_every, s
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + check_every
                 try:
-                    ended = _run_ended(run)
+                    ended = _run_ended(run, only)
                 except SlurmError as exc:  # slurmctld restarting: keep following
                     click.echo(f"sf: slurm unreachable, still following: {exc}", err=True)
                     ended = False

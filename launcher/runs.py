@@ -13,6 +13,8 @@ One directory per run under the site's runs_dir, named by a short readable id
         reason           why the job failed, written by the job (plain text)
         preflight.json   the preflight report (--preflight)
         sweep.json       for a sweep: its points (index, overrides) when it has any
+                         (a sweep has the same layout; an array sweep's task logs go to its
+                         logs/ as slurm-<array id>_<task>.out or logs/<task>/...)
         logs/            slurm-%j.out and the per-node/per-role logs of the job
         checkpoints/     verl's trainer.default_local_dir
 
@@ -264,7 +266,7 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
     else:  # pragma: no cover - 100 collisions in 33M suffixes
         raise RuntimeError(f"could not find a free run id under {root}")
     run = Run(root / run_id)
-    for sub in SUBDIRS if kind == "run" else ():
+    for sub in SUBDIRS:
         (run.dir / sub).mkdir()
     rec = _initial_record(run_id, experiment, kind, sweep)
     rec.update(fields)

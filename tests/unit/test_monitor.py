@@ -396,3 +396,22 @@ def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
     fake_slurm.set("sacct", _row("200", "PENDING", reason="BeginTime"))
     assert monitor.poll([run])[0].state == "pending"
     assert "final" not in run.record() and run.record()["state"] == "pending"
+
+
+def test_logs_of_one_sweep_point(fake_slurm):
+    root = fake_slurm.runs_dir
+    sweep = runs.create_run(root, "sw", kind="sweep", points=3)
+    sweep.set_job_ids(["210"])
+    for i in range(3):
+        (sweep.dir / "logs" / f"slurm-210_{i}.out").write_text(f"point {i}\n")
+    runner = CliRunner()
+    assert runner.invoke(main, ["logs", sweep.id, "--task", "1"]).output == "point 1\n"
+    fake_slurm.set("sacct", _row("210_2", "COMPLETED"))
+    result = runner.invoke(main, ["logs", sweep.id, "--task", "2", "-f", "--check-every", "0.5", "--interval", "0.05"])
+    assert result.exit_code == 0 and result.output.endswith("point 2\n")
+    assert fake_slurm.calls("sacct")[-1].endswith("--jobs=210")
+    het = runs.create_run(root, "hs", kind="sweep")
+    member = _submitted(root, "hs", "220", sweep={"id": het.id, "index": 0})
+    (member.dir / "logs" / "slurm-220.out").write_text("member out\n")
+    assert runner.invoke(main, ["logs", het.id, "--task", "0"]).output == "member out\n"
+    assert runner.invoke(main, ["logs", member.id, "--task", "0"]).exit_code == 2
