@@ -92,6 +92,13 @@ def _status_doc(statuses, runs_dir) -> dict:
             "runs": [s.to_dict() for s in statuses]}
 
 
+def _is_point(run: runs.Run) -> bool:
+    try:
+        return bool(run.raw_record().get("sweep"))
+    except (OSError, ValueError):
+        return False
+
+
 @click.command()
 @click.argument("target", required=False, metavar="[RUN|SWEEP]")
 @click.option("--watch", "-w", is_flag=True, help="Redraw until every watched run has ended.")
@@ -111,8 +118,8 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     root = _runs_dir(site_path, runs_dir)
     if target:
         watched = [runs.open_run(root, target)]
-    else:
-        watched = runs.list_runs(root)[:limit]
+    else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
+        watched = [r for r in runs.list_runs(root) if not _is_point(r)][:limit]
     failures = 0
     try:
         while True:
@@ -386,5 +393,5 @@ def list_runs(as_json, limit, site_path, runs_dir):
         click.echo(f"no runs in {root}")
         return
     click.echo(_table(["RUN", "KIND", "STATE", "JOB", "CREATED", "EXPERIMENT"],
-                      [[r["id"], r.get("kind", "run"), r.get("state"), ",".join(r.get("job_ids") or []) or "-",
+                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"), ",".join(r.get("job_ids") or []) or "-",
                         _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))

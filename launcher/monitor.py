@@ -311,10 +311,12 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
         entry["exit_code"] = status.exit_code
 
     def apply(r):
-        if new_state is not None:
+        # decided on a read without the lock: re-check, so two `sf status` at once
+        # record a change once, and never undo a cancel recorded in between
+        if new_state is not None and r.get("state") not in (new_state, "cancelled"):
             r["state"] = new_state
             r.setdefault("history", []).append(entry)
-        if final is not None:
+        if final is not None and not r.get("final"):
             r["final"] = final
         elif not ended:
             r.pop("final", None)  # requeued after it looked ended

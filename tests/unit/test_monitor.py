@@ -415,3 +415,34 @@ def test_logs_of_one_sweep_point(fake_slurm):
     (member.dir / "logs" / "slurm-220.out").write_text("member out\n")
     assert runner.invoke(main, ["logs", het.id, "--task", "0"]).output == "member out\n"
     assert runner.invoke(main, ["logs", member.id, "--task", "0"]).exit_code == 2
+
+
+def test_overview_hides_sweep_points_and_list_marks_them(fake_slurm):
+    root = fake_slurm.runs_dir
+    sweep = runs.create_run(root, "hs", kind="sweep")
+    point = _submitted(root, "hs", "230", sweep={"id": sweep.id, "index": 0})
+    fake_slurm.set("sacct", _row("230", "RUNNING"))
+    result = CliRunner().invoke(main, ["status"])
+    assert sweep.id in result.output and point.id not in result.output
+    listed = CliRunner().invoke(main, ["list"]).output
+    assert any(point.id in l and " point " in l for l in listed.splitlines())
+
+
+def _status_loop(run_dir, n):
+    from launcher import monitor as m, runs as r
+    for _ in range(n):
+        m.poll([r.Run(run_dir)])
+
+
+def test_concurrent_status_commands_record_a_change_once(fake_slurm):
+    import multiprocessing
+    run = _submitted(fake_slurm.runs_dir, "grpo", "240")
+    fake_slurm.set("sacct", _row("240", "RUNNING"))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_status_loop, args=(str(run.dir), 5)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert [h["state"] for h in run.record()["history"]] == ["created", "submitted", "running"]
