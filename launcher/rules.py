@@ -580,6 +580,13 @@ def rule_pools(ctx) -> None:
             ctx.set("distillation.enabled", True, "topology")
             ctx.set("distillation.nnodes", tp.nodes, "topology")
             ctx.set("distillation.n_gpus_per_node", tp.gpus_per_node, "topology")
+            ttp = ctx.get("distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size", 2)
+            size = tp.nodes * tp.gpus_per_node
+            if isinstance(ttp, int) and ttp > 0 and size % ttp:
+                ctx.error(ctx.source_of("distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size",
+                                        "knobs.teacher_tensor_model_parallel_size"),
+                          f"the teacher pool has {size} GPUs, not a multiple of teacher_tensor_model_parallel_size={ttp} "
+                          "(verl refuses it); pick a TP size that divides the pool")
         teacher = (ctx.values.get("teacher") or {}).get("model")
         if not teacher:
             ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in config.yaml")

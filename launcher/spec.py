@@ -314,6 +314,11 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         config["teacher"]["model"] = _model_path(config["teacher"]["model"], exp_dir)
     if (config.get("reward") or {}).get("model"):
         config["reward"]["model"] = _model_path(config["reward"]["model"], exp_dir)
+    if "custom_reward_function" in config:  # the product doc's name for reward.function
+        alias = config.pop("custom_reward_function") or {}
+        if ((config.get("reward") or {}).get("function")):
+            raise SpecError("custom_reward_function", "set either custom_reward_function or reward.function, not both")
+        config.setdefault("reward", {})["function"] = alias
     fn = (config.get("reward") or {}).get("function") or {}
     if fn.get("path"):
         fn["path"] = _abs_files(fn["path"], exp_dir)

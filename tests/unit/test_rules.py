@@ -320,3 +320,7 @@ def test_override_order_is_deterministic():
     assert a == b
     assert a[0].startswith("algorithm.adv_estimator=")
     assert a[-2:] == (f"trainer.default_local_dir={RUN_DIR}/checkpoints", "trainer.resume_mode=auto")
+
+
+def test_distillation_teacher_tp_must_divide_pool():
+    _one(errors_of(base("distillation", knobs={"teacher_tensor_model_parallel_size": 3})), "teacher_tensor_model_parallel_size")

@@ -145,3 +145,10 @@ def test_spec_options_reusable():
     assert r.exit_code == 0, r.output
     assert seen["model"] == "m" and seen["set"] == ["a.b=1", "rollout_n=3"] and seen["profile"] == "fake:4"
     assert seen["train_data"] is None and seen["site"] is None
+
+
+def test_custom_reward_function_alias(root):
+    write_exp(root, "e", {**CONFIG, "custom_reward_function": {"path": "my_reward.py"}})
+    spec = load_spec("e", {}, SITE)
+    assert spec.values["reward"]["function"]["path"] == str(root / "experiments/e/my_reward.py")
+    assert spec.provenance["reward.function.path"] == "config.yaml"

@@ -43,6 +43,8 @@ def build() -> dict:
                 "path": {"type": "string", "minLength": 1, "description": "python file, relative to the experiment dir -> reward.custom_reward_function.path"},
                 "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "description": "function name (default compute_score)"}}},
             "model": {"type": "string", "minLength": 1, "description": "reward model path; on its own pool when roles.reward names one"}}},
+        "custom_reward_function": {"type": "object", "additionalProperties": False, "description": "alias of reward.function (the product doc's name)", "properties": {
+            "path": {"type": "string", "minLength": 1}, "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}},
         "knobs": {"type": "object", "additionalProperties": False, "properties": knobs, "description": "named knobs; each maps to a verl Hydra key"},
         "overrides": {"type": "array", "items": {"type": "string", "pattern": "^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"}, "description": "raw Hydra overrides, \"key=value\""},
         "spec": {"type": "object", "additionalProperties": False, "properties": {
