@@ -1,0 +1,138 @@
+"""Bring-up on the real dev cluster: real sbatch, real Ray inside netns sfdev.
+
+  - a 2-node GRPO preflight passes;
+  - a distillation hetjob (2 train nodes + 1 teacher node) is ONE Ray cluster of 3 nodes,
+    with the teacher's placement on the teach node;
+  - two jobs at once on shared nodes bring up two Ray clusters without a port clash.
+Bring-up seconds (allocated -> all_joined) are printed (pytest -s shows them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SF = str(Path(sys.executable).parent / "sf")
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
+
+
+def sf(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([SF, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, **(env or {})})
+
+
+def phases(run_dir) -> list[dict]:
+    from launcher import runs
+
+    return runs.read_phases(run_dir)
+
+
+def phase(run_dir, name):
+    return next((e for e in phases(run_dir) if e["phase"] == name), None)
+
+
+def job_state(job_id: str) -> str:
+    from launcher import slurm
+
+    try:
+        return slurm.show_job(job_id).get("JobState", "UNKNOWN")
+    except Exception:
+        return "UNKNOWN"
+
+
+def wait_terminal(job_id: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(job_id)
+        if state in TERMINAL:
+            return state
+        time.sleep(1)
+    pytest.fail(f"job {job_id} did not end within {timeout}s")
+
+
+def test_site(tmp_path, **ray) -> str:
+    """A copy of the dev site with a `shared` series: 2 CPUs + 2 GPUs of the teach nodes,
+    so two 2-node jobs must share dev7 and dev8."""
+    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+    data["series"]["shared"] = {"partition": "teach", "gpus_per_node": 4, "gpu_directive": "gres",
+                                "cpus_per_node": 2, "mem_per_node": "1G"}
+    data["ray"].update(ray)
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    return str(path)
+
+
+test_site.__test__ = False
+
+
+def submit_preflight(*args, env=None) -> dict:
+    proc = sf("submit", *args, "--preflight", "--wait", "--json", env=env)
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["rc"], out["stderr"] = proc.returncode, proc.stderr
+    return out
+
+
+def bringup_seconds(run_dir) -> float:
+    return phase(run_dir, "all_joined")["seconds"]
+
+
+def test_grpo_preflight_two_nodes():
+    out = submit_preflight("examples/grpo")
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    report = out["preflight"]
+    assert report["ok"] and report["ray_nodes"] == 2
+    pool = report["pools"]["train"]
+    assert len(pool["joined"]) == 2 and all(j["gpus"] == 4 for j in pool["joined"].values())
+    assert report["overrides"]["ok"] and len(report["paths"]) == 2
+    assert {b["node"] for b in report["placement"]["train"]["bundles"]} == set(pool["joined"])
+    run_dir = Path(json.loads((Path("/var/lib/sfdev/runs") / out["run"] / "record.json").read_text())["id"]).name
+    names = [e["phase"] for e in phases(Path("/var/lib/sfdev/runs") / run_dir)]
+    for p in ("allocated", "head_up", "all_joined", "driver_started", "ended"):
+        assert p in names
+    print(f"\nbring-up 2 nodes: {bringup_seconds(Path('/var/lib/sfdev/runs') / run_dir):.1f}s")
+
+
+def test_distillation_hetjob_one_ray_cluster_teacher_pinned():
+    out = submit_preflight("examples/distill")
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    report = out["preflight"]
+    assert report["ok"] and report["ray_nodes"] == 3
+    train, teach = report["pools"]["train"], report["pools"]["teach"]
+    assert len(train["joined"]) == 2 and len(teach["joined"]) == 1
+    assert train["compiled"]["het_group"] == 0 and teach["compiled"]["het_group"] == 1
+    (teach_node,) = teach["joined"]
+    assert teach_node in ("dev7", "dev8")  # the teach partition
+    teach_bundles = report["placement"]["teach"]["bundles"]
+    assert len(teach_bundles) == 4 and {b["node"] for b in teach_bundles} == {teach_node}
+    assert {b["node"] for b in report["placement"]["train"]["bundles"]} == set(train["joined"])
+    print(f"\nbring-up 3 nodes (hetjob): {bringup_seconds(Path('/var/lib/sfdev/runs') / out['run']):.1f}s")
+
+
+def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
+    site = test_site(tmp_path)
+    procs = [subprocess.Popen([SF, "submit", "examples/grpo", "--site", site, "--profile", "shared:2x2",
+                               "--preflight", "--wait", "--json"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=240)
+        out = json.loads(stdout[stdout.index("{"):])
+        assert proc.returncode == 0, stderr + str(out.get("reason"))
+        outs.append(out)
+    hosts = [set(o["preflight"]["pools"]["train"]["joined"]) for o in outs]
+    assert hosts[0] == hosts[1] == {"dev7", "dev8"}  # the same two nodes, at the same time
+    heads = [phase(Path("/var/lib/sfdev/runs") / o["run"], "all_joined") for o in outs]
+    assert all(heads)
+    ports = [o["preflight"]["head"] for o in outs]
+    assert ports[0] != ports[1]
+    starts = [[e for e in phases(Path("/var/lib/sfdev/runs") / o["run"]) if e["phase"] == "node_started"] for o in outs]
+    temp_dirs = [e["temp_dir"] for s in starts for e in s]
+    assert len(set(temp_dirs)) == 4
