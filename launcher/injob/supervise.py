@@ -253,11 +253,13 @@ class Supervisor:
             env["SF_PREFLIGHT_ENTRY"] = json.dumps(self.args.entry)
             self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
             self.record("driver_started", what="preflight", seconds=self.elapsed())
+            self.phase = "preflight"
             return
         argv = self.driver_argv()
         log("driver: " + " ".join(argv))
         self.local("driver", argv, kind="driver", env=self.cluster_env())
         self.record("driver_started", what=argv[2] if len(argv) > 2 else argv[0], seconds=self.elapsed())
+        self.phase = "driver"
 
     def start_torchrun(self) -> None:
         train = self.pools[0]
@@ -279,6 +281,7 @@ class Supervisor:
                   het_group=0 if self.hetjob else None, nodes=train.nodes, ntasks=train.nodes,
                   ntasks_per_node=1, nodelist=train.hosts, kill_on_bad_exit=True)
         self.record("driver_started", what="torchrun", seconds=self.elapsed())
+        self.phase = "driver"
 
     def fail(self, reason: str, rc: int = 1) -> int:
         log("FAILED: " + reason)

@@ -1,0 +1,90 @@
+"""Faults on the real dev cluster: a Ray worker killed mid-run, a node that never joins.
+
+Both use `sf render` and then edit the standalone script as a user could (pin the nodes,
+replace the verl command by a sleep, set the SF_TEST_SKIP_NODE test hook), then sbatch.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from test_bringup import REPO, SF, job_state, phase, phases, test_site, wait_terminal
+
+RUNS = Path("/var/lib/sfdev/runs")
+
+
+def render_job(tmp_name: str, *, site: str | None = None, nodes: str, entry: str | None = None,
+               extra_env: str = "") -> Path:
+    out = RUNS / f"test-{tmp_name}-{os.getpid()}-{int(time.time())}"
+    args = [SF, "render", "examples/grpo", "-o", str(out)] + (["--site", site] if site else [])
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    script = (out / "job.sbatch").read_text()
+    script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
+    if entry:
+        start = script.index("SF_ENTRY=(\n")
+        end = script.index(")\n", start)
+        script = script[:start] + f"SF_ENTRY=(\n  python3 -c {entry!r}\n" + script[end:]
+    if extra_env:
+        script = script.replace("set -uo pipefail\n", f"set -uo pipefail\n{extra_env}\n", 1)
+    (out / "job.sbatch").write_text(script)
+    return out
+
+
+def sbatch(path: Path) -> str:
+    from launcher import slurm
+
+    return slurm.sbatch(path)
+
+
+def wait_phase(run_dir: Path, name: str, timeout: float = 90, **match):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in phases(run_dir):
+            if event["phase"] == name and all(event.get(k) == v for k, v in match.items()):
+                return event
+        time.sleep(0.5)
+    raise AssertionError(f"no phase {name} {match} in {run_dir} within {timeout}s: {phases(run_dir)}")
+
+
+def test_worker_killed_mid_run_ends_job_within_60s():
+    run_dir = render_job("kill", nodes="dev5,dev6", entry="import time; time.sleep(600)")
+    job = sbatch(run_dir / "job.sbatch")
+    try:
+        wait_phase(run_dir, "driver_started")
+        worker = wait_phase(run_dir, "node_started", node="dev6")
+        assert worker["role"] == "worker"
+        killed_at = time.monotonic()
+        os.kill(worker["pid"], signal.SIGKILL)  # dev6's `ray start --block`
+        state = wait_terminal(job, timeout=75)
+        took = time.monotonic() - killed_at
+        assert took < 60, f"job ended {took:.0f}s after the kill"
+        assert state in ("FAILED", "CANCELLED"), state
+        reason = (run_dir / "reason").read_text()
+        assert "dev6" in reason and "driver" in reason, reason
+        ended = phase(run_dir, "ended")
+        assert ended and ended["rc"] != 0
+        print(f"\nkilled worker dev6: job ended {took:.1f}s later: {reason.strip()}")
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
+            subprocess.run(["scancel", job])
+
+
+def test_node_that_never_joins_fails_the_barrier_naming_it(tmp_path):
+    site = test_site(tmp_path, barrier_timeout_s=15)
+    run_dir = render_job("skip", site=site, nodes="dev3,dev4", extra_env="export SF_TEST_SKIP_NODE=dev4")
+    job = sbatch(run_dir / "job.sbatch")
+    try:
+        state = wait_terminal(job, timeout=90)
+        assert state == "FAILED", state
+        reason = (run_dir / "reason").read_text()
+        assert "dev4" in reason and "never joined" in reason and "dev3" not in reason, reason
+        assert phase(run_dir, "node_skipped")["node"] == "dev4"
+        assert phase(run_dir, "all_joined") is None
+        print(f"\nnode never joined: {reason.strip()}")
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
+            subprocess.run(["scancel", job])
