@@ -100,3 +100,25 @@ def check_temp_dir(path: str) -> None:
             f"Ray temp dir {path} is too long: its unix sockets would need {longest} bytes, over the "
             f"{UNIX_PATH_MAX}-byte limit; set a shorter ray.temp_root in the site file (e.g. /tmp)"
         )
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int] | None:
+    try:
+        lo, hi = (int(x) for x in open(path).read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return None
+
+
+def usable_range(port_range: tuple[int, int], ephemeral: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The site's range minus the kernel's ephemeral range (outgoing connections take
+    ports from it at any time, so a Ray port there can be stolen between check and bind).
+    Keeps the larger side that still holds at least one job block; else the site's range."""
+    lo, hi = int(port_range[0]), int(port_range[1])
+    eph = ephemeral if ephemeral is not None else ephemeral_range()
+    if not eph:
+        return lo, hi
+    below = (lo, min(hi, eph[0] - 1))
+    above = (max(lo, eph[1] + 1), hi)
+    sides = [s for s in (below, above) if s[1] - s[0] + 1 >= JOB_BLOCK]
+    return max(sides, key=lambda s: s[1] - s[0]) if sides else (lo, hi)

@@ -181,6 +181,11 @@ class Supervisor:
         self.record("allocated", pools={p.name: p.hosts for p in self.pools}, nodes=len(self.nodes),
                     leader=self.leader)
         a = self.args
+        usable = ports_mod.usable_range(a.port_range)
+        if usable != tuple(a.port_range):
+            log(f"ports: using {usable[0]}-{usable[1]} of the site's {a.port_range[0]}-{a.port_range[1]} "
+                "(the rest is the kernel's ephemeral range)")
+            a.port_range = usable
         self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
         self.ports = ports_mod.head_ports(self.job_id, a.port_range)
         self.gcs = f"{self.head_addr}:{self.ports.gcs}"

@@ -115,3 +115,9 @@ def test_verl_main_patch_tags_bundles(monkeypatch):
     RayResourcePool("global_pool").get_placement_groups()
     assert calls[0] == [{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 2
     assert calls[1] == [{"CPU": 3, "GPU": 1, "sf_pool_train": 1}] * 2
+
+
+def test_usable_range_avoids_ephemeral_ports():
+    assert ports.usable_range((20000, 59999), (32768, 60999)) == (20000, 32767)
+    assert ports.usable_range((40000, 59999), (32768, 50000)) == (50001, 59999)
+    assert ports.usable_range((40000, 41000), (32768, 60999)) == (40000, 41000)  # nothing else fits
