@@ -85,7 +85,7 @@ def test_hetjob_components_reported_and_aggregated(tmp_path, wait_for):
 #SBATCH -p train -N1
 #SBATCH hetjob
 #SBATCH -p teach -N1
-sleep 4
+sleep 15
 """)
 
     def running_with_both():
@@ -95,7 +95,9 @@ sleep 4
             return status, parts
         return None
 
-    status, parts = wait_for(running_with_both, timeout=90, interval=1,
+    # hetjobs start from the backfill scheduler only, and slurmdbd learns the components
+    # a few seconds after squeue: the job runs 15 s so sacct shows it running.
+    status, parts = wait_for(running_with_both, timeout=120, interval=1,
                              what=f"hetjob {job_id} running with 2 components in sacct")
     assert set(parts) == {f"{job_id}+0", f"{job_id}+1"}
     assert parts[f"{job_id}+0"]["nodelist"] in TRAIN and parts[f"{job_id}+1"]["nodelist"] in TEACH
@@ -193,3 +195,32 @@ sleep 30
         assert len(hosts) == 2 and set(hosts) <= TRAIN
     finally:
         sfslurm.scancel([job_id])
+
+
+def test_squeue_fallback_on_the_real_cluster_says_so(tmp_path, monkeypatch, wait_for):
+    """sacct that answers like a cluster without accounting; the real squeue behind it."""
+    import shutil
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("squeue", "sbatch", "scancel", "scontrol"):
+        (bindir / name).symlink_to(shutil.which(name))
+    (bindir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    (bindir / "sacct").chmod(0o755)
+    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(bindir))
+    root = tmp_path / "runs"
+    run, job_id = _run_with_job(root, "noacct", """#!/bin/bash
+#SBATCH -J sfmon-noacct -t 2 -o @LOGS@/slurm-%j.out
+sleep 20
+""")
+    try:
+        before = dict(sfslurm.CALLS)
+        status = wait_for(lambda: (s := monitor.poll([run], runs_dir=root)[0]).state == "running" and s,
+                          timeout=60, what="running via squeue")
+        assert status.source == "squeue" and "accounting unavailable" in status.warning
+        assert sfslurm.CALLS["squeue"] > before.get("squeue", 0)
+        result = CliRunner().invoke(main, ["status", run.id, "--runs-dir", str(root)])
+        assert result.exit_code == 0 and "accounting unavailable" in result.output
+        assert "from squeue" in result.output
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
