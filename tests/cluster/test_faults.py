@@ -11,6 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import REPO, SF, job_state, phase, phases, test_site, wait_terminal
 
 RUNS = Path("/var/lib/sfdev/runs")
