@@ -74,7 +74,7 @@ def _render_status(statuses: list[monitor.RunStatus], detail: bool) -> str:
                                 p.get("state"), p.get("progress") or "", p.get("elapsed") or "-",
                                 p.get("nodes") or "-"] for p in s.points]))
         parts = [k for k in s.jobs if k not in s.job_ids]
-        if parts:
+        if parts and not s.points:
             out.append("components: " + ", ".join(f"{k} {s.jobs[k]['state'].lower()}" for k in parts))
         if s.reason and s.reason != "None" and not s.done:
             out.append(f"slurm reason: {s.reason}")
