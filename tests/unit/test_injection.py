@@ -17,6 +17,10 @@ from launcher.plan import Pool, SlurmOptions
 from launcher.render import render_script
 from launcher.runtime import Runtime, runtime_from_entry
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, directives, make_plan
 
 PAYLOADS = [
