@@ -79,7 +79,25 @@ def _sbatch_path(path: str, field: str) -> str:
                   "(no spaces, %, # or quotes); choose another runs_dir")
 
 
-def _pool_directives(plan: Plan, pool, site, first: bool) -> list[str]:
+_SWEEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
+
+
+def array_directive(size: int, max_parallel: int | None = None, indices=None) -> str:
+    """`--array=0-(size-1)%K`, or `--array=2,5%K` for some indices (a retry). Pure."""
+    size = _int(size, "sweep.points", 1)
+    if indices is None:
+        spec = f"0-{size - 1}" if size > 1 else "0"
+    else:
+        idx = sorted({_int(i, "sweep.index", 0) for i in indices})
+        if not idx or idx[-1] >= size:
+            raise SpecError("sweep.index", f"array indices {idx} must lie within 0-{size - 1}")
+        spec = ",".join(str(i) for i in idx)
+    if max_parallel:
+        spec += f"%{_int(max_parallel, '--max-parallel', 1)}"
+    return f"--array={spec}"
+
+
+def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = None) -> list[str]:
     if pool.series not in site.series:
         raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "
                         f"known: {', '.join(sorted(site.series)) or 'none'}")
@@ -89,7 +107,12 @@ def _pool_directives(plan: Plan, pool, site, first: bool) -> list[str]:
     if first:
         d.append("--job-name=" + _check(_NAME, f"sf-{plan.experiment}", "experiment",
                                         "use letters, digits and ._- only (at most 97 characters)"))
-        log = _sbatch_path(plan.run_dir, "run_dir") + "/logs/slurm-%j.out"
+        if array:
+            # each task's output moves to its point's run dir once the script knows it
+            log = _sbatch_path(array["sweep_dir"], "sweep_dir") + "/logs/slurm-%A_%a.out"
+            d.append(array_directive(array["size"], array.get("max_parallel")))
+        else:
+            log = _sbatch_path(plan.run_dir, "run_dir") + "/logs/slurm-%j.out"
         d += [f"--output={log}", f"--error={log}"]
         if s.requeue:
             lead = _int(s.signal_lead_s, "slurm.signal_lead_s", 1)
@@ -156,7 +179,7 @@ def _sf_root() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
-def _supervise_args(plan: Plan, site) -> list[str]:
+def _supervise_args(plan: Plan, site, array: dict | None = None) -> list[str]:
     ray = site.ray
     if ray.address_method not in ("loopback", "interface", "hostname"):
         raise SpecError("site.ray.node_address.method", f"{ray.address_method!r} is not loopback, interface or hostname")
@@ -179,6 +202,14 @@ def _supervise_args(plan: Plan, site) -> list[str]:
              "--runtime", '"$SF_RUNTIME"']
     if (site.raw.get("ray") or {}).get("dashboard"):
         args.append("--dashboard")
+    max_requeues = _int(plan.slurm.max_requeues, "slurm.max_requeues", 0)
+    args += ["--max-requeues", str(max_requeues)]
+    if plan.slurm.requeue:
+        # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick)
+        args += ["--requeue-lead", str(_int(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30)]
+    if array:  # run dir, checkpoint dir, paths and overrides of the task's point
+        args += ["--manifest", '"$SF_MANIFEST"', "--task", '"$SF_TASK"']
+        return args
     if plan.checkpoint_dir:
         args += ["--checkpoint-dir", quote(plan.checkpoint_dir)]
     for path in plan.paths_to_check:
@@ -204,7 +235,21 @@ def overrides_text(plan: Plan) -> str:
     return "".join(o.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for o in plan.overrides)
 
 
-def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False) -> str:
+def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False,
+                  array: dict | None = None) -> str:
+    """The batch script. `array` ({"size", "max_parallel", "sweep_dir", "sweep_id"}) makes it
+    a job array over the points of a sweep (launcher.sweep): `plan` is any point's (they
+    differ only in overrides and run dirs, which each task reads from manifest.json)."""
+    if array is not None:
+        if plan.is_hetjob:
+            raise SpecError("sweep", "Slurm has no arrays of heterogeneous jobs: a multi-pool sweep is "
+                            "submitted as one hetjob per point")
+        array = {"size": _int(array.get("size"), "sweep.points", 1),
+                 "max_parallel": array.get("max_parallel"),
+                 "sweep_dir": quote(_sbatch_path(str(array["sweep_dir"]), "sweep_dir")),
+                 "raw_sweep_dir": str(array["sweep_dir"]),
+                 "sweep_id": _check(_SWEEP_ID, array.get("sweep_id", "sweep"), "sweep.id", "a run id")}
+        array_directive(array["size"], array["max_parallel"])  # checked before anything renders
     if not plan.pools:
         raise SpecError("pools", "the plan has no pools")
     groups = sorted(p.het_group for p in plan.pools)
@@ -218,8 +263,9 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
         components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
                            "gpus": pool.gpus_per_node, "series": _check(_NAME, pool.series, "pools.series", "a name"),
-                           "directives": _pool_directives(plan, pool, site, first=index == 0)})
-    supervise = _supervise_args(plan, site)
+                           "directives": _pool_directives(plan, pool, site, first=index == 0,
+                                                          array=array and {**array, "sweep_dir": array["raw_sweep_dir"]})})
+    supervise = _supervise_args(plan, site, array)
     if preflight:
         supervise.append("--preflight")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
@@ -244,6 +290,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         launcher=_check(_NAME, plan.launcher, "launcher", "ray or torchrun"),
         entry=[quote(a) for a in plan.entry],
         overrides=[quote(o) for o in plan.overrides],
+        array=array,
         supervise_args=_pair(supervise),
     )
     return text

@@ -5,6 +5,8 @@
   barrier                  wait for every pool's nodes and GPUs (runtime python)
   preflight                the preflight checks (runtime python)
   phase RUN_DIR NAME [k=v ...]   append a phase to the run's events (the requeue trap)
+  reason RUN_DIR TEXT      write the run's reason file (the requeue trap, at the bound)
+  point MANIFEST TASK      print the run dir of an array sweep's point TASK (the batch script)
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ def main(argv: list[str]) -> int:
         run_dir, name, *pairs = rest
         info = dict(p.split("=", 1) for p in pairs if "=" in p)
         runs.record_phase(run_dir, name, **info)
+        return 0
+    if cmd == "reason":
+        from launcher import runs
+
+        run_dir, text = rest[0], " ".join(rest[1:])
+        runs.Run(run_dir).write_text(runs.REASON, text.rstrip() + "\n")
+        return 0
+    if cmd == "point":
+        from launcher.injob.supervise import load_point
+
+        try:
+            point = load_point(rest[0], int(rest[1]))
+        except (OSError, ValueError, RuntimeError, IndexError) as exc:
+            print(f"sf: no sweep point: {exc}", file=sys.stderr)
+            return 2
+        print(point["run_dir"])
         return 0
     print(f"unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
     return 2

@@ -14,6 +14,24 @@ job as a Popen:
                 (or preflight instead, or torchrun over the train pool for SFT)
   ended         with rc and reason
 
+Requeue (the batch script's USR1 trap does the `scontrol requeue`; see templates/job.sbatch.j2):
+on every start the supervisor records `restarted` (restart=SLURM_RESTART_COUNT) when the
+job is a requeued one, refuses to run a job restarted more than --max-requeues times
+(Slurm itself requeues --requeue jobs, e.g. on a node failure, without any bound), brings
+Ray up again, and exports the wall-time end again to the driver
+(MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, verl's save-before-expiry): the job's
+EndTime, less --requeue-lead seconds (the USR1 lead + 30 s, as the signal can come that
+much early) while the job may still be requeued, so verl's forced save lands before the
+requeue; recorded in the `wall_time` phase. USR1 is ignored here (it is the trap's).
+
+Array sweeps (launcher.sweep): --manifest FILE --task N make this task a point of the
+sweep: its run dir, checkpoint dir, paths to check and overrides come from the manifest.
+
+Test hook: when the job's environment has SF_TEST_DRIVER (a shell command), it runs on the
+head in place of verl (or of the preflight), after the same bring-up and with the same
+environment, as `sh -c "$SF_TEST_DRIVER" sf-test-driver OVERRIDES...`. Only the cluster
+tests set it (tests/cluster/test_requeue.py, test_sweep.py): a harmless, long driver.
+
 Any node srun that ends before the driver does ends the job (within a second or two):
 a `reason` file naming the node(s) and the phase, every step terminated, exit non-zero.
 Stdlib only (it may run with the host's python when the runtime is a container).
@@ -66,6 +84,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default="")
     p.add_argument("--check-path", action="append", default=[])
     p.add_argument("--preflight", action="store_true")
+    p.add_argument("--max-requeues", type=int, default=None,
+                   help="refuse to run a job restarted more often than this")
+    p.add_argument("--requeue-lead", type=int, default=0,
+                   help="seconds before the end the job is requeued (0: never requeued)")
+    p.add_argument("--manifest", default=None, help="sweep manifest (array task: its point)")
+    p.add_argument("--task", type=int, default=None, help="the array task id (with --manifest)")
     p.add_argument("--n-entry", type=int, required=True, help="how many of the trailing args are the entry")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
@@ -74,7 +98,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     lo, _, hi = args.port_range.partition("-")
     args.port_range = (int(lo), int(hi))
     args.runtime = Runtime.from_dict(json.loads(args.runtime))
+    if args.manifest:
+        apply_manifest(args)
     return args
+
+
+def load_point(manifest: str, task: int) -> dict:
+    """The point of an array sweep's manifest (written by launcher.sweep) for array task `task`."""
+    with open(manifest) as handle:
+        data = json.load(handle)
+    for point in data.get("points", ()):
+        if int(point.get("index", -1)) == int(task):
+            return point
+    raise RuntimeError(f"sweep manifest {manifest} has no point {task}")
+
+
+def apply_manifest(args: argparse.Namespace) -> None:
+    if args.task is None:
+        raise SystemExit("--manifest needs --task (SLURM_ARRAY_TASK_ID)")
+    point = load_point(args.manifest, args.task)
+    if os.path.realpath(point["run_dir"]) != os.path.realpath(args.run_dir):
+        raise SystemExit(f"run dir {args.run_dir} is not point {args.task}'s ({point['run_dir']})")
+    args.overrides = [str(o) for o in point["overrides"]]
+    args.checkpoint_dir = point.get("checkpoint_dir") or ""
+    args.check_path = [str(p) for p in point.get("check_paths", ())]
 
 
 def job_end_timestamp(job_id: str) -> float | None:
@@ -86,6 +133,13 @@ def job_end_timestamp(job_id: str) -> float | None:
         return datetime.strptime(end, "%Y-%m-%dT%H:%M:%S").timestamp()
     except Exception:  # Unknown / not parsable / scontrol failed: verl just won't save early
         return None
+
+
+def restart_count() -> int:
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        return 0
 
 
 def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
@@ -189,7 +243,9 @@ class Supervisor:
         self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
         self.ports = ports_mod.head_ports(self.job_id, a.port_range)
         self.gcs = f"{self.head_addr}:{self.ports.gcs}"
+        self.restart = restart_count()
         self.end_ts = job_end_timestamp(self.leader)
+        self.expires_ts = self.expiration()
         self.job = {
             "run_dir": self.run_dir, "job_id": self.job_id, "leader": self.leader,
             "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
@@ -203,6 +259,18 @@ class Supervisor:
         self.env = dict(os.environ)
         self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
         self.env["PYTHONUNBUFFERED"] = "1"
+
+    def may_requeue(self) -> bool:
+        a = self.args
+        return a.requeue_lead > 0 and (a.max_requeues is None or self.restart < a.max_requeues)
+
+    def expiration(self) -> float | None:
+        """What verl is told is the end: the job's end, or the requeue moment before it."""
+        if not self.end_ts:
+            return None
+        if self.may_requeue():
+            return self.end_ts - self.args.requeue_lead
+        return self.end_ts
 
     def cluster_env(self) -> dict:
         train = self.pools[0]
@@ -219,9 +287,16 @@ class Supervisor:
         })
         if self.args.launcher == "ray":
             env["RAY_ADDRESS"] = self.gcs
-        if self.end_ts:
-            env["MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"] = str(int(self.end_ts))
+        if self.expires_ts:
+            env["MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"] = str(int(self.expires_ts))
         return env
+
+    def test_driver(self) -> list[str] | None:
+        """The SF_TEST_DRIVER test hook (see the module docstring), or None."""
+        hook = os.environ.get("SF_TEST_DRIVER", "")
+        if not hook.strip():
+            return None
+        return ["/bin/sh", "-c", hook, "sf-test-driver", *self.args.overrides]
 
     def start_ray(self) -> None:
         py = self.runtime.runtime_python()
@@ -251,6 +326,15 @@ class Supervisor:
         return argv
 
     def start_driver(self) -> None:
+        hook = self.test_driver()
+        if hook is not None:
+            log("driver (SF_TEST_DRIVER test hook): " + " ".join(hook[:3]))
+            popen = subprocess.Popen(hook, env=self.cluster_env(), stdin=subprocess.DEVNULL)
+            self.steps.append({"name": "driver", "popen": popen, "kind": "driver", "pool": None,
+                               "hosts": [self.head_node]})
+            self.record("driver_started", what="SF_TEST_DRIVER", seconds=self.elapsed())
+            self.phase = "driver"
+            return
         if self.args.preflight:
             py = self.runtime.runtime_python()
             env = self.cluster_env()
@@ -315,8 +399,29 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 step["popen"].kill()
 
+    def check_restarts(self) -> int | None:
+        """Record a restart; refuse one past the bound. None to go on, else the exit code."""
+        if self.restart <= 0:
+            return None
+        self.record("restarted", restart=self.restart, max_requeues=self.args.max_requeues)
+        bound = self.args.max_requeues
+        if bound is not None and self.restart > bound:
+            return self.fail(f"restart {self.restart} exceeds max_requeues={bound}: the job was requeued "
+                             f"{self.restart} times; not running it again (see events.jsonl for each restart)",
+                             rc=3)
+        return None
+
+    def record_wall_time(self) -> None:
+        self.record("wall_time", job_end=int(self.end_ts) if self.end_ts else None,
+                    expires=int(self.expires_ts) if self.expires_ts else None,
+                    may_requeue=self.may_requeue())
+
     def run(self) -> int:
         self.setup()
+        refused = self.check_restarts()
+        if refused is not None:
+            return refused
+        self.record_wall_time()
         if self.args.launcher == "torchrun":
             self.start_torchrun()
             return self.watch(barrier=None)
@@ -390,6 +495,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the batch script's requeue trap handles it
     try:
         return sup.run()
     except Exception as exc:  # a bug or a broken allocation: still leave a reason behind

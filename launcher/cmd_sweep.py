@@ -1,0 +1,348 @@
+"""`sf sweep`: a grid of points as one Slurm job array (or throttled hetjobs).
+
+    sf sweep NAME [spec flags] --grid KEY=V1,V2 [--grid ...] [--max-parallel K]
+             [--preflight] [--dry-run] [--json]
+    sf sweep --retry-failed SWEEP [--json]
+
+Every point is compiled (and its overrides checked against verl) before anything is
+written or submitted: one bad point fails the whole sweep with exit 2, naming the point.
+Then a sweep record and one run record per point (launcher.runs), a manifest, and ONE
+sbatch (single pool: `--array=0-(n-1)%K`) or n sbatch calls chained with afterany
+dependencies (multi-pool hetjobs, at most K at once). See launcher.sweep for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import click
+import yaml
+
+from launcher import sweep as sweep_mod
+from launcher.cli_options import spec_flags, spec_options
+from launcher.errors import SlurmError, SpecError, SpecErrors
+
+
+def _compile_points(name: str, flags: dict, points: list[dict]):
+    """(site, [(params, spec, plan)], runtime) with placeholder run dirs; SpecErrors naming
+    every bad point."""
+    from launcher.compile import compile_plan
+    from launcher.runtime import resolve_runtime
+    from launcher.site import load_site
+    from launcher.spec import load_spec
+    from launcher.verlcheck import check_overrides
+
+    site = load_site(flags.get("site"))
+    compiled, errors = [], []
+    for index, params in enumerate(points):
+        where = f"point {index} ({sweep_mod.label(params)})"
+        try:
+            spec = load_spec(name, sweep_mod.point_flags(flags, params), site)
+            placeholder = os.path.join(os.path.abspath(site.runs_dir), f"{spec.name}-XXXXX")
+            plan = compile_plan(spec, site, placeholder)
+            bad = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+            if bad:
+                raise SpecErrors(bad)
+        except SpecErrors as exc:
+            errors += [SpecError(where, str(e)) for e in exc.errors]
+            continue
+        except SpecError as exc:
+            errors.append(SpecError(where, str(exc)))
+            continue
+        compiled.append((params, spec, plan))
+    if errors:
+        raise SpecErrors(errors)
+    first = compiled[0][2]
+    for index, (params, _spec, plan) in enumerate(compiled):
+        if plan.pools != first.pools:
+            raise SpecError(f"point {index} ({sweep_mod.label(params)})",
+                            "changes the pools (nodes, GPUs or het groups); a sweep's points must share one shape")
+    runtime = resolve_runtime(first.framework, first.framework_version, site)
+    return site, compiled, runtime
+
+
+def _write_point_files(run, spec, plan) -> None:
+    from launcher.render import overrides_text
+
+    run.write_text("spec.yaml", yaml.safe_dump({"name": spec.name, "exp_dir": spec.exp_dir, "values": spec.values,
+                                                "provenance": spec.provenance}, sort_keys=False))
+    run.write_json("plan.json", plan.to_dict())
+    run.write_text("overrides.txt", overrides_text(plan))
+
+
+def _runs_root(site_path: str | None, runs_dir: str | None) -> Path:
+    if runs_dir:
+        return Path(runs_dir).expanduser()
+    if os.environ.get("SF_RUNS_DIR"):
+        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
+    from launcher.site import load_site
+
+    return Path(load_site(site_path).runs_dir)
+
+
+@click.command()
+@click.argument("name", required=False)
+@spec_options
+@click.option("--grid", "grid_items", multiple=True, metavar="KEY=V1,V2",
+              help="A knob or Hydra key and its values (repeatable: the points are the product).")
+@click.option("--max-parallel", default=None, metavar="K",
+              help="At most K points run at once (array `%K`; hetjob sweeps chain dependencies).")
+@click.option("--preflight", is_flag=True, help="Every point runs the preflight instead of training.")
+@click.option("--dry-run", is_flag=True, help="Compile every point and show what would be submitted; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--retry-failed", "retry", default=None, metavar="SWEEP",
+              help="Submit the failed points of SWEEP again (same sweep, same run dirs, new jobs).")
+@click.option("--runs-dir", default=None, metavar="DIR", help="Run records folder (with --retry-failed).")
+def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, runs_dir, **kwargs):
+    """Submit a grid of runs: one Slurm job array (or throttled hetjobs for multi-pool methods).
+
+    \b
+    Examples:
+      sf sweep my-grpo --grid actor_lr=1e-6,3e-6 --grid rollout_n=5,8 --max-parallel 2
+      sf sweep my-grpo --grid actor_lr=1e-6,3e-6 --dry-run
+      sf sweep --retry-failed my-grpo-k3x7q
+    """
+    flags = spec_flags(kwargs)
+    if retry:
+        if name or grid_items:
+            raise SpecError("--retry-failed", "takes only the sweep id (the points are in its record); "
+                            "drop NAME and --grid")
+        return _retry(retry, flags.get("site"), runs_dir, as_json, dry_run)
+    if not name:
+        raise SpecError("NAME", "give the experiment to sweep (or --retry-failed SWEEP)")
+    if max_parallel is not None:
+        try:
+            max_parallel = int(str(max_parallel))
+        except ValueError:
+            raise SpecError("--max-parallel", f"{max_parallel!r} must be a whole number >= 1") from None
+    grid = sweep_mod.parse_grid(grid_items)
+    points = sweep_mod.expand(grid)
+    k = sweep_mod.check_max_parallel(max_parallel, len(points))
+    site, compiled, runtime = _compile_points(name, flags, points)
+    hetjob = compiled[0][2].is_hetjob
+    mode = "hetjobs" if hetjob else "array"
+    if dry_run:
+        return _dry_run(compiled, site, runtime, k, mode, preflight, as_json)
+    _submit(compiled, site, runtime, grid, k, mode, preflight, as_json)
+
+
+def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
+    from launcher.render import array_directive, render_script
+
+    plan0 = compiled[0][2]
+    n = len(compiled)
+    if mode == "array":
+        script = render_script(plan0, site, runtime, preflight=preflight,
+                               array={"size": n, "max_parallel": k, "sweep_id": f"{_slug(plan0.experiment)}-xxxxx",
+                                      "sweep_dir": os.path.join(os.path.abspath(site.runs_dir),
+                                                                f"{_slug(plan0.experiment)}-XXXXX")})
+    else:
+        script = render_script(plan0, site, runtime, preflight=preflight)
+    pts = [{"index": i, "params": params, "overrides": list(plan.overrides)}
+           for i, (params, _spec, plan) in enumerate(compiled)]
+    if as_json:
+        click.echo(json.dumps({"experiment": plan0.experiment, "mode": mode, "points": pts, "max_parallel": k,
+                               "array": array_directive(n, k) if mode == "array" else None,
+                               "preflight": preflight, "script": script,
+                               "warnings": sorted({w for _, _, p in compiled for w in p.warnings})}, indent=2))
+        return
+    click.echo(script, nl=False)
+    click.echo(f"sf: dry run: {n} points as {'one job array ' + array_directive(n, k) if mode == 'array' else f'{n} hetjobs, at most {k} at once'}",
+               err=True)
+    for p in pts:
+        click.echo(f"sf:   point {p['index']}: {sweep_mod.label(p['params'])}", err=True)
+    click.echo("sf: dry run: nothing written, nothing submitted", err=True)
+
+
+def _slug(name: str) -> str:
+    from launcher.runs import _slug as slug
+
+    return slug(name)
+
+
+def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
+    from launcher import runs, slurm
+    from launcher.compile import compile_plan
+    from launcher.render import render_script
+
+    plan0 = compiled[0][2]
+    n = len(compiled)
+    sweep_run = runs.create_run(site.runs_dir, plan0.experiment, kind="sweep", mode=mode,
+                                grid=[{"key": key, "values": values} for key, values in grid],
+                                points=[{"index": i, "params": params} for i, (params, _s, _p) in enumerate(compiled)],
+                                max_parallel=k, preflight=preflight, runtime=runtime.to_dict(), members=[],
+                                submissions=[])
+    members, plans = [], []
+    try:
+        for index, (params, spec, plan) in enumerate(compiled):
+            member = runs.create_run(site.runs_dir, spec.name, sweep={"id": sweep_run.id, "index": index},
+                                     params=params, preflight=preflight, runtime=runtime.to_dict(), attempts=[])
+            members.append(member)
+            plan = replace(compile_plan(spec, site, str(member.dir)), warnings=plan.warnings)
+            plans.append(plan)
+            _write_point_files(member, spec, plan)
+        sweep_run.update(members=[m.id for m in members])
+        if mode == "array":
+            sweep_run.write_json("manifest.json", sweep_mod.manifest(sweep_run.id, [
+                {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
+                 "params": compiled[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
+                for i, (m, p) in enumerate(zip(members, plans))]))
+            script = render_script(plans[0], site, runtime, preflight=preflight,
+                                   array={"size": n, "max_parallel": k, "sweep_dir": str(sweep_run.dir),
+                                          "sweep_id": sweep_run.id})
+            sweep_run.write_text("job.sbatch", script)
+            for m in members:
+                m.update(script=str(sweep_run.path("job.sbatch")))
+        else:
+            for m, p in zip(members, plans):
+                m.write_text("job.sbatch", render_script(p, site, runtime, preflight=preflight))
+    except Exception as exc:
+        for r in [sweep_run, *members]:
+            r.add_state("submit_failed", error=str(exc))
+        raise
+    for r in [sweep_run, *members]:
+        r.add_state("submitting")
+    if mode == "array":
+        ok = _submit_array(sweep_run, members, list(range(n)), n, k)
+    else:
+        ok = _submit_hetjobs(sweep_run, members, k)
+    for warning in sorted({w for p in plans for w in p.warnings}):
+        click.echo(f"sf: warning: {warning}", err=True)
+    _report(sweep_run, members, mode, k, as_json, retry=False)
+    if not ok:
+        sys.exit(1)
+
+
+def _submit_array(sweep_run, members, indices, n, k) -> bool:
+    from launcher import runs, slurm
+    from launcher.render import array_directive
+
+    chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
+    extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
+    try:
+        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra)
+    except SlurmError as exc:
+        for r in [sweep_run, *chosen]:
+            r.add_state("submit_failed", error=str(exc))
+        click.echo(f"sf: slurm error: {exc}", err=True)
+        return False
+
+    def add_array(rec):
+        rec["job_ids"] = [array_id] + [j for j in rec.get("job_ids") or [] if j != array_id]
+        rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_id": array_id, "indices": indices})
+
+    sweep_run.mutate(add_array)
+    sweep_run.add_state("submitted", job_id=array_id, indices=indices)
+    for m in chosen:
+        index = m.raw_record()["sweep"]["index"]
+        _point_submitted(m, f"{array_id}_{index}")
+    return True
+
+
+def _point_submitted(member, job_id: str) -> None:
+    from launcher import runs
+
+    def apply(rec):
+        if rec.get("job_ids"):
+            rec.setdefault("attempts", []).append({"job_ids": rec["job_ids"], "state": rec.get("state"),
+                                                   "time": runs.utc_now()})
+        rec["job_ids"] = [job_id]
+        rec.pop("final", None)  # the monitor's facts of the ended attempt
+        rec["exit_reason"] = None
+
+    member.mutate(apply)
+    member.add_state("submitted", job_id=job_id)
+
+
+def _submit_hetjobs(sweep_run, members, k) -> bool:
+    from launcher import runs, slurm
+
+    submitted: list[str | None] = []
+    ok = True
+    for i, m in enumerate(members):
+        dep = sweep_mod.dependency_for(i, submitted, k)
+        try:
+            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [])
+        except SlurmError as exc:
+            m.add_state("submit_failed", error=str(exc))
+            click.echo(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}", err=True)
+            submitted.append(None)
+            ok = False
+            continue
+        submitted.append(job_id)
+        _point_submitted(m, job_id)
+    indices = [m.raw_record()["sweep"]["index"] for m in members]
+
+    def add(rec):
+        rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_ids": submitted, "indices": indices})
+
+    sweep_run.mutate(add)
+    sweep_run.add_state("submitted" if any(submitted) else "submit_failed", job_ids=[j for j in submitted if j])
+    return ok
+
+
+def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
+    rec = sweep_run.raw_record()
+    pts = []
+    for m in members:
+        r = m.raw_record()
+        pts.append({"index": r["sweep"]["index"], "run": m.id, "job_id": ",".join(r.get("job_ids") or []),
+                    "state": r.get("state"), "params": r.get("params")})
+    if as_json:
+        click.echo(json.dumps({"sweep": sweep_run.id, "sweep_dir": str(sweep_run.dir), "mode": mode,
+                               "max_parallel": k, "job_ids": rec.get("job_ids") or [], "retry": retry,
+                               "points": pts}, indent=2))
+        return
+    what = "resubmitted" if retry else "submitted"
+    if mode == "array":
+        click.echo(f"{what} sweep {sweep_run.id}: {len(pts)} point{'s' if len(pts) != 1 else ''} as job array "
+                   f"{(rec.get('job_ids') or ['-'])[0]} (at most {k} at once); sweep dir {sweep_run.dir}")
+    else:
+        click.echo(f"{what} sweep {sweep_run.id}: {len(pts)} hetjob{'s' if len(pts) != 1 else ''} "
+                   f"(at most {k} at once, afterany dependencies); sweep dir {sweep_run.dir}")
+    for p in pts:
+        click.echo(f"  point {p['index']}  {p['run']}  job {p['job_id'] or '-'}  {sweep_mod.label(p['params'] or {})}")
+    click.echo(f"follow it with: sf status {sweep_run.id}")
+
+
+def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
+    from launcher import monitor, runs
+
+    root = _runs_root(site_path, runs_dir)
+    sweep_run = runs.open_run(root, sweep_id)
+    rec = sweep_run.record()
+    if rec.get("kind") != "sweep":
+        raise SpecError("--retry-failed", f"{sweep_run.id} is a run, not a sweep; resubmit it with sf submit")
+    mode = rec.get("mode")
+    if mode not in ("array", "hetjobs") or not rec.get("members"):
+        raise SpecError("--retry-failed", f"sweep {sweep_run.id} has no points recorded by sf sweep")
+    status = monitor.poll([sweep_run], runs_dir=root)[0]  # one sacct call
+    failed = sweep_mod.failed_points(status.points)
+    members = {(r.raw_record().get("sweep") or {}).get("index"): r
+               for r in (runs.Run(root / m) for m in rec["members"])}
+    if not failed:
+        states = ", ".join(f"{p['index']}: {p['state']}" for p in status.points)
+        if as_json:
+            click.echo(json.dumps({"sweep": sweep_run.id, "retried": [], "points": status.points}, default=str, indent=2))
+        else:
+            click.echo(f"sweep {sweep_run.id}: no failed points ({states})")
+        return
+    k = int(rec.get("max_parallel") or len(failed))
+    if dry_run:
+        click.echo(f"sf: dry run: would resubmit points {', '.join(map(str, failed))} of sweep {sweep_run.id}; "
+                   "nothing submitted", err=True)
+        return
+    chosen = [members[i] for i in failed]
+    for m in chosen:
+        m.add_state("retrying", by="sf sweep --retry-failed")
+    if mode == "array":
+        ok = _submit_array(sweep_run, [members[i] for i in sorted(members)], failed, len(members), k)
+    else:
+        ok = _submit_hetjobs(sweep_run, chosen, k)
+    _report(sweep_run, chosen, mode, k, as_json, retry=True)
+    if not ok:
+        sys.exit(1)

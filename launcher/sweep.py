@@ -1,0 +1,154 @@
+"""Sweeps: a grid of points over knobs or Hydra keys (pure parts; the CLI is cmd_sweep).
+
+    sf sweep NAME --grid actor_lr=1e-6,3e-6 --grid rollout_n=5,8 --max-parallel 2
+
+Every point is the experiment with `--set KEY=VALUE` added for its grid values (after the
+user's own --set, so the grid wins), compiled on its own before anything is submitted.
+
+How points become Slurm jobs:
+  one pool    ONE job array, `--array=0-(n-1)%K`. Task i is point i: the batch script
+              reads its run dir from the sweep's manifest.json by SLURM_ARRAY_TASK_ID and
+              the supervisor its overrides, checkpoint dir and paths.
+  several     Slurm has no arrays of hetjobs: n hetjob submissions, point i depending on
+              point i-K (`--dependency=afterany:<job of i-K>`), so at most K run at once
+              and nothing on the login node has to stay alive.
+
+Records (launcher.runs): the sweep is a record kind="sweep" (job_ids = [array id] for an
+array sweep, [] for hetjob sweeps; `points` = [{index, params}], `members` = the point run
+ids, `grid`, `max_parallel`, `mode` "array"|"hetjobs", `submissions` history); every point
+is its own run (sweep={"id", "index"}) with its own run dir, checkpoints and logs, and
+job_ids = ["<array id>_<i>"] or ["<hetjob leader id>"]. `sf status SWEEP` shows the
+points from the member runs in one sacct call. `sf sweep --retry-failed SWEEP` submits only
+the failed points again (a new array over their indices, or new hetjobs), into the same
+run dirs (so verl resumes from their checkpoints), recording the earlier job ids in each
+point's `attempts`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from launcher.errors import SpecError
+
+MAX_POINTS = 1000  # a dev cluster's MaxArraySize is 1001; real sites are often lower
+_KEY = re.compile(r"^[+~]?[A-Za-z_][A-Za-z0-9_.\-/@]*$")
+
+# Point states that `--retry-failed` submits again (cancelled points were stopped on purpose).
+FAILED_STATES = frozenset({"failed", "timeout", "node_fail", "out_of_memory", "boot_fail",
+                           "deadline", "preempted", "submit_failed", "revoked", "gone"})
+
+
+def split_values(text: str) -> list[str]:
+    """`a,b,c` -> [a, b, c]; `\\,` is a literal comma. Pure."""
+    values, cur, i = [], [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in ",\\":
+            cur.append(text[i + 1])
+            i += 2
+            continue
+        if c == ",":
+            values.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    values.append("".join(cur))
+    return values
+
+
+def parse_grid(items) -> list[tuple[str, list[str]]]:
+    """`--grid KEY=V1,V2` items -> [(key, [v1, v2])] in order; SpecError on bad input."""
+    grid: list[tuple[str, list[str]]] = []
+    seen = set()
+    for item in items or ():
+        item = str(item)
+        if "=" not in item:
+            raise SpecError("--grid", f"{item!r} is not KEY=V1,V2,... (e.g. --grid actor_lr=1e-6,3e-6)")
+        key, _, rest = item.partition("=")
+        key = key.strip()
+        if not _KEY.match(key):
+            raise SpecError("--grid", f"{key!r} is not a knob or a dotted Hydra key")
+        if key in seen:
+            raise SpecError(f"--grid {key}", "given twice; list all its values in one --grid KEY=V1,V2")
+        values = [v.strip() for v in split_values(rest)]
+        if not rest.strip() or any(v == "" for v in values):
+            raise SpecError(f"--grid {key}", f"{rest!r} has an empty value; give V1,V2,... (\\, for a comma)")
+        if any("\x00" in v or "\n" in v for v in values):
+            raise SpecError(f"--grid {key}", "values cannot hold newlines or NUL characters")
+        if len(set(values)) != len(values):
+            raise SpecError(f"--grid {key}", f"{rest!r} repeats a value")
+        seen.add(key)
+        grid.append((key, values))
+    if not grid:
+        raise SpecError("--grid", "give at least one --grid KEY=V1,V2")
+    return grid
+
+
+def expand(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+    """Cartesian product, last key varying fastest: [{key: value}, ...]. Pure."""
+    keys = [k for k, _ in grid]
+    n = 1
+    for _, values in grid:
+        n *= len(values)
+    if n > MAX_POINTS:
+        raise SpecError("--grid", f"{n} points; at most {MAX_POINTS} in one sweep (split it)")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*[v for _, v in grid])]
+
+
+def point_sets(params: dict[str, str]) -> list[str]:
+    """The `--set` items of a point."""
+    return [f"{k}={v}" for k, v in params.items()]
+
+
+def label(params: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def point_flags(flags: dict, params: dict[str, str]) -> dict:
+    """The spec flags of one point: the user's flags with the grid's --set appended."""
+    out = dict(flags)
+    out["set"] = list(flags.get("set") or []) + point_sets(params)
+    return out
+
+
+def check_max_parallel(value, n: int) -> int:
+    if value is None:
+        return n
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError("--max-parallel", f"{value!r} must be a whole number >= 1")
+    return min(value, n)
+
+
+def dependency_for(i: int, submitted: list[str | None], max_parallel: int) -> str | None:
+    """For hetjob sweeps: the `--dependency` of submission i given the job ids of
+    submissions 0..i-1, so at most K run at once: i waits for i-K to end (afterany; None
+    when i-K failed to submit). Pure."""
+    if i < max_parallel:
+        return None
+    before = submitted[i - max_parallel]
+    return f"afterany:{before}" if before else None
+
+
+def manifest(sweep_id: str, points: list[dict]) -> dict:
+    """manifest.json of an array sweep: what task i needs. `points` items carry index,
+    run_id, run_dir, checkpoint_dir, params, overrides, check_paths. Pure."""
+    out = []
+    for expected, point in enumerate(sorted(points, key=lambda p: p["index"])):
+        if point["index"] != expected:
+            raise ValueError(f"sweep points must be numbered 0..n-1, got index {point['index']}")
+        for o in point["overrides"]:
+            if "\x00" in str(o):
+                raise SpecError(f"point {expected}", "an override holds a NUL character")
+        out.append({"index": point["index"], "run_id": point["run_id"], "run_dir": point["run_dir"],
+                    "checkpoint_dir": point["checkpoint_dir"], "params": dict(point["params"]),
+                    "overrides": [str(o) for o in point["overrides"]],
+                    "check_paths": [str(p) for p in point.get("check_paths", ())]})
+    return {"sweep": sweep_id, "points": out}
+
+
+def failed_points(points: list[dict]) -> list[int]:
+    """Indices of points (from monitor's status.points) whose state counts as failed."""
+    return sorted(int(p["index"]) for p in points
+                  if p.get("index") is not None and str(p.get("state", "")).lower() in FAILED_STATES)
