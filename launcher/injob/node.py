@@ -35,6 +35,15 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def busy_ports(address: str, ports, *, head: bool) -> list[int]:
+    """The fixed ports of a node slot that something on this host already holds."""
+    fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
+             ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
+    if head:
+        fixed += [ports.gcs, ports.client_server]
+    return [p for p in fixed if not port_free(address, p)]
+
+
 def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -100,17 +109,24 @@ def main(role: str) -> int:
 
     try:
         slot = job["nodes"].index(node)
-        ports = ports_mod.node_ports(job_id, slot, tuple(job["port_range"]))
+        port_range = tuple(job["port_range"])
+        first_block = job.get("port_block", ports_mod.job_block(job_id, port_range))
         temp = ports_mod.temp_dir(job["temp_root"], job_id, node)
         address = addr_mod.node_address(node, job["address_method"], job["address_prefix"], job.get("interface"))
     except (ValueError, KeyError) as exc:
         return fail(f"cannot set up this node: {exc}")
-    busy = [p for p in (ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
-                        ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent)
-            + ((ports.gcs, ports.client_server) if role == "head" else ()) if not port_free(address, p)]
-    if busy:
-        return fail(f"ports {busy} on {address} are in use (another job on this host?); "
-                    f"this job's block is {ports.gcs}-{ports.max_worker}")
+    # The head's block was chosen free by the supervisor (workers dial its GCS port); a
+    # worker's ports only have to be free on its own host, so it moves on to the next
+    # block when another job holds its slot there.
+    blocks = [first_block] if role == "head" else ports_mod.candidate_blocks(first_block, port_range)
+    for block in blocks:
+        ports = ports_mod.block_ports(block, slot, port_range)
+        busy = busy_ports(address, ports, head=role == "head")
+        if not busy:
+            break
+    else:
+        return fail(f"ports {busy} on {address} are in use and no other block of "
+                    f"{port_range[0]}-{port_range[1]} is free for slot {slot}; widen ray.port_range")
     shutil.rmtree(temp, ignore_errors=True)  # a previous attempt of this job (requeue)
     head = job["head"]
     if role == "worker":

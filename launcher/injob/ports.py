@@ -62,14 +62,31 @@ def n_blocks(port_range: tuple[int, int]) -> int:
     return count
 
 
+def job_block(job_id: int | str, port_range: tuple[int, int]) -> int:
+    """The block a job tries first."""
+    return int(job_id) % n_blocks(port_range)
+
+
 def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:
-    return int(port_range[0]) + (int(job_id) % n_blocks(port_range)) * JOB_BLOCK
+    return int(port_range[0]) + job_block(job_id, port_range) * JOB_BLOCK
+
+
+def candidate_blocks(first: int, port_range: tuple[int, int]) -> list[int]:
+    """Blocks in the order a node tries them: its job's block, then the next ones. Two
+    jobs whose ids fall on the same block (ids differing by a multiple of n_blocks) on a
+    shared host then still get apart instead of failing."""
+    count = n_blocks(port_range)
+    return [(int(first) + i) % count for i in range(count)]
+
+
+def block_ports(block: int, slot: int, port_range: tuple[int, int]) -> NodePorts:
+    base = int(port_range[0]) + int(block) * JOB_BLOCK + (int(slot) % SLOTS_PER_JOB) * SLOT_SIZE
+    ports = {name: base + off for name, off in OFFSETS.items()}
+    return NodePorts(**ports, min_worker=base + N_FIXED, max_worker=base + SLOT_SIZE - 1)
 
 
 def node_ports(job_id: int | str, slot: int, port_range: tuple[int, int]) -> NodePorts:
-    base = job_base(job_id, port_range) + (int(slot) % SLOTS_PER_JOB) * SLOT_SIZE
-    ports = {name: base + off for name, off in OFFSETS.items()}
-    return NodePorts(**ports, min_worker=base + N_FIXED, max_worker=base + SLOT_SIZE - 1)
+    return block_ports(job_block(job_id, port_range), slot, port_range)
 
 
 def head_ports(job_id: int | str, port_range: tuple[int, int]) -> NodePorts:

@@ -241,7 +241,8 @@ class Supervisor:
                 "(the rest is the kernel's ephemeral range)")
             a.port_range = usable
         self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
-        self.ports = ports_mod.head_ports(self.job_id, a.port_range)
+        self.port_block = self.free_head_block()
+        self.ports = ports_mod.block_ports(self.port_block, 0, a.port_range)
         self.gcs = f"{self.head_addr}:{self.ports.gcs}"
         self.restart = restart_count()
         self.end_ts = job_end_timestamp(self.leader)
@@ -251,7 +252,7 @@ class Supervisor:
             "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
             "head_node": self.head_node, "address_method": a.address_method,
             "address_prefix": a.address_prefix, "interface": a.interface,
-            "port_range": list(a.port_range), "temp_root": a.temp_root,
+            "port_range": list(a.port_range), "port_block": self.port_block, "temp_root": a.temp_root,
             "barrier_timeout_s": a.barrier_timeout, "dashboard": a.dashboard,
             "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
             "check_paths": a.check_path, "launcher": a.launcher,
@@ -259,6 +260,21 @@ class Supervisor:
         self.env = dict(os.environ)
         self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
         self.env["PYTHONUNBUFFERED"] = "1"
+
+    def free_head_block(self) -> int:
+        """The job's port block, or the next one whose head ports are free on the head's
+        address (the batch step runs on the head node): two jobs whose ids map to one
+        block on a shared host must not fail for it."""
+        from launcher.injob.node import busy_ports
+
+        first = ports_mod.job_block(self.job_id, self.args.port_range)
+        for block in ports_mod.candidate_blocks(first, self.args.port_range):
+            if not busy_ports(self.head_addr, ports_mod.block_ports(block, 0, self.args.port_range), head=True):
+                if block != first:
+                    log(f"ports: block {first} is taken on {self.head_addr}; using block {block}")
+                return block
+        log(f"warning: no free port block on {self.head_addr}; trying block {first}")
+        return first
 
     def may_requeue(self) -> bool:
         a = self.args

@@ -121,3 +121,34 @@ def test_usable_range_avoids_ephemeral_ports():
     assert ports.usable_range((20000, 59999), (32768, 60999)) == (20000, 32767)
     assert ports.usable_range((40000, 59999), (32768, 50000)) == (50001, 59999)
     assert ports.usable_range((40000, 41000), (32768, 60999)) == (40000, 41000)  # nothing else fits
+
+
+def test_candidate_blocks_start_at_the_jobs_block_and_visit_every_block_once():
+    from launcher.injob import ports as P
+
+    rng = (20000, 32767)
+    count = P.n_blocks(rng)
+    order = P.candidate_blocks(P.job_block(30, rng), rng)
+    assert order[0] == 30 % count and sorted(order) == list(range(count))
+    # the same slot in two blocks never shares a port
+    a, b = P.block_ports(order[0], 3, rng), P.block_ports(order[1], 3, rng)
+    assert not set(a.all_ports()) & set(b.all_ports())
+    assert P.node_ports(30, 3, rng) == a
+
+
+def test_a_worker_moves_to_the_next_block_when_its_slot_is_taken(tmp_path, monkeypatch):
+    import socket
+
+    from launcher.injob import node
+    from launcher.injob import ports as P
+
+    rng = (20000, 32767)
+    first = P.block_ports(P.job_block(7, rng), 1, rng)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", first.node_manager))
+    try:
+        assert node.busy_ports("127.0.0.1", first, head=False) == [first.node_manager]
+        nxt = P.block_ports(P.candidate_blocks(P.job_block(7, rng), rng)[1], 1, rng)
+        assert node.busy_ports("127.0.0.1", nxt, head=False) == []
+    finally:
+        holder.close()
