@@ -1,0 +1,180 @@
+"""Requeue on the real dev cluster, through `sf submit` and the real batch script.
+
+The driver is the SF_TEST_DRIVER test hook (launcher/injob/supervise.py): after the real
+Ray bring-up it runs a shell command in place of verl, with verl's environment and
+overrides. Here it writes what it was given (overrides, the wall-time end) into the run
+dir and then sleeps, or ends at once from attempt SF_TEST_FINISH_AT on.
+
+  - `scancel --signal=USR1 --batch` (what --signal=B:USR1@lead does at the wall-time lead)
+    runs the trap: the job requeues, restarts with Ray up again, the record shows restart 1,
+    the wall-time end is exported again (later), the overrides still resume from the run's
+    absolute checkpoint dir, and a job that then ends normally is not requeued;
+  - `scontrol requeue` by hand: the same restart 1;
+  - the bound: with max_requeues=1 a second USR1 is refused (reason recorded, the job
+    runs on), and a requeue past the bound is refused by the job itself (FAILED, reason).
+Requeue turnaround (signal -> driver running again) is printed (pytest -s).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_bringup import REPO, SF, job_state, phases, sf  # noqa: E402
+
+DRIVER = r"""
+n="${SLURM_RESTART_COUNT:-0}"
+printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args-$n.txt"
+echo "${MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP:-}" > "$FORGE_CLUSTER_RUN_DIR/expires-$n"
+echo "test driver: attempt $n"
+if [ "$n" -ge "${SF_TEST_FINISH_AT:-99}" ]; then exit 0; fi
+exec sleep 600
+"""
+
+
+def experiment(tmp_path: Path, max_requeues: int) -> str:
+    """A one-node GRPO experiment (the example's assets) with its own max_requeues."""
+    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
+    assets = REPO / "examples" / "assets"
+    data["model"] = str(assets / "model")
+    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
+                    "validation": {"files": str(assets / "data" / "test.parquet")}}
+    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
+    data["slurm"] = {"time": "00:10:00", "max_requeues": max_requeues}
+    exp = tmp_path / f"requeue{max_requeues}"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    return str(exp)
+
+
+def submit(exp: str, finish_at: int) -> tuple[str, Path, str]:
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER, "SF_TEST_FINISH_AT": str(finish_at)})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    return out["run"], Path(out["run_dir"]), out["job_id"]
+
+
+def wait_event(run_dir: Path, name: str, timeout: float = 120, restart=None) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in phases(run_dir):
+            if event["phase"] == name and (restart is None or event.get("restart", 0) == restart):
+                return event
+        time.sleep(0.5)
+    raise AssertionError(f"no {name} (restart {restart}) in {run_dir} within {timeout}s:\n"
+                         + "\n".join(json.dumps(e) for e in phases(run_dir)[-12:]))
+
+
+def wait_state(job: str, states: set[str], timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = job_state(job)
+        if state in states:
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} is {state}, not {states}, after {timeout}s")
+
+
+def status(run: str) -> dict:
+    proc = sf("status", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["runs"][0]
+
+
+def restarts(job: str) -> int:
+    from launcher import slurm
+
+    return int(slurm.show_job(job).get("Restarts", "0"))
+
+
+def cleanup(job: str) -> None:
+    if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
+        subprocess.run(["scancel", job], check=False)
+
+
+def requeue_once(tmp_path, how: str) -> None:
+    run, run_dir, job = submit(experiment(tmp_path, max_requeues=3), finish_at=1)
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=120)
+        first_end = int((run_dir / "expires-0").read_text())
+        t0 = time.monotonic()
+        if how == "signal":
+            subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+        else:
+            subprocess.run(["scontrol", "requeue", job], check=True)
+        wait_event(run_dir, "restarted", restart=1, timeout=120)
+        started = wait_event(run_dir, "driver_started", restart=1, timeout=120)
+        took = time.monotonic() - t0
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
+        time.sleep(2)
+        assert job_state(job) == "COMPLETED" and restarts(job) == 1  # ended normally: not requeued again
+        names = [(e["phase"], e.get("restart", 0)) for e in phases(run_dir)]
+        if how == "signal":
+            # the trap ran in attempt 0 and recorded the restart it asked for
+            requeued = [e for e in phases(run_dir) if e["phase"] == "requeued"]
+            assert len(requeued) == 1, names
+            assert str(requeued[0]["restart"]) == "1" and requeued[0]["signal"] == "USR1"
+        assert ("all_joined", 1) in names  # Ray came up again
+        st = status(run)
+        assert st["requeue_count"] == 1 and st["state"] == "completed", st
+        # the wall-time end is exported again: the new attempt ends later
+        second_end = int((run_dir / "expires-1").read_text())
+        assert second_end > first_end, (first_end, second_end)
+        wall = [e for e in phases(run_dir) if e["phase"] == "wall_time"]
+        assert len(wall) == 2 and all(e["expires"] == e["job_end"] - 90 and e["may_requeue"] for e in wall), wall
+        # resume: the restarted driver gets resume_mode=auto and the run's absolute checkpoint dir
+        args = (run_dir / "driver-args-1.txt").read_text().splitlines()
+        assert "trainer.resume_mode=auto" in args
+        assert f"trainer.default_local_dir={run_dir}/checkpoints" in args
+        print(f"\nrequeue by {how}: driver running again {took:.1f}s later "
+              f"(restart 1 of max 3; Ray up in {started['seconds']:.1f}s of it)")
+    finally:
+        cleanup(job)
+
+
+def test_requeue_by_usr1_signal_reruns_and_records_restart(tmp_path):
+    requeue_once(tmp_path, "signal")
+
+
+def test_requeue_by_scontrol_reruns_and_records_restart(tmp_path):
+    requeue_once(tmp_path, "scontrol")
+
+
+def test_bound_stops_a_job_that_keeps_being_requeued(tmp_path):
+    run, run_dir, job = submit(experiment(tmp_path, max_requeues=1), finish_at=99)
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=120)
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+        wait_event(run_dir, "driver_started", restart=1, timeout=120)
+        # at the bound the trap refuses: recorded, reason written, the job runs on
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+        refused = wait_event(run_dir, "requeue_refused", timeout=30)
+        assert str(refused["max_requeues"]) == "1" and str(refused["restarts"]) == "1"
+        time.sleep(3)
+        assert job_state(job) == "RUNNING" and restarts(job) == 1
+        assert "requeue refused" in (run_dir / "reason").read_text()
+        # a requeue past the bound (Slurm requeues --requeue jobs by itself too): the job refuses to run
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        assert wait_state(job, {"FAILED", "COMPLETED", "CANCELLED"}, timeout=120) == "FAILED"
+        reason = (run_dir / "reason").read_text()
+        assert "exceeds max_requeues=1" in reason, reason
+        assert not any(e["phase"] == "driver_started" and e.get("restart") == 2 for e in phases(run_dir))
+        st = status(run)
+        assert st["state"] == "failed" and st["requeue_count"] == 2 and "max_requeues=1" in st["exit_reason"], st
+        print(f"\nbound: {reason.strip()}")
+    finally:
+        cleanup(job)
+
+
+@pytest.fixture(autouse=True)
+def _no_test_driver_leak(monkeypatch):
+    monkeypatch.delenv("SF_TEST_DRIVER", raising=False)
