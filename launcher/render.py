@@ -92,7 +92,7 @@ def array_directive(size: int, max_parallel: int | None = None, indices=None) ->
         if not idx or idx[-1] >= size:
             raise SpecError("sweep.index", f"array indices {idx} must lie within 0-{size - 1}")
         spec = ",".join(str(i) for i in idx)
-    if max_parallel:
+    if max_parallel is not None:
         spec += f"%{_int(max_parallel, '--max-parallel', 1)}"
     return f"--array={spec}"
 

@@ -1,0 +1,251 @@
+"""Sweeps, the pure parts: grid parsing and expansion, the manifest, the array directive and
+rendering, the hetjob throttle, failed points; supervisor's manifest/restart handling."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import sweep
+from launcher.errors import SpecError
+from launcher.render import array_directive, render_script
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
+
+
+# --- grid -----------------------------------------------------------------------------------
+
+def test_parse_and_expand_grid_last_key_fastest():
+    grid = sweep.parse_grid(["actor_lr=1e-6,3e-6", "rollout_n=5,8,16"])
+    assert grid == [("actor_lr", ["1e-6", "3e-6"]), ("rollout_n", ["5", "8", "16"])]
+    points = sweep.expand(grid)
+    assert len(points) == 6
+    assert points[0] == {"actor_lr": "1e-6", "rollout_n": "5"}
+    assert points[1] == {"actor_lr": "1e-6", "rollout_n": "8"}
+    assert points[3] == {"actor_lr": "3e-6", "rollout_n": "5"}
+
+
+def test_grid_values_escape_commas_and_hydra_keys():
+    grid = sweep.parse_grid([r"data.prompt_key=a\,b,c", "+trainer.x=1"])
+    assert grid == [("data.prompt_key", ["a,b", "c"]), ("+trainer.x", ["1"])]
+    assert sweep.split_values(r"x\\,y") == ["x\\", "y"]
+
+
+@pytest.mark.parametrize("items,field", [
+    ([], "--grid"),
+    (["rollout_n"], "--grid"),
+    (["rollout_n="], "--grid rollout_n"),
+    (["rollout_n=5,,8"], "--grid rollout_n"),
+    (["rollout_n=5,5"], "--grid rollout_n"),
+    (["rollout_n=5", "rollout_n=8"], "--grid rollout_n"),
+    (["bad key=1"], "--grid"),
+    (["a.b=x\ny"], "--grid a.b"),
+])
+def test_bad_grids_name_the_field(items, field):
+    with pytest.raises(SpecError) as err:
+        sweep.parse_grid(items)
+    assert err.value.field == field
+
+
+def test_too_many_points_refused():
+    with pytest.raises(SpecError, match="at most"):
+        sweep.expand([("a", [str(i) for i in range(100)]), ("b", [str(i) for i in range(11)])])
+
+
+def test_point_flags_append_grid_after_user_sets():
+    flags = {"set": ["rollout_n=4", "a.b=1"], "model": "/m"}
+    out = sweep.point_flags(flags, {"rollout_n": "8"})
+    assert out["set"] == ["rollout_n=4", "a.b=1", "rollout_n=8"] and out["model"] == "/m"
+    assert flags["set"] == ["rollout_n=4", "a.b=1"]  # not changed in place
+
+
+def test_max_parallel():
+    assert sweep.check_max_parallel(None, 6) == 6
+    assert sweep.check_max_parallel(2, 6) == 2
+    assert sweep.check_max_parallel(10, 6) == 6
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(SpecError):
+            sweep.check_max_parallel(bad, 6)
+
+
+# --- array directive, throttle ---------------------------------------------------------------
+
+def test_array_directive():
+    assert array_directive(6, 2) == "--array=0-5%2"
+    assert array_directive(1, None) == "--array=0"
+    assert array_directive(6, None) == "--array=0-5"
+    assert array_directive(6, 2, indices=[4, 1, 1]) == "--array=1,4%2"
+    with pytest.raises(SpecError):
+        array_directive(6, 2, indices=[6])
+    with pytest.raises(SpecError):
+        array_directive(0, 2)
+    with pytest.raises(SpecError):
+        array_directive(6, 0)
+
+
+def test_hetjob_throttle_point_i_waits_for_i_minus_k():
+    ids = ["10", "11", None, "13", "14"]
+    deps = [sweep.dependency_for(i, ids[:i], 2) for i in range(5)]
+    assert deps == [None, None, "afterany:10", "afterany:11", None]  # 2 was never submitted
+    assert [sweep.dependency_for(i, ids[:i], 1) for i in range(3)] == [None, "afterany:10", "afterany:11"]
+
+
+def test_failed_points():
+    points = [{"index": 0, "state": "completed"}, {"index": 1, "state": "failed"},
+              {"index": 2, "state": "running"}, {"index": 3, "state": "timeout"},
+              {"index": 4, "state": "cancelled"}, {"index": 5, "state": "submit_failed"},
+              {"index": 6, "state": "NODE_FAIL"}]
+    assert sweep.failed_points(points) == [1, 3, 5, 6]
+
+
+# --- manifest ---------------------------------------------------------------------------------
+
+def _points(n=3):
+    return [{"index": i, "run_id": f"g-{i}", "run_dir": f"/runs/g-{i}", "checkpoint_dir": f"/runs/g-{i}/checkpoints",
+             "params": {"rollout_n": str(i + 2)}, "overrides": [f"actor_rollout_ref.rollout.n={i + 2}", "x='a b'"],
+             "check_paths": ["/m"]} for i in range(n)]
+
+
+def test_manifest_orders_points_and_keeps_everything_a_task_needs():
+    pts = _points()
+    m = sweep.manifest("g-sweep", list(reversed(pts)))
+    assert m["sweep"] == "g-sweep" and [p["index"] for p in m["points"]] == [0, 1, 2]
+    assert m["points"][1] == pts[1]
+    json.dumps(m)
+
+
+def test_manifest_refuses_gaps_and_nul():
+    pts = _points()
+    with pytest.raises(ValueError):
+        sweep.manifest("s", pts[1:])
+    pts[0]["overrides"] = ["a=\x00"]
+    with pytest.raises(SpecError):
+        sweep.manifest("s", pts)
+
+
+def test_supervisor_takes_its_point_from_the_manifest(tmp_path):
+    from launcher.injob import supervise
+
+    pts = _points()
+    for p in pts:
+        p["run_dir"] = str(tmp_path / p["run_id"])
+    (tmp_path / "manifest.json").write_text(json.dumps(sweep.manifest("s", pts)))
+    runtime = json.dumps(VENV.to_dict())
+    args = supervise.parse_args(["--run-dir", pts[2]["run_dir"], "--pool", "train:1:4:0", "--runtime", runtime,
+                                 "--manifest", str(tmp_path / "manifest.json"), "--task", "2",
+                                 "--max-requeues", "3", "--requeue-lead", "90", "--n-entry", "1", "--", "python3"])
+    assert args.overrides == pts[2]["overrides"] and args.checkpoint_dir == pts[2]["checkpoint_dir"]
+    assert args.check_path == ["/m"] and args.entry == ["python3"]
+    with pytest.raises(SystemExit):  # a run dir that is not the task's point
+        supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--pool", "train:1:4:0", "--runtime", runtime,
+                              "--manifest", str(tmp_path / "manifest.json"), "--task", "2", "--n-entry", "0"])
+    out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == pts[1]["run_dir"]
+    out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "7"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "no point 7" in out.stderr
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+def test_array_script_directives_and_per_task_run_dir():
+    script = render_script(make_plan(), SITE, VENV, array={"size": 6, "max_parallel": 2, "sweep_dir": "/runs/g-sweep",
+                                                           "sweep_id": "g-sweep"})
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    assert "#SBATCH --array=0-5%2\n" in script
+    assert "#SBATCH --output=/runs/g-sweep/logs/slurm-%A_%a.out\n" in script
+    assert "SF_RUN_DIR=/runs/grpo-abcde" not in script  # no single run dir: each task reads its own
+    assert 'SF_RUN_DIR="$("$SF_PYTHON" -m launcher.injob point "$SF_MANIFEST" "$SF_TASK")" || exit 2' in script
+    assert '--manifest "$SF_MANIFEST"' in script and '--task "$SF_TASK"' in script
+    assert "--checkpoint-dir" not in script and "trainer.nnodes=2" not in script  # from the manifest
+    assert "--max-requeues 2" in script and "--requeue-lead 90" in script
+    # the task id is checked before it is used in any path
+    assert script.index('[[ ! "$SF_TASK" =~ ^[0-9]+$ ]]') < script.index('SF_RUN_DIR="$(')
+
+
+def test_array_of_hetjobs_refused_and_bad_sweep_dir_refused():
+    with pytest.raises(SpecError, match="no arrays of heterogeneous jobs"):
+        render_script(het_plan(), SITE, VENV, array={"size": 2, "max_parallel": 1, "sweep_dir": "/runs/s",
+                                                    "sweep_id": "s"})
+    with pytest.raises(SpecError) as err:
+        render_script(make_plan(), SITE, VENV, array={"size": 2, "max_parallel": 1, "sweep_dir": "/runs/a b",
+                                                      "sweep_id": "s"})
+    assert err.value.field == "sweep_dir"
+    with pytest.raises(SpecError):
+        render_script(make_plan(), SITE, VENV, array={"size": 2, "max_parallel": 1, "sweep_dir": "/runs/s",
+                                                      "sweep_id": "s;rm -rf /"})
+
+
+def test_plain_script_passes_the_requeue_bound_and_lead():
+    script = render_script(make_plan(), SITE, VENV)
+    assert "--max-requeues 2" in script and "--requeue-lead 90" in script
+    assert "#SBATCH --array" not in script and "SF_MANIFEST" not in script
+    from dataclasses import replace
+
+    from launcher.plan import SlurmOptions
+
+    off = render_script(replace(make_plan(), slurm=SlurmOptions(requeue=False, max_requeues=0)), SITE, VENV)
+    assert "--requeue-lead" not in off and "--max-requeues 0" in off and "trap sf_on_usr1" not in off
+
+
+def test_requeue_trap_bound_in_bash(tmp_path):
+    """The trap, run by bash with a fake scontrol and phase recorder: below the bound it
+    requeues the job (the het leader when there is one), at the bound it refuses and writes
+    the reason."""
+    script = render_script(het_plan(), SITE, VENV)
+    trap = script[script.index("sf_on_usr1() {"):script.index("trap sf_on_usr1 USR1")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"scontrol $*\" >> {tmp_path}/calls\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    prog = (f'SF_MAX_REQUEUES=2; SF_RUN_DIR={tmp_path}; SF_PYTHON=echo\n'
+            f'sf_phase() {{ echo "phase $*" >> {tmp_path}/calls; }}\n{trap}\nsf_on_usr1\n')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "41", "SLURM_HET_JOB_ID": "40"}
+    subprocess.run(["bash", "-c", prog], env={**env, "SLURM_RESTART_COUNT": "1"}, check=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["phase requeued restart=2 signal=USR1", "scontrol requeue 40"]
+    (tmp_path / "calls").unlink()
+    subprocess.run(["bash", "-c", prog], env={**env, "SLURM_RESTART_COUNT": "2"}, check=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["phase requeue_refused restarts=2 max_requeues=2 signal=USR1"]
+
+
+def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
+    from launcher.injob import supervise
+
+    runtime = json.dumps(VENV.to_dict())
+    args = supervise.parse_args(["--run-dir", str(tmp_path), "--pool", "train:1:4:0", "--runtime", runtime,
+                                 "--max-requeues", "1", "--requeue-lead", "90", "--n-entry", "0"])
+    sup = supervise.Supervisor(args)
+    sup.end_ts = 10_000.0
+    sup.restart = 0
+    assert sup.expiration() == 10_000.0 - 90  # verl saves before the USR1 requeue
+    sup.restart = 1
+    assert sup.expiration() == 10_000.0  # at the bound: it runs to the end
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert supervise.restart_count() == 2
+
+
+def test_cli_bad_point_fails_whole_sweep_before_anything(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site.yaml"
+    text = (repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs"))
+    site.write_text(text)
+    monkeypatch.chdir(repo)
+    res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site),
+                                    "--grid", "actor_lr=1e-6,abc", "--max-parallel", "1"])
+    assert res.exit_code == 2
+    assert "point 1 (actor_lr=abc)" in res.output and "knobs.actor_lr" in res.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site), "--grid", "rollout_n=4",
+                                    "--max-parallel", "x"])
+    assert res.exit_code == 2 and "--max-parallel" in res.output
