@@ -1,0 +1,175 @@
+"""Shared helpers of the benchmarks (run inside the dev cluster's namespace by run_all).
+
+The benchmarks call Slurm directly (subprocess), not through launcher.slurm, so that
+launcher.slurm.CALLS counts only what sf itself does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SF = str(Path(sys.executable).parent / "sf")
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
+GCS_REGISTER = "Registering new node"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run(argv, *, timeout: float = 120, check: bool = True, env=None, cwd=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=cwd or REPO, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({proc.returncode}): "
+                           f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+# --- Slurm -------------------------------------------------------------------------------
+
+def sbatch(args: list[str], env=None) -> str:
+    out = run(["sbatch", "--parsable", *args], env=env).stdout.strip()
+    return out.splitlines()[-1].split(";")[0]
+
+
+def show_job(job_id: str) -> dict:
+    proc = run(["scontrol", "show", "job", "-o", str(job_id)], check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    fields = {}
+    for token in proc.stdout.splitlines()[0].split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def job_state(job_id: str) -> str:
+    return show_job(job_id).get("JobState", "GONE")
+
+
+def wait_job_end(job_id: str, timeout: float, poll: float = 0.5) -> str:
+    """Wait (bounded) until the job is in a terminal state; cancel it on timeout."""
+    deadline = time.monotonic() + timeout
+    state = "UNKNOWN"
+    while time.monotonic() < deadline:
+        state = job_state(job_id)
+        if state in TERMINAL or state == "GONE":
+            return state
+        time.sleep(poll)
+    log(f"job {job_id} still {state} after {timeout:.0f}s: cancelling it")
+    scancel(job_id)
+    return f"TIMEOUT_WAITING({state})"
+
+
+def wait_started(job_id: str, timeout: float, poll: float = 0.3) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(job_id)
+        if state not in ("PENDING", "CONFIGURING", "UNKNOWN"):
+            return True
+        time.sleep(poll)
+    return False
+
+
+def scancel(*job_ids: str) -> None:
+    ids = [str(j) for j in job_ids if j]
+    if ids:
+        run(["scancel", *ids], check=False)
+
+
+def wait_idle_nodes(n: int, partition: str = "all", timeout: float = 300) -> bool:
+    """Wait (bounded) until at least n nodes of the partition are idle, so a job of n
+    nodes starts at once and no other job's Ray shares the CPUs... as far as we can see."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"], check=False).stdout
+        idle = sum(1 for line in out.splitlines() if line.split()[-1:] == ["idle"])
+        if idle >= n:
+            return True
+        time.sleep(1)
+    return False
+
+
+def other_jobs() -> list[str]:
+    out = run(["squeue", "-h", "-o", "%i %j %u %T %D"], check=False).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+# --- Ray artefacts -----------------------------------------------------------------------
+
+def gcs_registrations(temp_dir: str) -> list[float]:
+    """Epoch times of every "Registering new node" line in the head's GCS log."""
+    from datetime import datetime
+
+    times = []
+    for path in Path(temp_dir).glob("session_*/logs/gcs_server.out"):
+        if path.parent.parent.name == "session_latest":  # a symlink to the session itself
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if GCS_REGISTER in line and line.startswith("["):
+                stamp = line[1:24]  # 2026-11-29 11:36:14,499
+                times.append(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return sorted(times)
+
+
+def remove_temp_dirs(job_id: str, root: str = "/tmp") -> None:
+    """Remove the Ray temp dirs of one of OUR jobs (/tmp/sf<job>_<node>)."""
+    for path in Path(root).glob(f"sf{job_id}_*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --- site, stats, results ------------------------------------------------------------------
+
+def dev_site() -> dict:
+    return yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+
+
+def bench_site(work: Path) -> Path:
+    """The dev site with runs under the benchmark's work dir and a series on partition
+    `all` (dev1-dev8), so 8-node jobs fit and benchmark runs stay out of `sf list`."""
+    data = dev_site()
+    data["runs_dir"] = str(work / "runs")
+    base = dict(data["series"][data.get("default_series") or "fake"])
+    base["partition"] = "all"
+    data["series"]["benchall"] = base
+    (work / "runs").mkdir(parents=True, exist_ok=True)
+    path = work / "site.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def runtime_python(version: str = "0.9.1") -> str:
+    reg = yaml.safe_load(Path(dev_site()["runtime_registry"]).read_text())
+    return str(Path(reg["verl"][version]["path"]) / "bin" / "python")
+
+
+def summary(values: list[float]) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "median": None, "min": None, "max": None, "spread": None}
+    return {"n": len(vals), "median": round(statistics.median(vals), 3), "min": round(min(vals), 3),
+            "max": round(max(vals), 3), "spread": round(max(vals) - min(vals), 3)}
+
+
+def load_average() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def save(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
