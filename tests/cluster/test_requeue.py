@@ -175,6 +175,56 @@ def test_bound_stops_a_job_that_keeps_being_requeued(tmp_path):
         cleanup(job)
 
 
+def test_hetjob_requeues_as_one(tmp_path):
+    """USR1 to a 1+1 node distillation hetjob: both het groups go back to the queue and come
+    back together (one Ray cluster of 2 nodes again, restart 1 on every component)."""
+    data = yaml.safe_load((REPO / "examples" / "distill" / "config.yaml").read_text())
+    assets = REPO / "examples" / "assets"
+    data.update(model=str(assets / "model"), teacher={"model": str(assets / "teacher")},
+                data={"train": {"files": str(assets / "data" / "train.parquet")},
+                      "validation": {"files": str(assets / "data" / "test.parquet")}})
+    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
+                                          {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}]
+    data["slurm"] = {"time": "00:10:00", "max_requeues": 2}
+    exp = tmp_path / "hetrequeue"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    run, run_dir, job = submit(str(exp), finish_at=1)
+    try:
+        touch_until(run_dir, "driver_started", 0)
+        t0 = time.monotonic()
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+        started = touch_until(run_dir, "driver_started", 1)
+        took = time.monotonic() - t0
+        joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
+        assert [e.get("restart", 0) for e in joined] == [0, 1] and all(e["ray_nodes"] == 2 for e in joined)
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
+        from launcher import slurm
+
+        info = slurm.show_job(job)
+        parts = info.get("Components") or [info]
+        assert len(parts) == 2 and all(p.get("Restarts") == "1" for p in parts), parts
+        assert status(run)["requeue_count"] == 1
+        print(f"\nhetjob requeue: both groups back, driver running again {took:.1f}s later "
+              f"(Ray up in {started['seconds']:.1f}s)")
+    finally:
+        cleanup(job)
+
+
+def touch_until(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
+    """Wait for a phase; hetjobs start only from backfill, so touch the partitions meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in phases(run_dir):
+            if event["phase"] == name and event.get("restart", 0) == restart:
+                return event
+        for part in ("train", "teach"):
+            subprocess.run(["scontrol", "update", f"PartitionName={part}", "State=UP"], check=False)
+        time.sleep(2)
+    raise AssertionError(f"no {name} (restart {restart}) within {timeout}s: {phases(run_dir)[-8:]}")
+
+
 @pytest.fixture(autouse=True)
 def _no_test_driver_leak(monkeypatch):
     monkeypatch.delenv("SF_TEST_DRIVER", raising=False)
