@@ -246,15 +246,20 @@ def _submit_array(sweep_run, members, indices, n, k) -> bool:
 def _point_submitted(member, job_id: str) -> None:
     from launcher import runs
 
+    old_reason = (member.read_text(runs.REASON) or "").strip() or None
+
     def apply(rec):
         if rec.get("job_ids"):
             rec.setdefault("attempts", []).append({"job_ids": rec["job_ids"], "state": rec.get("state"),
+                                                   "reason": rec.get("exit_reason") or old_reason,
                                                    "time": runs.utc_now()})
         rec["job_ids"] = [job_id]
         rec.pop("final", None)  # the monitor's facts of the ended attempt
         rec["exit_reason"] = None
 
     member.mutate(apply)
+    if old_reason:  # the ended attempt's reason is kept in `attempts`; the new one starts clean
+        member.write_text(runs.REASON, "")
     member.add_state("submitted", job_id=job_id)
 
 

@@ -161,7 +161,8 @@ def test_six_point_array_two_at_a_time_one_sacct_per_poll_and_retry_failed(tmp_p
 
         point1 = runs.Run(dirs[1]).record()
         assert point1["attempts"][0]["job_ids"] == [f"{array_id}_1"] and point1["job_ids"] == [f"{new_array}_1"]
-        assert point1["state"] == "completed"
+        assert point1["state"] == "completed" and not point1["exit_reason"], point1
+        assert "exited with 1" in point1["attempts"][0]["reason"], point1["attempts"]
         print(f"retry-failed: points 1 and 4 as array {new_array} ({retry['points'][0]['job_id']}, ...)")
     finally:
         subprocess.run(["scancel", array_id], check=False)
