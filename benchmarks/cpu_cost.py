@@ -45,8 +45,30 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def tree_cpu(root: int) -> tuple[float, int]:
+    total, parts = tree_parts(root)
+    return total, len(parts)
+
+
+def _label(pid: int) -> str:
+    """A short name for a Ray process: gcs_server, raylet, or the Python script it runs."""
+    try:
+        args = [a.decode(errors="replace") for a in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    if not args:
+        return "?"
+    if "-m" in args[:3]:
+        return args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else "python -m"
+    for arg in args[:3]:
+        base = arg.rsplit("/", 1)[-1]
+        if base.endswith(".py") or base in ("gcs_server", "raylet", "ray"):
+            return base + (" start" if base == "ray" and "start" in args else "")
+    return args[0].rsplit("/", 1)[-1]
+
+
+def tree_parts(root: int) -> tuple[float, list[tuple[str, float]]]:
     """CPU seconds of root and all its descendants (live ones' own time plus what they
-    reaped), and how many processes that is."""
+    reaped), and (process label, its CPU seconds) for each of them."""
     children: dict[int, list[int]] = {}
     stats = {}
     for entry in os.listdir("/proc"):
@@ -55,17 +77,18 @@ def tree_cpu(root: int) -> tuple[float, int]:
             if st:
                 stats[int(entry)] = st
                 children.setdefault(int(st[1]), []).append(int(entry))
-    total, count, todo = 0, 0, [root]
+    total, parts, todo = 0, [], [root]
     while todo:
         pid = todo.pop()
         st = stats.get(pid)
         if not st:
             continue
-        count += 1
         # fields from 3 on: utime=14, stime=15, cutime=16, cstime=17 -> indexes 11..14
-        total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
+        ticks = int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
+        total += ticks
+        parts.append((_label(pid), round(ticks / HZ, 2)))
         todo.extend(children.get(pid, []))
-    return total / HZ, count
+    return total / HZ, sorted(parts, key=lambda p: -p[1])
 
 
 def find_ray_start(temp: str, timeout: float = 30) -> int | None:
@@ -126,9 +149,9 @@ def job(out_dir: Path) -> int:
             time.sleep(0.05)
         row = {"role": role, "node": node, "root_pid": root}
         if registered and root:
-            cpu, nproc = tree_cpu(root)
+            cpu, parts = tree_parts(root)
             row.update(wall_to_registered_s=round(registered - t0, 3), cpu_at_registered_s=round(cpu, 3),
-                       processes_at_registered=nproc)
+                       processes_at_registered=len(parts), by_process=parts)
             time.sleep(5)
             cpu5, nproc5 = tree_cpu(root)
             row.update(cpu_after_5s_s=round(cpu5, 3), processes_after_5s=nproc5)

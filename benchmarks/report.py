@@ -244,6 +244,12 @@ def section_cpu(cpu: dict | None) -> list[str]:
            "line; CPU = user+system seconds of the node's whole process tree (/proc).", "",
            table(["rep", "node", "CPU s until registered", "wall s until registered", "CPU s 5 s later",
                   "processes"], rows)]
+    first = cpu["reps"][0].get("nodes") or {}
+    for role in ("head", "worker"):
+        parts = (first.get(role) or {}).get("by_process")
+        if parts:
+            out += ["", f"Where a {role}'s CPU goes until it registers (rep 0, CPU s per process, including what "
+                    "each reaped): " + ", ".join(f"{name} {sec:.2f}" for name, sec in parts) + "."]
     rs = [r.get("ray_status", {}).get("cpu_s") for r in cpu["reps"] if r.get("ray_status")]
     gq = [r.get("gcs_query_fresh_python", {}).get("cpu_s") for r in cpu["reps"] if r.get("gcs_query_fresh_python")]
     if rs:
