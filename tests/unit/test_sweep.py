@@ -203,7 +203,7 @@ def test_requeue_trap_bound_in_bash(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"scontrol $*\" >> {tmp_path}/calls\n")
     (bin_dir / "scontrol").chmod(0o755)
-    prog = (f'SF_MAX_REQUEUES=2; SF_RUN_DIR={tmp_path}; SF_PYTHON=echo\n'
+    prog = (f'SF_MAX_REQUEUES=2; SF_RUN_DIR={tmp_path}; SF_PYTHON=:\n'
             f'sf_phase() {{ echo "phase $*" >> {tmp_path}/calls; }}\n{trap}\nsf_on_usr1\n')
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "41", "SLURM_HET_JOB_ID": "40"}
     subprocess.run(["bash", "-c", prog], env={**env, "SLURM_RESTART_COUNT": "1"}, check=True)
