@@ -1,0 +1,116 @@
+#!/bin/bash
+# A one-node Slurm on the GPU machine, from Debian 12's slurm 22.05 debs unpacked with
+# dpkg -x (no apt there). The real GPU is GRES gpu:1 (/dev/nvidia0).
+#
+#   source benchmarks/gpu/slurm_up.sh DEBS_DIR PREFIX
+#
+# Idempotent: a second call on a warm machine only re-exports PATH/LD_LIBRARY_PATH when the
+# daemons already answer. Daemons start in their own sessions and outlive the command.
+# Traps handled as ../shared/reference/gpu-machine-facts.md says: munged --force, the
+# *-wlm names linked, /usr/sbin/slurmstepd linked, cgroup v2 controllers enabled for
+# system.slice, proctrack/linuxproc + task/none, no accounting, host name on 127.0.0.1.
+
+DEBS=${1:?debs dir}
+SP=${2:?prefix}
+mkdir -p "$SP"
+export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
+export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SLURM_CONF=/etc/slurm/slurm.conf
+
+if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %T 2>/dev/null | grep -qE 'idle|mix|alloc'; then
+  echo "slurm: already up"
+  return 0 2>/dev/null || exit 0
+fi
+
+t0=$(date +%s.%N)
+for d in "$DEBS"/*.deb; do dpkg -x "$d" "$SP" || { echo "dpkg -x $d failed"; return 1 2>/dev/null || exit 1; }; done
+for n in slurmd slurmctld slurmstepd; do ln -sf "$SP/usr/sbin/$n-wlm" "$SP/usr/sbin/$n"; done
+ln -sf "$SP/usr/sbin/slurmstepd-wlm" /usr/sbin/slurmstepd
+
+HOST=$(hostname -s)
+grep -qE "^127\.0\.0\.1.*[[:space:]]$HOST([[:space:]]|\$)" /etc/hosts || echo "127.0.0.1 $HOST" >>/etc/hosts
+
+# munge
+mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+fi
+chmod 400 /etc/munge/munge.key
+chmod 700 /etc/munge /var/lib/munge /var/log/munge
+chmod 755 /run/munge
+pgrep -x munged >/dev/null || setsid munged --force </dev/null
+for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+
+# cgroup v2: slurmd wants system.slice with cpuset/cpu/memory enabled
+mkdir -p /sys/fs/cgroup/system.slice
+for c in +cpuset +cpu +memory; do
+  echo "$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+  echo "$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control 2>/dev/null || true
+done
+
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+NODELINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -1)
+CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(nproc)}
+MEM=$(echo "$NODELINE" | grep -o 'RealMemory=[0-9]*' | cut -d= -f2); MEM=${MEM:-16000}
+MEM=$((MEM * 8 / 10))
+TOPO=$(echo "$NODELINE" | grep -oE '(Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
+cat >/etc/slurm/slurm.conf <<EOF
+ClusterName=sfgpu
+SlurmctldHost=$HOST
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+ReturnToService=2
+MpiDefault=none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SlurmctldTimeout=30
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=10
+MinJobAge=900
+Waittime=0
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS $TOPO RealMemory=$MEM Gres=gpu:1 State=UNKNOWN
+PartitionName=gpu Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+# GRES_FLAGS (default nvidia_gpu_env): with no Flags and AutoDetect=off, Slurm 22.05 sets
+# CUDA_VISIBLE_DEVICES *and* ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL in
+# every GPU step, and verl's Worker refuses ROCR_VISIBLE_DEVICES next to CUDA_VISIBLE_DEVICES
+# ("Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set"). An NVIDIA
+# site with AutoDetect=nvml gets nvidia_gpu_env implicitly. GRES_FLAGS= (empty) keeps
+# Slurm's default, to test sf against it.
+GF=${GRES_FLAGS-nvidia_gpu_env}
+cat >/etc/slurm/gres.conf <<EOF
+AutoDetect=off
+NodeName=$HOST Name=gpu File=/dev/nvidia0${GF:+ Flags=$GF}
+EOF
+echo "gres.conf: $(tail -1 /etc/slurm/gres.conf)"
+cat >/etc/slurm/cgroup.conf <<EOF
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+EOF
+
+pgrep -x slurmctld >/dev/null || setsid slurmctld </dev/null
+for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+pgrep -x slurmd >/dev/null || setsid slurmd </dev/null
+for _ in $(seq 150); do sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mix|alloc)' && break; sleep 0.2; done
+t1=$(date +%s.%N)
+echo "slurm: $(sinfo -h -o "%P %T %N %c %G" 2>&1) (up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s)"
+sinfo -h -o %T | grep -qE '^(idle|mix|alloc)'
