@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,6 +181,11 @@ def trial_baseline(method: str, nodes: int, directives: list[str], work: Path, e
         if "ready" in times:
             out["ready"] = times["ready"]
     _derive(out)
+    if not out["ok"]:
+        log_text = (out_dir / f"slurm-{job_id}.out")
+        errors = [l for l in (log_text.read_text(errors="replace").splitlines() if log_text.is_file() else [])
+                  if "Error" in l or "error:" in l]
+        out["error"] = errors[0][:300] if errors else "no bring-up time (see the job's output)"
     common.remove_temp_dirs(job_id)
     return out
 
@@ -210,6 +216,51 @@ def _jsonl(path: Path) -> list[dict]:
     return rows
 
 
+# --- host CPU during a trial ------------------------------------------------------------------
+
+class CpuSampler(threading.Thread):
+    """/proc/stat's first line every 0.25 s: (time, busy jiffies, idle jiffies), so a
+    trial's window can be asked how much of the host's CPU was left idle."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, int, int]] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+            idle = fields[3] + fields[4]  # idle + iowait
+            self.samples.append((time.time(), sum(fields[:8]) - idle, idle))
+            self.stop.wait(0.25)
+
+    def idle_fraction(self, start: float, end: float) -> float | None:
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return None
+        busy = inside[-1][1] - inside[0][1]
+        idle = inside[-1][2] - inside[0][2]
+        return round(idle / (busy + idle), 3) if busy + idle else None
+
+
+def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dict:
+    if not common.wait_idle_nodes(n, "all", timeout=120):
+        log(f"fewer than {n} idle nodes after 120 s; submitting anyway (it will queue)")
+    before = {"load": common.load_average(), "other_jobs": common.other_jobs()}
+    try:
+        if method == "sf":
+            trial = trial_sf(exps[n], site, n)
+        else:
+            trial = trial_baseline(method, n, directives[n], work, env)
+    except Exception as exc:  # one broken trial must not lose the others
+        trial = {"method": method, "nodes": n, "ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+    trial.update(rep=rep, load_before=before["load"], other_jobs_before=before["other_jobs"])
+    ref = trial.get("batch_start") or trial.get("t0")
+    if ref and trial.get("ready"):
+        trial["host_idle_fraction"] = sampler.idle_fraction(ref, trial["ready"])
+    return trial
+
+
 # --- the matrix ------------------------------------------------------------------------------
 
 def main(argv: list[str]) -> int:
@@ -237,26 +288,24 @@ def main(argv: list[str]) -> int:
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}
     directives = {n: sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": []}
+    sampler = CpuSampler()
+    sampler.start()
     for rep in range(args.reps):
         for n in sizes:
             order = methods[rep % len(methods):] + methods[: rep % len(methods)]
             for method in order:
-                if not common.wait_idle_nodes(n, "all", timeout=300):
-                    log(f"fewer than {n} idle nodes after 300 s; submitting anyway (it will queue)")
-                before = {"load": common.load_average(), "other_jobs": common.other_jobs()}
-                try:
-                    if method == "sf":
-                        trial = trial_sf(exps[n], site, n)
-                    else:
-                        trial = trial_baseline(method, n, directives[n], work, env)
-                except Exception as exc:  # one broken trial must not lose the others
-                    trial = {"method": method, "nodes": n, "ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
-                trial.update(rep=rep, load_before=before["load"], other_jobs_before=before["other_jobs"])
-                result["trials"].append(trial)
-                common.save(args.out, result)
-                log(f"rep {rep} N={n} {method:14s} bringup={trial.get('bringup_s')}s "
-                    f"alloc->joined={trial.get('allocated_to_joined_s')} lag={trial.get('barrier_lag_s')} "
-                    f"regs={trial.get('registered_nodes')} state={trial.get('state')} load={before['load'][0]}")
+                for attempt in (1, 2):  # a failed trial (e.g. another job's Ray on our ports) runs once more
+                    trial = run_trial(method, n, rep, exps, site, directives, work, env, sampler)
+                    trial["attempt"] = attempt
+                    result["trials"].append(trial)
+                    common.save(args.out, result)
+                    log(f"rep {rep} N={n} {method:14s} bringup={trial.get('bringup_s')}s "
+                        f"alloc->joined={trial.get('allocated_to_joined_s')} lag={trial.get('barrier_lag_s')} "
+                        f"regs={trial.get('registered_nodes')} state={trial.get('state')} "
+                        f"idle={trial.get('host_idle_fraction')} load={trial['load_before'][0]}"
+                        + ("" if trial.get("ok") else f" FAILED {str(trial.get('error', ''))[-200:]}"))
+                    if trial.get("ok"):
+                        break
     common.save(args.out, result)
     return 0
 

@@ -138,9 +138,16 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
     for n in sizes:
         for m in methods:
             ref = ISSUE_REFERENCE.get(m, {}).get(n)
+            idle = [t["host_idle_fraction"] for t in trials if t["method"] == m and t["nodes"] == n and ok(t)
+                    and t.get("host_idle_fraction") is not None]
             rows.append([n, METHOD_NAMES.get(m, m), *stat_cells(vals[(m, n)]),
-                         " ".join(fmt(v) for v in vals[(m, n)]), fmt(ref, 1) if ref else "-"])
-    out.append(table(["N", "method", "runs", "median s", "min-max", "spread", "raw", "issue's reference"], rows))
+                         " ".join(fmt(v) for v in vals[(m, n)]), fmt(ref, 1) if ref else "-",
+                         f"{100 * statistics.median(idle):.0f}%" if idle else "-"])
+    out.append(table(["N", "method", "runs", "median s", "min-max", "spread", "raw", "issue's reference",
+                      "host CPU idle during it"], rows))
+    out += ["", "(\"host CPU idle during it\": share of the host's 2 cores left idle between the batch start and "
+            "readiness, from /proc/stat every 0.25 s, median over the runs: near 0% means the bring-up was "
+            "CPU-bound, by its own processes and anything else running on the host.)"]
     failed = [t for t in trials if not ok(t)]
     if failed:
         out += ["", "Trials that did not produce a bring-up time (left out of the medians):", ""]
