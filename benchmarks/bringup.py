@@ -14,6 +14,8 @@ method order rotating between repetitions so drift in the host's load spreads ev
   verl_example   baseline_verl_example.sbatch: head, sleep 10, one srun per worker + sleep 5.
   naive_batched  baseline_naive_batched.sbatch: head, one srun for all workers, readiness
                  by polling `ray status`.
+  sf_patched     (optional) sf as above, run from a copy of HEAD with barrier_fix.patch
+                 applied: what the proposed barrier fix changes.
 
 The baselines get the SAME #SBATCH resources sf renders for that N (taken from
 `sf submit --dry-run --json`), the same runtime, `ray start` flags, ports, temp dirs and
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -112,9 +115,12 @@ def read_watch(path: Path) -> list[tuple[float, int]]:
 
 # --- one trial per method -------------------------------------------------------------------
 
-def trial_sf(exp: Path, site: Path, nodes: int) -> dict:
+def trial_sf(exp: Path, site: Path, nodes: int, sf_tree: Path | None = None) -> dict:
+    """sf_tree: run sf from this copy of the repo instead (its rendered job then runs that
+    copy's in-job code too): the `sf_patched` method."""
     t_submit = time.time()
-    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120)
+    env = dict(os.environ, PYTHONPATH=str(sf_tree)) if sf_tree else None
+    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120, env=env)
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
     state = common.wait_job_end(job_id, timeout=240)
@@ -125,7 +131,7 @@ def trial_sf(exp: Path, site: Path, nodes: int) -> dict:
     driver = _jsonl(run_dir / "bench_driver.jsonl")
     head = (by.get("allocated", {}).get("pools") or {}).get("train", [None])[0]
     regs = common.gcs_registrations(f"/tmp/sf{job_id}_{head}") if head else []
-    out = {"method": "sf", "nodes": nodes, "job_id": job_id, "state": state, "run": info["run"],
+    out = {"method": "sf_patched" if sf_tree else "sf", "nodes": nodes, "job_id": job_id, "state": state, "run": info["run"],
            "submit": t_submit, "registrations": regs, "head_node": head}
     if driver:
         out["batch_start"] = driver[0].get("batch_start")
@@ -243,6 +249,18 @@ class CpuSampler(threading.Thread):
         return round(idle / (busy + idle), 3) if busy + idle else None
 
 
+def patched_tree(tree: Path, patch: Path = common.BENCH / "barrier_fix.patch") -> None:
+    """A copy of sf at HEAD with the barrier fix applied (the `sf_patched` method)."""
+    import shutil
+    import subprocess
+
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(common.REPO), "archive", "HEAD"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    common.run(["git", "apply", "-p1", str(patch)], cwd=tree)
+
+
 def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dict:
     if not common.wait_idle_nodes(n, "all", timeout=120):
         log(f"fewer than {n} idle nodes after 120 s; submitting anyway (it will queue)")
@@ -250,6 +268,8 @@ def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dic
     try:
         if method == "sf":
             trial = trial_sf(exps[n], site, n)
+        elif method == "sf_patched":
+            trial = trial_sf(exps[n], site, n, sf_tree=work / "sf-patched")
         else:
             trial = trial_baseline(method, n, directives[n], work, env)
     except Exception as exc:  # one broken trial must not lose the others
@@ -285,6 +305,8 @@ def main(argv: list[str]) -> int:
                 "BX_TEMP_ROOT": ray.get("temp_root", "/tmp"),
                 "BX_ADDR_PREFIX": (ray.get("node_address") or {}).get("prefix", "127.0.0"),
                 "BX_CPUS": str(series["cpus_per_node"]), "BX_GPUS": str(series["gpus_per_node"])})
+    if "sf_patched" in methods:
+        patched_tree(work / "sf-patched")
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}
     directives = {n: sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": []}

@@ -238,6 +238,23 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
     return out
 
 
+def section_fix(data: dict | None) -> list[str]:
+    if not data:
+        return ["(fix.json missing: not run)"]
+    trials = [t for t in data["trials"] if t.get("ok") and t.get("bringup_s") is not None]
+    rows = []
+    for n in data["sizes"]:
+        these = [t for t in trials if t["nodes"] == n]
+        lags = [t["barrier_lag_s"] for t in these if t.get("barrier_lag_s") is not None]
+        rows.append([n, *stat_cells([t["bringup_s"] for t in these]),
+                     " ".join(fmt(t["bringup_s"]) for t in these), " ".join(fmt(v) for v in lags)])
+    return ["Not a target, for the record: sf run from a copy of the same commit with `benchmarks/barrier_fix.patch` "
+            "applied (barrier polls the GCS every 0.1 s and exits with os._exit right after printing its result; "
+            "the supervisor waits on the barrier's stdout instead of sleeping 0.5 s), same trial as above, "
+            "after the main matrix:", "",
+            table(["N", "runs", "median s", "min-max", "spread", "raw", "barrier lag s (raw)"], rows)]
+
+
 def section_cpu(cpu: dict | None) -> list[str]:
     if not cpu or not cpu.get("reps"):
         return ["(cpu.json missing)"]
@@ -373,6 +390,8 @@ def write(folder: Path, md: Path) -> None:
     cpu = load(folder, "cpu")
     body = ["", "## 1. Ray bring-up against node count", ""]
     body += section_bringup(bring, cpu, targets)
+    body += ["", "### sf with the proposed barrier fix", ""]
+    body += section_fix(load(folder, "fix"))
     body += ["", "### CPU cost of one node start", ""]
     body += section_cpu(cpu)
     body += ["", "## 2. Login-node cost", ""]

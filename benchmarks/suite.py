@@ -4,7 +4,7 @@
                                [--results DIR] [--md FILE]
 
 Order: login-node cost, CPU cost of one node start, bring-up (the long one), monitoring
-cost, requeue turnaround; each is its own process with a bounded run time, writing its
+cost, requeue turnaround, then (not a target) sf with the proposed barrier fix; each is its own process with a bounded run time, writing its
 raw JSON into the results folder (benchmarks/results/<UTC stamp>/ by default) as it goes,
 so an interrupted run still leaves what it measured. The host's load average is sampled
 every 10 s throughout. At the end benchmarks/report.py turns the folder into RESULTS.md.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH, REPO, log  # noqa: E402
 
-ALL = ("login", "cpu", "bringup", "monitor", "requeue")
+ALL = ("login", "cpu", "bringup", "monitor", "requeue", "fix")
 
 
 def utc() -> str:
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=3, help="repetitions of the bring-up matrix and the CPU cost")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 repetition, N=1,2, few polls")
-    p.add_argument("--only", default=",".join(ALL))
+    p.add_argument("--only", default=",".join(ALL), help="a subset of " + ",".join(ALL))
     p.add_argument("--results", type=Path, default=None)
     p.add_argument("--md", type=Path, default=BENCH / "RESULTS.md")
     args = p.parse_args(argv)
@@ -93,6 +93,9 @@ def main(argv: list[str]) -> int:
                      "--nodes", "1,2" if args.quick else "1,2,4,8"], 600 + 900 * reps),
         "monitor": ([py, BENCH / "monitor_cost.py", "--polls", "2" if args.quick else "5"], 600),
         "requeue": ([py, BENCH / "requeue.py", "--reps", "1" if args.quick else "3"], 900),
+        # not a target: sf with the proposed barrier fix (barrier_fix.patch), for comparison
+        "fix": ([py, BENCH / "bringup.py", "--methods", "sf_patched", "--reps", "1" if args.quick else "2",
+                 "--nodes", "1,2" if args.quick else "1,2,4,8"], 600),
     }
     try:
         for name in ALL:
