@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         "monitor": ([py, BENCH / "monitor_cost.py", "--polls", "2" if args.quick else "5"], 600),
         "requeue": ([py, BENCH / "requeue.py", "--reps", "1" if args.quick else "3"], 900),
         # not a target: sf with the proposed barrier fix (barrier_fix.patch), for comparison
-        "fix": ([py, BENCH / "bringup.py", "--methods", "sf_patched", "--reps", "1" if args.quick else "2",
+        "fix": ([py, BENCH / "bringup.py", "--methods", "sf_patched", "--reps", "1",
                  "--nodes", "1,2" if args.quick else "1,2,4,8"], 600),
     }
     try:
