@@ -112,6 +112,15 @@ def _check_megatron(actor: Path) -> list[str]:
     return missing
 
 
+def _model_dir(step_dir: Path) -> Path:
+    """Where a global_step_N dir keeps the model the merger reads: actor/ for the RL
+    trainers, the step dir itself for verl's SFT trainer (it writes its FSDP shards
+    straight into global_step_N/; seen on the H200)."""
+    if not (step_dir / "actor").is_dir() and detect_format(step_dir):
+        return step_dir
+    return step_dir / "actor"
+
+
 def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoint:
     """Resolve PATH (checkpoints dir, global_step_N dir or its actor dir) to the actor dir
     the merger reads, and check its files for `fmt` (detected when None)."""
@@ -133,10 +142,10 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
             have = ", ".join(f"global_step_{s}" for s in _step_dirs(root)) or "none"
             raise LayoutError(f"{root / TRACKER} says step {step} but {step_dir.name}/ is missing "
                               f"(found: {have}); pass one of them with --checkpoint")
-        actor = step_dir / "actor"
+        actor = _model_dir(step_dir)
     elif _STEP_DIR.match(root.name):
         step = int(_STEP_DIR.match(root.name).group(1))
-        actor = root / "actor"
+        actor = _model_dir(root)
     elif root.name == "actor" and _STEP_DIR.match(root.parent.name):
         step = int(_STEP_DIR.match(root.parent.name).group(1))
         actor = root
@@ -149,7 +158,8 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
                               f"pass one of its steps, e.g. --checkpoint {root / f'global_step_{steps[-1]}'}")
         raise LayoutError(f"{root} holds no {TRACKER}, no global_step_N/ and no actor files; {VALID_LAYOUT}")
     if not actor.is_dir():
-        raise LayoutError(f"{actor.parent} has no actor/ (the merger reads global_step_N/actor); {VALID_LAYOUT}")
+        raise LayoutError(f"{actor.parent} has no actor/ and no model shards (the merger reads "
+                          f"global_step_N/actor, or global_step_N itself for SFT); {VALID_LAYOUT}")
     found = detect_format(actor)
     fmt = fmt or found
     if fmt is None:

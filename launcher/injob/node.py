@@ -140,6 +140,10 @@ def main(role: str) -> int:
     print(f"[sf node {node}] {' '.join(argv)}", flush=True)
     env = dict(os.environ)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"):
+        # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
+        # verl's workers, which inherit the raylet's environment, refuse to start with both.
+        env.pop("ROCR_VISIBLE_DEVICES", None)
     child = subprocess.Popen(argv, env=env)
 
     def forward(signum, _frame):

@@ -153,6 +153,17 @@ def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
             log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes, Slurm gave {len(pool.hosts)}")
 
 
+def gpu_env_wrapper(argv: list[str]) -> list[str]:
+    """Run argv with ROCR_VISIBLE_DEVICES dropped when CUDA/HIP devices are set.
+
+    Slurm 22.05 without gres.conf `Flags=nvidia_gpu_env` sets ROCR_VISIBLE_DEVICES beside
+    CUDA_VISIBLE_DEVICES in every GPU step, and verl's Worker refuses to start with both
+    ("Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set"; seen
+    on the H200). slurmstepd sets them per step, so srun's environment cannot drop it."""
+    script = 'if [ -n "${CUDA_VISIBLE_DEVICES:-}${HIP_VISIBLE_DEVICES:-}" ]; then unset ROCR_VISIBLE_DEVICES; fi; exec "$@"'
+    return ["sh", "-c", script, "sf-gpu-env", *argv]
+
+
 def tcp_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -382,7 +393,7 @@ class Supervisor:
             self.record("driver_started", what="preflight", seconds=self.elapsed())
             return
         log("driver: " + " ".join(argv))
-        self.srun("torchrun", argv, kind="driver", env=self.cluster_env(),
+        self.srun("torchrun", gpu_env_wrapper(argv), kind="driver", env=self.cluster_env(),
                   het_group=0 if self.hetjob else None, nodes=train.nodes, ntasks=train.nodes,
                   ntasks_per_node=1, nodelist=train.hosts, kill_on_bad_exit=True)
         self.record("driver_started", what="torchrun", seconds=self.elapsed())

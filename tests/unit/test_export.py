@@ -40,6 +40,19 @@ def test_layout_accepts_three_forms(tmp_path):
     assert find_actor_dir(tmp_path / "ckpt").fmt == "verl-fsdp"  # detected
 
 
+def test_layout_sft_shards_in_the_step_dir(tmp_path):
+    """verl's SFT trainer writes its FSDP shards straight into global_step_N/ (no actor/;
+    seen on the H200): both the checkpoints dir and the step dir resolve to it."""
+    actor = fsdp_layout(tmp_path / "ckpt", step=300)
+    step_dir = actor.parent
+    for item in actor.iterdir():
+        item.rename(step_dir / item.name)
+    actor.rmdir()
+    for path in (tmp_path / "ckpt", step_dir):
+        ck = find_actor_dir(path)
+        assert ck.actor_dir == str(step_dir) and ck.step == 300 and ck.fmt == "verl-fsdp"
+
+
 def test_layout_megatron(tmp_path):
     actor = tmp_path / "global_step_7" / "actor"
     (actor / "model" / "dist_ckpt").mkdir(parents=True)
