@@ -120,7 +120,10 @@ def trial_sf(exp: Path, site: Path, nodes: int, sf_tree: Path | None = None) -> 
     copy's in-job code too): the `sf_patched` method."""
     t_submit = time.time()
     env = dict(os.environ, PYTHONPATH=str(sf_tree)) if sf_tree else None
-    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120, env=env)
+    # submitted from the tree itself: the job's `python -m launcher.injob` finds `launcher` in
+    # the submit directory (sys.path[0]) before the PYTHONPATH sf renders
+    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120, env=env,
+                      cwd=sf_tree or common.REPO)
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
     state = common.wait_job_end(job_id, timeout=240)
