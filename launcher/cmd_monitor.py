@@ -33,6 +33,16 @@ def _runs_dir(site_path: str | None, runs_dir: str | None) -> Path:
     return Path(load_site(site_path).runs_dir)
 
 
+def complete_run_ids(ctx, param, incomplete):
+    """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
+    try:
+        root = _runs_dir(ctx.params.get("site_path"), ctx.params.get("runs_dir"))
+        names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
+    except Exception:  # completion must never fail loudly
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
 def _common(fn):
     fn = click.option("--runs-dir", default=None, metavar="DIR",
                       help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(fn)
@@ -100,7 +110,7 @@ def _is_point(run: runs.Run) -> bool:
 
 
 @click.command()
-@click.argument("target", required=False, metavar="[RUN|SWEEP]")
+@click.argument("target", required=False, metavar="[RUN|SWEEP]", shell_complete=complete_run_ids)
 @click.option("--watch", "-w", is_flag=True, help="Redraw until every watched run has ended.")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0.2),
               help="Seconds between polls with --watch.")
@@ -216,7 +226,7 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
 @click.option("--node", default=None, metavar="N", help="Logs of one node (Slurm node name or index).")
 @click.option("--role", default=None, metavar="ROLE", help="Logs of one role: driver, head, worker, teacher, ...")
@@ -325,7 +335,7 @@ def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_ev
 # --- cancel --------------------------------------------------------------------------------
 
 @click.command()
-@click.argument("target", metavar="RUN|SWEEP")
+@click.argument("target", metavar="RUN|SWEEP", shell_complete=complete_run_ids)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @_common
 def cancel(target, as_json, site_path, runs_dir):

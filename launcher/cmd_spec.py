@@ -63,11 +63,24 @@ def config_text(name: str, method: str, version: str) -> str:
     return "\n".join(lines)
 
 
+def _complete_methods(ctx, param, incomplete):
+    from launcher.catalog import METHODS
+
+    return [f"verl/{m}" for m in METHODS if f"verl/{m}".startswith(incomplete)]
+
+
+def _complete_versions(ctx, param, incomplete):
+    from launcher.catalog import versions
+
+    return [v for v in versions() if v.startswith(incomplete)]
+
+
 @click.command()
 @click.argument("name")
-@click.option("--method", "method", required=True, metavar="verl/METHOD",
+@click.option("--method", "method", required=True, metavar="verl/METHOD", shell_complete=_complete_methods,
               help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation or sft.")
-@click.option("--framework-version", "framework_version", default="0.9.1", show_default=True, help="verl version of the catalog.")
+@click.option("--framework-version", "framework_version", default="0.9.1", show_default=True,
+              shell_complete=_complete_versions, help="verl version of the catalog.")
 def new(name, method, framework_version):
     """Create experiments/NAME/config.yaml for a method."""
     from launcher import catalog
