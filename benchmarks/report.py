@@ -179,6 +179,7 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
                 + (f"; {ab / a1:.2f} on sf's own allocated -> all_joined ({fmt(ab)} s / {fmt(a1)} s)" if a1 and ab else "")
                 + "."]
     # CPU floor
+    floors: dict[int, float] = {}
     if cpu and cpu.get("reps"):
         head = [r["nodes"]["head"].get("cpu_at_registered_s") for r in cpu["reps"] if r.get("nodes", {}).get("head")]
         work = [r["nodes"]["worker"].get("cpu_at_registered_s") for r in cpu["reps"] if r.get("nodes", {}).get("worker")]
@@ -194,6 +195,7 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
             rows = []
             for n in sizes:
                 floor = (hm + (n - 1) * wm) / nproc
+                floors[n] = floor
                 s = med.get(("sf", n))
                 rows.append([n, fmt(hm + (n - 1) * wm), fmt(floor), fmt(s), fmt(s - floor if s else None)])
             out.append(table(["N", "CPU s to start N nodes", f"floor on {nproc} cores, s", "sf median s",
@@ -222,6 +224,24 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
         if s and v:
             met = s <= 0.3 * v
             why = f"sf {fmt(s)} s vs 0.3 x {fmt(v)} s = {fmt(0.3 * v)} s (ratio {s / v:.3f})"
+            if not met:
+                idle = [t["host_idle_fraction"] for t in trials if t["method"] == "sf" and t["nodes"] == n
+                        and ok(t) and t.get("host_idle_fraction") is not None]
+                nproc = (cpu or {}).get("reps", [{}])[0].get("nproc") or 2
+                parts = []
+                if n in floors:
+                    parts.append(f"starting {n} Ray nodes costs about {fmt(floors[n] * nproc)} CPU s, i.e. at least "
+                                 f"{fmt(floors[n])} s on {nproc} idle cores")
+                if idle:
+                    busy = statistics.median(idle) < 0.25
+                    parts.append(f"the host's CPU was {100 * statistics.median(idle):.0f}% idle during sf's trials"
+                                 + (" (CPU-bound: sf's own processes plus anything else on the host)" if busy else ""))
+                lags = [t["barrier_lag_s"] for t in trials if t["method"] == "sf" and t["nodes"] == n
+                        and t.get("barrier_lag_s") is not None]
+                if lags:
+                    parts.append(f"the barrier added {fmt(statistics.median(lags))} s after the last registration")
+                parts.append(f"the verl example spreads the same CPU over its {10 + 5 * (n - 1)} s of sleeps")
+                why += ". Why: " + "; ".join(parts)
             targets.append((f"sf <= 0.3 x verl example at N={n}", met, why))
         else:
             targets.append((f"sf <= 0.3 x verl example at N={n}", None, "missing trials"))
@@ -408,6 +428,12 @@ def write(folder: Path, md: Path) -> None:
     body += ["", "## Sleeps in sf's in-job code and job template (static check)", "",
              table(["where", "kind", "line"], [[s["where"], s["kind"], f"`{s['line']}`"] for s in sleeps])
              if sleeps else "none"]
+    fix = load(folder, "fix")
+    fix_lags = [t["barrier_lag_s"] for t in (fix or {}).get("trials", []) if t.get("barrier_lag_s") is not None]
+    if fix_lags:
+        targets = [(t, ok, why + (f"; with benchmarks/barrier_fix.patch applied the lag was "
+                                  f"{' '.join(fmt(v) for v in fix_lags)} s (section 1)" if t.startswith("barrier") else ""))
+                   for t, ok, why in targets]
     head = ["", "## Targets (issue 7)", "", table(["target", "result", "numbers / why"],
                                                    [[t, verdict(ok), why] for t, ok, why in targets])]
     notes = folder / "notes.md"
