@@ -228,6 +228,26 @@ def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: s
     )
 
 
+def check_resources(res: JobResources) -> JobResources:
+    """Refuse header values that could break out of their #SBATCH line (same patterns as
+    the training job's header in launcher.render); a SpecError names the field."""
+    from launcher import render as r
+
+    r._check(r._NAME, res.job_name, "job name", "letters, digits and ._- only")
+    r._check(re.compile(r"^/[A-Za-z0-9._/+%-]*$"), res.log_path, "log path",
+             "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
+    r._check(r._TIME, res.time, "--time", "use HH:MM:SS, MM or D-HH:MM")
+    for field, value in (("--partition", res.partition), ("slurm.account", res.account), ("slurm.qos", res.qos)):
+        if value is not None:
+            r._check(r._ACCOUNTISH, value, field, "letters, digits and ._- only")
+    if res.mem is not None:
+        r._check(r._MEM, res.mem, "mem_per_node", "a number with K, M, G or T, e.g. 64G")
+    r._check(r._GRES, res.gres_name, "gres_name", "letters, digits, _ and - only")
+    r._int(res.gpus, "--gpus")
+    r._int(res.cpus, "cpus", minimum=1)
+    return res
+
+
 def _same(argv):
     return list(argv)
 
@@ -237,7 +257,7 @@ def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt: Check
     """`wrap(argv)` turns a `python ...` argv into how it runs on the runtime (the venv's
     python, `apptainer exec ...`, an srun step with a pyxis image)."""
     return _env().get_template("export.sbatch.j2").render(
-        res=res, setup=list(setup), env=dict(env), ckpt=ckpt, target_dir=target_dir,
+        res=check_resources(res), setup=list(setup), env=dict(env), ckpt=ckpt, target_dir=target_dir,
         merge=wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)),
         sf_python=sf_python, run_dir=run_dir, export_id=export_id,
     )
@@ -254,7 +274,7 @@ def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str,
         if value is not None:
             evaluate += [f"--{key.replace('_', '-')}", str(value)]
     return _env().get_template("eval.sbatch.j2").render(
-        res=res, setup=list(setup), env=dict(env), run_dir=run_dir, eval_id=eval_id, out_dir=out_dir,
+        res=check_resources(res), setup=list(setup), env=dict(env), run_dir=run_dir, eval_id=eval_id, out_dir=out_dir,
         model_dir=model_dir, data=data, ckpt=ckpt,
         merge=wrap(merge_argv(ckpt, model_dir, python="python")) if ckpt else None,
         evaluate=wrap(evaluate), sf_python=sf_python,

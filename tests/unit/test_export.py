@@ -132,6 +132,29 @@ def test_export_render(env):
     assert not env["root"].exists() or not any(env["root"].iterdir())  # dry run records nothing
 
 
+@pytest.mark.parametrize("option,value", [
+    ("--partition", "train\n#SBATCH --qos=evil"),
+    ("--partition", "train --qos=evil"),
+    ("--time", "01:00:00\n#SBATCH --account=evil"),
+])
+def test_export_header_injection_refused(env, option, value):
+    fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run", option, value])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"sf: error: {option}:") and "#SBATCH --" not in res.output.split(":", 2)[1]
+
+
+def test_export_target_with_shell_metacharacters_is_inert(env):
+    fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
+    target = env["tmp"] / "hf $(touch pwned); `id`"
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run", "--target", str(target)])
+    assert res.exit_code == 0, res.output
+    assert "'" + str(target) + "'" in res.output  # shell-quoted as one word
+    subprocess.run(["bash", "-n"], input=res.output, text=True, check=True)
+
+
 def test_export_render_megatron_asks_a_gpu(env):
     actor = env["tmp"] / "global_step_2" / "actor"
     (actor / "model" / "dist_ckpt").mkdir(parents=True)
