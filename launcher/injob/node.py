@@ -35,6 +35,23 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def redirect_output(path: Path) -> None:
+    """This node's output (the wrapper's and `ray start`'s) into its own file, appended
+    across requeues: emulated nodes, and real nodes that share a host name, cannot be told
+    apart by srun's %N, so the Slurm node name is in the file name (`sf logs --node`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:  # keep going with srun's output: a log is no reason to fail
+        print(f"[sf node] cannot open {path}: {exc}", file=sys.stderr, flush=True)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def busy_ports(address: str, ports, *, head: bool) -> list[int]:
     """The fixed ports of a node slot that something on this host already holds."""
     fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
@@ -93,6 +110,7 @@ def main(role: str) -> int:
     job_id = job["job_id"]
     pool = topology.pool_of_node(job, node)
     pool_name = pool.name if pool else "?"
+    redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
 
     if node in [n for n in os.environ.get("SF_TEST_SKIP_NODE", "").split(",") if n]:
         # Test hook: this node never joins (a node whose Ray cannot start).

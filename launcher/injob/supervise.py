@@ -326,21 +326,22 @@ class Supervisor:
         return ["/bin/sh", "-c", hook, "sf-test-driver", *self.args.overrides]
 
     def start_ray(self) -> None:
+        # Each node writes its own log, logs/<job>-ray-<head|pool>-<node>.log (node.py);
+        # srun's own messages (a task that died) land in the batch log.
         py = self.runtime.runtime_python()
         node_cmd = [py, "-m", "launcher.injob", "node"]
         self.logs.mkdir(parents=True, exist_ok=True)
         head_pool = self.pools[0]
-        head_log = open(self.logs / f"{self.job_id}-ray-head.log", "ab")
         self.srun("ray-head", [*node_cmd, "--role", "head"], kind="node", pool=head_pool.name,
-                  hosts=[self.head_node], stdout=head_log, het_group=0 if self.hetjob else None,
+                  hosts=[self.head_node], het_group=0 if self.hetjob else None,
                   nodes=1, ntasks=1, nodelist=self.head_node, overlap=True, kill_on_bad_exit=True)
         for pool in self.pools:
             workers = [h for h in pool.hosts if h != self.head_node]
             if not workers:
                 continue
-            out = open(self.logs / f"{self.job_id}-ray-{pool.name}.log", "ab")
             self.srun(f"ray-{pool.name}", [*node_cmd, "--role", "worker"], kind="node", pool=pool.name,
-                      hosts=workers, stdout=out, het_group=pool.het_group if self.hetjob else None,
+                      hosts=workers,
+                      het_group=pool.het_group if self.hetjob else None,
                       nodes=len(workers), ntasks=len(workers), ntasks_per_node=1, nodelist=workers,
                       overlap=True, kill_on_bad_exit=True)
 

@@ -98,6 +98,11 @@ def test_grpo_preflight_two_nodes():
     for p in ("allocated", "head_up", "all_joined", "driver_started", "ended"):
         assert p in names
     print(f"\nbring-up 2 nodes: {bringup_seconds(Path('/var/lib/sfdev/runs') / run_dir):.1f}s")
+    # one Ray log per node, named by the Slurm node name: `sf logs --node` finds it
+    head, worker = sorted(pool["joined"])
+    logs = sf("logs", out["run"], "--node", worker)
+    assert logs.returncode == 0 and f"[sf node {worker}]" in logs.stdout, logs.stderr
+    assert f"[sf node {head}]" not in logs.stdout
 
 
 def test_distillation_hetjob_one_ray_cluster_teacher_pinned():
