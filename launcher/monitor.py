@@ -244,7 +244,9 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     final = rec.get("final") if states is None and state in runs_mod.TERMINAL_STATES else None
     if final:  # ended before: the record holds what Slurm said then
         step, total = final.get("step"), final.get("total_steps")
-    reason = job.reason if job is not None and job.reason not in ("", "None") else None
+    # Slurm's reason is a pending reason; sacct keeps the last one (BeginTime after a
+    # requeue) on a job that is running again.
+    reason = job.reason if job is not None and job.reason not in ("", "None") and state == "pending" else None
     return RunStatus(
         id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
         state=state, progress=_progress_line(state, job, phase, step, total, rec),

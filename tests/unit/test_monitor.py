@@ -394,8 +394,12 @@ def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
         ("timeout", "timeout at step 3/5", "dev[1-2]", "00:10:00")
     # requeued after all: final facts are dropped
     fake_slurm.set("sacct", _row("200", "PENDING", reason="BeginTime"))
-    assert monitor.poll([run])[0].state == "pending"
+    status = monitor.poll([run])[0]
+    assert status.state == "pending" and status.reason == "BeginTime"
     assert "final" not in run.record() and run.record()["state"] == "pending"
+    # running again: sacct still carries the old pending reason, which is not shown
+    fake_slurm.set("sacct", _row("200", "RUNNING", reason="BeginTime"))
+    assert monitor.poll([run])[0].reason is None
 
 
 def test_logs_of_one_sweep_point(fake_slurm):
