@@ -100,12 +100,18 @@ def _runtime_parts(site, version: str):
     from launcher.runtime import resolve_runtime
 
     rt = resolve_runtime("verl", version, site)
+    import shlex
+
+    from launcher import render
+
     setup = []
     if site.modules:
-        setup.append("module load " + " ".join(site.modules))
+        setup.append("module load " + " ".join(shlex.quote(m) for m in site.modules))
     setup += rt.activate_lines()
     env = dict(site.env)
     env.update(dict(rt.env))
+    for key in env:  # keys are written bare into `export KEY=...`
+        render._check(render._ENV_KEY, key, f"env.{key}", "letters, digits and _ only, not starting with a digit")
 
     def wrap(argv):
         argv = list(argv)

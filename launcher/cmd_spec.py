@@ -88,7 +88,7 @@ def new(name, method, framework_version):
 
     import yaml
 
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
                         "starting with a letter or digit")
     m = catalog.parse_method(method)

@@ -131,6 +131,19 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 
 def _test_script(site, series) -> str:
+    """A one-node batch script for `sbatch --test-only`. Its values are checked like the
+    training job's header (launcher.render): a bad site value is a SpecError, not a line."""
+    from launcher import render as r
+
+    r._check(r._ACCOUNTISH, series.partition, f"site.series.{series.name}.partition", "letters, digits and ._- only")
+    r._check(r._GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _ and - only")
+    r._int(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", minimum=1)
+    r._int(series.gpus_per_node, f"site.series.{series.name}.gpus_per_node", minimum=0)
+    if series.constraint:
+        r._check(r._CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint", "a Slurm constraint expression")
+    for field, value in (("site.slurm.account", site.account), ("site.slurm.qos", site.qos)):
+        if value:
+            r._check(r._ACCOUNTISH, value, field, "letters, digits and ._- only")
     lines = ["#!/bin/bash", f"#SBATCH --partition={series.partition}", "#SBATCH --nodes=1",
              "#SBATCH --time=00:01:00", f"#SBATCH --cpus-per-task={series.cpus_per_node}"]
     if series.gpu_directive == "gpus-per-node":
@@ -151,10 +164,17 @@ def check_sbatch(site) -> list[Check]:
     from launcher import slurm
     from launcher.errors import SlurmError
 
+    from launcher.errors import SpecError
+
     checks = []
     for series in site.series.values():
+        try:
+            script = _test_script(site, series)
+        except SpecError as exc:
+            checks.append(Check(f"sbatch {series.name}", FAIL, str(exc), f"fix {exc.field} in {site.path}"))
+            continue
         with tempfile.NamedTemporaryFile("w", suffix=".sbatch", delete=False) as handle:
-            handle.write(_test_script(site, series))
+            handle.write(script)
         try:
             answer = slurm.sbatch_test_only(handle.name)
             checks.append(Check(f"sbatch {series.name}", OK, answer.splitlines()[-1] if answer else "accepted"))

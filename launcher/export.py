@@ -252,10 +252,21 @@ def _same(argv):
     return list(argv)
 
 
+def _one_line(**values) -> None:
+    """Paths and ids are shell-quoted in the scripts; a line break is refused outright
+    (it could end a quoted word's line in an echo or a comment)."""
+    from launcher.errors import SpecError
+
+    for field, value in values.items():
+        if value is not None and ("\n" in str(value) or "\r" in str(value)):
+            raise SpecError(field.replace("_", "-"), f"{str(value)!r} holds a line break; use a plain path")
+
+
 def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt: Checkpoint, target_dir: str,
                   sf_python: str, run_dir: str | None, export_id: str, extra=(), wrap=_same) -> str:
     """`wrap(argv)` turns a `python ...` argv into how it runs on the runtime (the venv's
     python, `apptainer exec ...`, an srun step with a pyxis image)."""
+    _one_line(checkpoint=ckpt.actor_dir, target=target_dir, run_dir=run_dir, export_id=export_id)
     return _env().get_template("export.sbatch.j2").render(
         res=check_resources(res), setup=list(setup), env=dict(env), ckpt=ckpt, target_dir=target_dir,
         merge=wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)),
@@ -266,6 +277,8 @@ def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt: Check
 def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str, eval_id: str,
                 out_dir: str, model_dir: str, data: str, ckpt: Checkpoint | None, sf_python: str,
                 options: dict, wrap=_same) -> str:
+    _one_line(run_dir=run_dir, eval_id=eval_id, out_dir=out_dir, model=model_dir, validation_data=data,
+              checkpoint=ckpt.actor_dir if ckpt else None)
     evaluate = ["python", "-c",
                 "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
                 str(Path(__file__).resolve()), "evaluate", "--model", model_dir, "--data", data,

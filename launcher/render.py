@@ -63,7 +63,7 @@ def quote(value) -> str:
 
 def _check(pattern: re.Pattern, value, field: str, what: str) -> str:
     text = str(value)
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         raise SpecError(field, f"{text!r} cannot go into the batch script: {what}")
     return text
 

@@ -67,9 +67,9 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     text = str(value)
-    if text and _SAFE.match(text) and text.lower() not in ("true", "false", "null", "none"):
+    if text and _SAFE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none"):
         return text
-    if text.lower() in ("true", "false", "null", "none") or not _SAFE.match(text or "-"):
+    if text.lower() in ("true", "false", "null", "none") or not _SAFE.fullmatch(text or "-"):
         return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return text
 
@@ -84,7 +84,7 @@ def split_override(text: str) -> tuple[str, str, str]:
     while key[:1] in ("+", "~"):
         prefix += key[0]
         key = key[1:]
-    if not key or not re.match(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
+    if not key or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
         raise ValueError(f"bad key {key!r}")
     return prefix, key, value.strip()
 

@@ -128,7 +128,7 @@ def _publish_hint(framework: str, version: str, registry: str | None) -> str:
 
 
 def _check_token(value: str, what: str, src: str) -> str:
-    if not isinstance(value, str) or not value or not _SAFE_TOKEN.match(value):
+    if not isinstance(value, str) or not value or not _SAFE_TOKEN.fullmatch(value):
         raise SpecError(f"runtime.{what}", f"{value!r} in {src} must be a plain path or name "
                         "(letters, digits, ./:@+=,%_-; no spaces); fix the runtime registry")
     return value

@@ -136,7 +136,7 @@ _PROFILE = re.compile(r"^(?P<series>[A-Za-z0-9_.-]+):(?:(?P<nodes>\d+)x)?(?P<gpu
 
 def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
     """`SERIES:G` (G GPUs in all) or `SERIES:NxG` (N nodes of G GPUs) -> (series, nodes, gpus_per_node)."""
-    match = _PROFILE.match(text or "")
+    match = _PROFILE.fullmatch(text or "")
     if not match:
         raise SpecError("--profile", f"{text!r} is not SERIES:G or SERIES:NxG (e.g. h200:8 or h200:2x8)")
     name = match["series"]

@@ -156,7 +156,7 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
         if not (candidate / CONFIG_FILE).is_file():
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
         return candidate.resolve().name, candidate.resolve()
-    if not NAME_RE.match(name_or_dir):
+    if not NAME_RE.fullmatch(name_or_dir):
         raise SpecError("NAME", f"{name_or_dir!r} is not a valid experiment name (letters, digits, _ . -; at most 64; "
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
@@ -228,7 +228,7 @@ def _model_path(model: str, base: Path) -> str:
 
 def resolve_dataset(text: str, site: Site) -> Path:
     """OWNER/NAME@VERSION -> <root>/OWNER/NAME/VERSION/ under the site's dataset_roots."""
-    m = re.match(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)@([A-Za-z0-9_.-]+)$", text or "")
+    m = re.fullmatch(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)@([A-Za-z0-9_.-]+)$", text or "")
     if not m:
         raise SpecError("data.train.dataset", f"{text!r} is not OWNER/NAME@VERSION (e.g. alice/gsm8k-zh@v2)")
     owner, name, version = m.groups()

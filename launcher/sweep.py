@@ -68,7 +68,7 @@ def parse_grid(items) -> list[tuple[str, list[str]]]:
             raise SpecError("--grid", f"{item!r} is not KEY=V1,V2,... (e.g. --grid actor_lr=1e-6,3e-6)")
         key, _, rest = item.partition("=")
         key = key.strip()
-        if not _KEY.match(key):
+        if not _KEY.fullmatch(key):
             raise SpecError("--grid", f"{key!r} is not a knob or a dotted Hydra key")
         if key in seen:
             raise SpecError(f"--grid {key}", "given twice; list all its values in one --grid KEY=V1,V2")

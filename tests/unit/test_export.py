@@ -153,6 +153,19 @@ def test_export_target_with_shell_metacharacters_is_inert(env):
     assert res.exit_code == 0, res.output
     assert "'" + str(target) + "'" in res.output  # shell-quoted as one word
     subprocess.run(["bash", "-n"], input=res.output, text=True, check=True)
+    # the script's messages name the target: running them runs nothing
+    echoes = "\n".join(line for line in res.output.splitlines() if line.startswith("echo "))
+    assert echoes
+    out = subprocess.run(["bash", "-c", echoes], cwd=env["tmp"], capture_output=True, text=True, check=True)
+    assert str(target) in out.stdout and not (env["tmp"] / "pwned").exists()
+
+
+def test_export_line_break_in_a_path_refused(env):
+    fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run",
+                                    "--target", str(env["tmp"] / "hf\n#SBATCH --qos=evil")])
+    assert res.exit_code == 2 and res.output.startswith("sf: error: target:"), res.output
 
 
 def test_export_render_megatron_asks_a_gpu(env):
