@@ -94,16 +94,22 @@ class Ctx:
         return src
 
     # --- what the user set, for the pinning rules
+    @staticmethod
+    def _effective(key: str) -> str:
+        """The key a raw override really sets: legacy reward keys count as their reward.*
+        rewrite, so a pin or a rule cannot be dodged through the old name."""
+        return (rules.legacy_rewrite(key) or key).lstrip("+") if rules.is_legacy(key) else key
+
     def user_keys(self):
         for source, _prefix, key, _value in self.raw:
-            yield source, key
+            yield source, self._effective(key)
         for name in self.user_knobs:
             if name in rules.KNOBS and rules.KNOBS[name].key:
                 yield f"knobs.{name}", rules.KNOBS[name].key.lstrip("+")
 
     def user_values(self):
         for source, _prefix, key, value in self.raw:
-            yield source, key, rules.parse_scalar(value)
+            yield source, self._effective(key), rules.parse_scalar(value)
         for name, raw in self.user_knobs.items():
             knob = rules.KNOBS.get(name)
             if knob and knob.key:
