@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from launcher.errors import SpecError
+from launcher.errors import SlurmError, SpecError
 
 
 def _common(fn):
@@ -237,20 +237,26 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
 
     export_id = f"export-{_stamp()}"
     step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
-    if dry_run and run is None:
-        run_dir = f"{root}/{name}-XXXXX"
-    else:
-        if run is None:
-            run = runs.create_run(root, name, task="export", framework_version=version)
-        run_dir = str(run.dir)
-    target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
-    if (Path(target_dir) / "config.json").is_file():
-        raise SpecError("--target", f"{target_dir} already holds a model (config.json); pass another --target or remove it")
-    res = ex.resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
-                           gpus=gpus if gpus is not None else (1 if ckpt.backend == "megatron" else 0),
-                           partition=partition, time=time_limit)
-    script = ex.render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
-                              sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap)
+
+    def render_for(run_dir: str):
+        target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
+        if (Path(target_dir) / "config.json").is_file():
+            raise SpecError("--target", f"{target_dir} already holds a model (config.json); pass another --target or remove it")
+        res = ex.resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
+                               gpus=gpus if gpus is not None else (1 if ckpt.backend == "megatron" else 0),
+                               partition=partition, time=time_limit)
+        script = ex.render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
+                                  sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap)
+        return target_dir, res, script
+
+    if run is None:
+        # Everything is checked with a placeholder dir first: bad input leaves no record.
+        target_dir, res, script = render_for(f"{root}/{name}-XXXXX")
+        if dry_run:
+            click.echo(script, nl=False)
+            return
+        run = runs.create_run(root, name, task="export", framework_version=version)
+    target_dir, res, script = render_for(str(run.dir))
     if dry_run:
         click.echo(script, nl=False)
         return
@@ -268,7 +274,13 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
             sys.exit(1)
         click.echo(f"exported {ckpt.actor_dir} -> {target_dir}")
         return
-    job_id = slurm.sbatch(path, cwd=str(run.dir))
+    try:
+        job_id = slurm.sbatch(path, cwd=str(run.dir))
+    except SlurmError as exc:
+        _append(run, "exports", {**entry, "job_id": None, "state": "submit_failed", "error": str(exc)})
+        if run.raw_record().get("task") == "export":
+            run.add_state("submit_failed", error=str(exc))
+        raise
     _append(run, "exports", {**entry, "job_id": job_id, "state": "submitted",
                              "log": res.log_path.replace("%j", job_id)})
     if (run.raw_record().get("task") == "export") and not run.raw_record().get("job_ids"):

@@ -143,6 +143,10 @@ def test_export_header_injection_refused(env, option, value):
                                     "--checkpoint-format", "verl-fsdp", "--dry-run", option, value])
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"sf: error: {option}:") and "#SBATCH --" not in res.output.split(":", 2)[1]
+    # and without --dry-run: refused before any run record is made
+    res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", option, value])
+    assert res.exit_code == 2 and not (env["root"].exists() and any(env["root"].iterdir())), res.output
 
 
 def test_export_target_with_shell_metacharacters_is_inert(env):
