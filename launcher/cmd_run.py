@@ -153,6 +153,9 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
         sys.exit(rc)
 
 
+UNKNOWN_GIVE_UP_S = 120.0
+
+
 def _job_state(job_id: str) -> str:
     from launcher import slurm
 
@@ -180,8 +183,19 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, poll_s: fl
     seen = 0
     state = "PENDING"
     last_state = None
+    unknown_since = None
     while True:
         state = _job_state(job_id)
+        # Neither scontrol nor sacct knows the job (purged, accounting down): do not wait
+        # forever on a job nobody can see.
+        if state == "UNKNOWN":
+            unknown_since = unknown_since or time.monotonic()
+            if time.monotonic() - unknown_since > UNKNOWN_GIVE_UP_S:
+                echo(f"job {job_id}: Slurm has not known it for {UNKNOWN_GIVE_UP_S:.0f} s; "
+                     f"stopped waiting (see `sf status {run.id}`)")
+                break
+        else:
+            unknown_since = None
         if state != last_state:
             echo(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {state}")
             last_state = state

@@ -155,7 +155,11 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
-        return candidate.resolve().name, candidate.resolve()
+        name = candidate.resolve().name
+        if not NAME_RE.fullmatch(name):  # the folder's name names the job and its runs
+            raise SpecError("NAME", f"the experiment folder's name {name!r} is not a valid experiment name (letters, "
+                            "digits, _ . -; at most 64; starting with a letter or digit): rename the folder")
+        return name, candidate.resolve()
     if not NAME_RE.fullmatch(name_or_dir):
         raise SpecError("NAME", f"{name_or_dir!r} is not a valid experiment name (letters, digits, _ . -; at most 64; "
                         "starting with a letter or digit)")

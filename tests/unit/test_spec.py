@@ -57,6 +57,18 @@ def test_directory_path_and_main_py(root):
     assert spec.name == "x" and spec.main_py == str(exp / "main.py")
 
 
+def test_experiment_folder_name_must_be_a_valid_name(root):
+    exp = root / "odd" / "my exp"
+    exp.mkdir(parents=True)
+    (exp / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    with pytest.raises(SpecError) as err:
+        load_spec(str(exp), {}, SITE)
+    assert err.value.field == "NAME" and "rename the folder" in err.value.message
+    # a trailing newline is no valid name either (patterns must match the whole text)
+    res = CliRunner().invoke(main, ["new", "a\n", "--method", "verl/grpo"])
+    assert res.exit_code == 2 and "NAME" in res.output and not (root / "experiments").exists()
+
+
 def test_dataset_resolution(root):
     ds = root / "ds" / "alice" / "gsm8k-zh"
     (ds / "v1").mkdir(parents=True)
