@@ -92,18 +92,36 @@ def load_site(explicit: str | None = None) -> Site:
     return site_from_dict(data, str(path))
 
 
+def _whole(value, field: str, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(field, f"{value!r} in {path} is not a whole number >= 0")
+    return value
+
+
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping")
     series = {}
     for name, entry in (data.get("series") or {}).items():
+        if not isinstance(entry, dict):
+            raise SpecError(f"site.series.{name}", f"must be a mapping (partition, gpus_per_node, ...) in {path}")
         try:
             series[name] = Series(name=name, **entry)
         except TypeError as exc:
             raise SpecError(f"site.series.{name}", f"{exc}; see site/dev.yaml for the fields") from None
+        for key in ("gpus_per_node", "cpus_per_node"):
+            _whole(getattr(series[name], key), f"site.series.{name}.{key}", path)
     slurm = data.get("slurm") or {}
     ray = data.get("ray") or {}
     address = ray.get("node_address") or {}
+    for field, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
+                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
+                         ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300))):
+        _whole(value, f"site.{field}", path)
+    port_range = ray.get("port_range", (20000, 59999))
+    if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range) and port_range[0] < port_range[1]):
+        raise SpecError("site.ray.port_range", f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
     return Site(
         name=data.get("name", Path(path).stem),
         path=path,
