@@ -123,12 +123,15 @@ def check_max_parallel(value, n: int) -> int:
 
 def dependency_for(i: int, submitted: list[str | None], max_parallel: int) -> str | None:
     """For hetjob sweeps: the `--dependency` of submission i given the job ids of
-    submissions 0..i-1, so at most K run at once: i waits for i-K to end (afterany; None
-    when i-K failed to submit). Pure."""
-    if i < max_parallel:
-        return None
-    before = submitted[i - max_parallel]
-    return f"afterany:{before}" if before else None
+    submissions 0..i-1, so at most K run at once: i waits for i-K to end (afterany). The K
+    chains i, i-K, i-2K, ... keep the bound; when i-K failed to submit, i waits for the
+    one before it in its chain. Pure."""
+    j = i - max_parallel
+    while j >= 0:
+        if submitted[j]:
+            return f"afterany:{submitted[j]}"
+        j -= max_parallel
+    return None
 
 
 def manifest(sweep_id: str, points: list[dict]) -> dict:
