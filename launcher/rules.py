@@ -700,7 +700,8 @@ def rule_value_types(ctx) -> None:
                 try:
                     coerce_knob(name, text)
                 except SpecError as exc:
-                    ctx.error(ctx.source_of(key), f"{key}: {exc.message}")
+                    source = ctx.source_of(key)  # "--set KEY" names the key already
+                    ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
                 break
     if ctx.pools:
         for p in ctx.pools:
