@@ -651,9 +651,12 @@ def rule_pitfalls(ctx) -> None:
     if ctx.sft:
         return
     g = ctx.get
-    if g("algorithm.use_kl_in_reward") is not True and "kl_coef" in ctx.user_knobs and (g("algorithm.kl_ctrl.kl_coef") or 0) > 0:
+    user_set = {key for _source, key in ctx.user_keys()}  # knobs (as their keys) and raw overrides
+    if g("algorithm.use_kl_in_reward") is not True and "algorithm.kl_ctrl.kl_coef" in user_set \
+            and (g("algorithm.kl_ctrl.kl_coef") or 0) > 0:
         ctx.warn("kl_coef is set but use_kl_in_reward is off: the coefficient does nothing; set use_kl_in_reward: true")
-    if g("actor_rollout_ref.actor.use_kl_loss") is not True and "kl_loss_coef" in ctx.user_knobs and (g("actor_rollout_ref.actor.kl_loss_coef") or 0) > 0:
+    if g("actor_rollout_ref.actor.use_kl_loss") is not True and "actor_rollout_ref.actor.kl_loss_coef" in user_set \
+            and (g("actor_rollout_ref.actor.kl_loss_coef") or 0) > 0:
         ctx.warn("kl_loss_coef is set but use_kl_loss is off: the coefficient does nothing; set use_kl_loss: true")
     gpn = g("trainer.n_gpus_per_node")
     nodes = g("trainer.nnodes")

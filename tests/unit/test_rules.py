@@ -249,6 +249,13 @@ def test_pitfall_warnings(knobs, needle):
     assert any(needle in w for w in plan.warnings), plan.warnings
 
 
+def test_kl_pitfall_through_raw_overrides_too():
+    plan = compile_values(base("grpo", overrides=["algorithm.kl_ctrl.kl_coef=0.01"]))
+    assert any("use_kl_in_reward is off" in w for w in plan.warnings), plan.warnings
+    plan = compile_values(base("grpo", overrides=["algorithm.kl_ctrl.kl_coef=0.01", "algorithm.use_kl_in_reward=True"]))
+    assert not any("use_kl_in_reward is off" in w for w in plan.warnings), plan.warnings
+
+
 # entry
 def test_main_py_becomes_entry():
     plan = compile_values(base("grpo"), main_py="/exp/main.py")
