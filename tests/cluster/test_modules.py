@@ -110,11 +110,13 @@ sf --version
 def test_doctor_reports_what_to_fix(lmod, install, tmp_path):
     root, prefix = install
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / "site" / "dev.yaml").read_text()
-                   .replace("partition: teach", "partition: nosuch")
-                   .replace("gpus_per_node: 4\n    gpu_directive: gres\n    cpus_per_node: 4\n    mem_per_node: 4G\n  fake-teach",
-                            "gpus_per_node: 8\n    gpu_directive: gres\n    cpus_per_node: 4\n    mem_per_node: 4G\n  fake-teach")
-                   .replace("dataset_roots: [/var/lib/sfdev/datasets]", f"dataset_roots: [{tmp_path}/none]"))
+    import yaml
+
+    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+    data["series"]["fake-teach"]["partition"] = "nosuch"
+    data["series"]["fake"]["gpus_per_node"] = 8
+    data["dataset_roots"] = [f"{tmp_path}/none"]
+    bad.write_text(yaml.safe_dump(data))
     proc = _bash(lmod, f"module use {root}/modulefiles; module load sf; sf doctor --site {bad}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
