@@ -308,6 +308,7 @@ def main(argv: list[str]) -> int:
                 "BX_TEMP_ROOT": ray.get("temp_root", "/tmp"),
                 "BX_ADDR_PREFIX": (ray.get("node_address") or {}).get("prefix", "127.0.0"),
                 "BX_CPUS": str(series["cpus_per_node"]), "BX_GPUS": str(series["gpus_per_node"])})
+    env.update({str(k): str(v) for k, v in (site_data.get("env") or {}).items()})  # as sf's jobs export them
     if "sf_patched" in methods:
         patched_tree(work / "sf-patched")
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}

@@ -61,6 +61,8 @@ def _label(pid: int) -> str:
         return args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else "python -m"
     for arg in args[:3]:
         base = arg.rsplit("/", 1)[-1]
+        if base == "main.py" and "runtime_env" in arg:
+            return "ray::RuntimeEnvAgent"  # its process title, before it sets it
         if base.endswith(".py") or base in ("gcs_server", "raylet", "ray"):
             return base + (" start" if base == "ray" and "start" in args else "")
     return args[0].rsplit("/", 1)[-1]
@@ -194,6 +196,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, PYTHONPATH=str(common.REPO), BX_PORT_RANGE=f"{ray['port_range'][0]}-{ray['port_range'][1]}",
                BX_TEMP_ROOT=ray.get("temp_root", "/tmp"),
                BX_ADDR_PREFIX=(ray.get("node_address") or {}).get("prefix", "127.0.0"))
+    env.update({str(k): str(v) for k, v in (common.dev_site().get("env") or {}).items()})  # as sf's jobs
     py = common.runtime_python()
     result = {"reps": []}
     for rep in range(args.reps):

@@ -2,7 +2,7 @@
 
     python benchmarks/monitor_cost.py --work DIR --out FILE [--polls 5] [--sizes 1,10,100]
 
-For each size a real job array of trivial `sleep` tasks (1 CPU each, partition `all`) is
+For each size a real job array of trivial `sleep` tasks (4 CPUs each, partition `all`) is
 submitted, with a sweep run record pointing at it (as `sf sweep` writes one), so
 `sf status SWEEP` follows every task. While the arrays run (tasks pending, running and
 completed at once), each poll is measured two ways:
@@ -33,7 +33,7 @@ from common import log  # noqa: E402
 
 SLURM_COMMANDS = ("sacct", "squeue", "scontrol", "sbatch", "scancel", "srun", "sinfo", "sacctmgr", "sstat")
 ARRAY_SCRIPT = """#!/bin/bash
-#SBATCH --job-name=bx-mon{size} --partition=all --cpus-per-task=1 --mem=64M --time=5
+#SBATCH --job-name=bx-mon{size} --partition=all --cpus-per-task=4 --mem=64M --time=5
 #SBATCH --output=/dev/null --array=0-{last}
 sleep {sleep_s}
 """

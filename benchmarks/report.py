@@ -107,7 +107,7 @@ def section_meta(meta: dict | None) -> list[str]:
         f"- Slurm {meta.get('slurm_version')}; Ray {meta.get('ray_version')} and verl {meta.get('verl_version')} "
         f"(runtime {meta.get('runtime')}); sf at commit {meta.get('sf_commit')}"
         + (" (working tree had uncommitted changes to sf's code)" if meta.get("sf_dirty") else ""),
-        f"- Dev cluster: 8 emulated nodes dev1..dev8 (4 CPUs, 4 fake GPUs each as Slurm sees them) on this one "
+        f"- Dev cluster: 8 emulated nodes dev1..dev8 ({meta.get('node_cpus', '?')} CPUs, 4 fake GPUs each as Slurm and Ray see them) on this one "
         f"host, in network namespace `sfdev`; every Ray process of every node shares the host's "
         f"{meta.get('nproc')} cores.",
     ]
@@ -349,8 +349,8 @@ def section_monitor(data: dict | None, targets: list) -> list[str]:
                      fmt(statistics.median([r["wall_s"] for r in inproc]), 3) if inproc else "-",
                      "; ".join(" ".join(f"{k}:{v}" for k, v in sorted(r["point_states"].items())) for r in cli[:1])])
     over = data.get("overview") or []
-    out = [f"Real job arrays of 1, 10 and 100 `sleep {data.get('sleep_s')}` tasks (1 CPU each; 32 CPUs in "
-           "the cluster, so the 100-task array has tasks pending, running and done at once), each followed "
+    out = [f"Real job arrays of 1, 10 and 100 `sleep {data.get('sleep_s')}` tasks (4 CPUs each, so at most "
+           "32 run at once on the 8 nodes: the 100-task array has tasks pending and running at once), each followed "
            "by a sweep run record. `cli` = `sf status SWEEP --json` as a process, Slurm commands counted by "
            "wrappers in SF_SLURM_BIN_DIR; `in-process` = launcher.monitor.poll with launcher.slurm.CALLS.", "",
            table(["array tasks", "polls", "Slurm cmds / poll (cli)", "sacct / poll", "commands",

@@ -48,7 +48,8 @@ def meta() -> dict:
             "kernel": platform.release(),
             "slurm_version": common.run(["sinfo", "--version"], check=False).stdout.strip(),
             "ray_version": versions[0] if versions else None, "verl_version": versions[1] if len(versions) > 1 else None,
-            "runtime": str(Path(py).parent.parent), "sf_commit": commit, "sf_dirty": bool(dirty),
+            "runtime": str(Path(py).parent.parent), "sf_commit": commit,
+            "node_cpus": (common.run(["sinfo", "-h", "-N", "-p", "all", "-o", "%c"], check=False).stdout.split() or ["?"])[0], "sf_dirty": bool(dirty),
             "sf_dirty_files": dirty.splitlines()}
 
 
