@@ -139,6 +139,8 @@ def _test_script(site, series) -> str:
     r._check(r._GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _ and - only")
     r._int(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", minimum=1)
     r._int(series.gpus_per_node, f"site.series.{series.name}.gpus_per_node", minimum=0)
+    if series.mem_per_node:
+        r._check(r._MEM, series.mem_per_node, f"site.series.{series.name}.mem_per_node", "a number with K, M, G or T, e.g. 64G")
     if series.constraint:
         r._check(r._CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint", "a Slurm constraint expression")
     for field, value in (("site.slurm.account", site.account), ("site.slurm.qos", site.qos)):
@@ -152,6 +154,8 @@ def _test_script(site, series) -> str:
         lines.append(f"#SBATCH --gres={series.gres_name}:{series.gpus_per_node}")
     if series.constraint:
         lines.append(f"#SBATCH --constraint={series.constraint}")
+    if series.mem_per_node:  # as sf's jobs ask it (without, Slurm's per-CPU default may exceed a node)
+        lines.append(f"#SBATCH --mem={series.mem_per_node}")
     if site.account:
         lines.append(f"#SBATCH --account={site.account}")
     if site.qos:

@@ -56,7 +56,7 @@ def test_plain_job_directives():
     (comp,) = directives(script)
     assert "--job-name=sf-grpo" in comp
     assert "--partition=train" in comp and "--nodes=2" in comp and "--ntasks-per-node=1" in comp
-    assert "--gres=gpu:4" in comp and "--cpus-per-task=4" in comp and "--mem=4G" in comp
+    assert "--gres=gpu:4" in comp and "--cpus-per-task=16" in comp and "--mem=4G" in comp
     assert "--time=00:20:00" in comp
     assert "--output=/runs/grpo-abcde/logs/slurm-%j.out" in comp
     assert "--requeue" in comp and "--signal=B:USR1@60" in comp
