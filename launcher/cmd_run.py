@@ -29,20 +29,12 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 
 
 def _prepare(name: str, flags: dict, run_dir: str | None = None):
-    """spec, plan (with `run_dir` or a placeholder), site, runtime; SpecError(s) on any problem."""
-    from launcher.compile import compile_plan
+    """spec, plan (with `run_dir` or a placeholder), site, runtime; SpecError(s) on any problem.
+    The checks are `sf validate`'s (launcher.cmd_spec.check), then the runtime."""
+    from launcher.cmd_spec import check
     from launcher.runtime import resolve_runtime
-    from launcher.site import load_site
-    from launcher.spec import load_spec
-    from launcher.verlcheck import check_overrides
 
-    site = load_site(flags.get("site"))
-    spec = load_spec(name, flags, site)
-    placeholder = os.path.join(os.path.abspath(site.runs_dir), f"{spec.name}-XXXXX")
-    plan = compile_plan(spec, site, run_dir or placeholder)
-    errors = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
-    if errors:
-        raise SpecErrors(errors)
+    spec, plan, site = check(name, flags, run_dir)
     runtime = resolve_runtime(plan.framework, plan.framework_version, site)
     return spec, plan, site, runtime
 

@@ -116,7 +116,8 @@ def new(name, method, framework_version):
 
 
 def _placeholder_run_dir(site, name: str) -> str:
-    return os.path.join(os.path.abspath(site.runs_dir), f"{name}-XXXX")
+    # as long as a real run id's suffix (runs.create_run: 5 characters)
+    return os.path.join(os.path.abspath(site.runs_dir), f"{name}-XXXXX")
 
 
 def check(name: str, flags: dict, run_dir: str | None = None):
