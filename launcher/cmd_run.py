@@ -13,7 +13,6 @@ overrides.txt, job.sbatch; state "submitting") -> sbatch -> job ids, state "subm
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import click
 import yaml
 
 from launcher.cli_options import spec_flags, spec_options
-from launcher.errors import SlurmError, SpecErrors
+from launcher.errors import SlurmError
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "REVOKED")

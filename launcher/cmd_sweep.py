@@ -165,7 +165,7 @@ def _slug(name: str) -> str:
 
 
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
-    from launcher import runs, slurm
+    from launcher import runs
     from launcher.compile import compile_plan
     from launcher.render import render_script
 

@@ -7,7 +7,7 @@ and `sf status` read the same facts the login node decided.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)

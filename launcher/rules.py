@@ -593,7 +593,7 @@ def rule_pools(ctx) -> None:
         else:
             ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding")
     elif teacher_pool is not None:
-        ctx.error("spec.resources.roles.teacher", f"only verl/distillation has a teacher; remove the role or use verl/distillation")
+        ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use verl/distillation")
     reward_model = (ctx.values.get("reward") or {}).get("model")
     reward_pool = roles.get("reward")
     if reward_pool is not None and not reward_model:

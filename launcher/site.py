@@ -114,10 +114,10 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     slurm = data.get("slurm") or {}
     ray = data.get("ray") or {}
     address = ray.get("node_address") or {}
-    for field, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
-                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
-                         ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300))):
-        _whole(value, f"site.{field}", path)
+    for name, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
+                        ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
+                        ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300))):
+        _whole(value, f"site.{name}", path)
     port_range = ray.get("port_range", (20000, 59999))
     if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
             and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range) and port_range[0] < port_range[1]):

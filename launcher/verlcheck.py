@@ -143,7 +143,6 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
     for ov in overrides:
         prefix, key, _ = _split(ov)
         if "+" in prefix:
-            parent = key.rsplit(".", 1)[0]
             if key in keys and "+" == prefix:
                 errors.append(SpecError(ov.split("=")[0], f"{key} already exists in verl's {config_name} config; drop the '+'"))
             continue
@@ -162,7 +161,6 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     missing = _missing_tools(version)
     if missing:
         return [missing]
-    installed = installed_verl_version()
     errors: list[SpecError] = []
     try:
         from hydra.errors import HydraException
@@ -187,8 +185,8 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     for key, condition in _MANDATORY.get(config_name, {}).items():
         if key in missing_keys and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
             errors.append(SpecError(key, f"verl needs a value (it is ??? in {config_name}); set it, e.g. {key}=vllm"))
-    if installed and version and installed != version and not errors:
-        pass  # checked against another version: the caller may warn (see version_note)
+    # Composed against the installed verl even when the spec names another version: the
+    # caller warns about the difference (version_note).
     return errors
 
 

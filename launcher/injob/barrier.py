@@ -10,7 +10,6 @@ exit 0 when everyone joined, 3 on timeout (naming the hosts that never joined).
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from launcher.injob import topology

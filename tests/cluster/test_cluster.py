@@ -5,7 +5,6 @@ from __future__ import annotations
 import operator
 import re
 import sys
-import time
 
 import pytest
 

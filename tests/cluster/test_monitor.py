@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from click.testing import CliRunner
 
 from launcher import monitor, runs

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, SF, job_state, phases, sf  # noqa: E402
+from test_bringup import REPO, job_state, phases, sf  # noqa: E402
 
 DRIVER = r"""
 n="${SLURM_RESTART_COUNT:-0}"

@@ -6,7 +6,6 @@ value, except what sf deliberately decides itself (asserted below with the reaso
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import RUN_DIR, SITE, compile_values  # noqa: E402
+from sfc_helpers import RUN_DIR, compile_values  # noqa: E402
 
 from launcher.rules import parse_scalar  # noqa: E402
 from launcher.verlcheck import check_overrides  # noqa: E402

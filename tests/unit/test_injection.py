@@ -15,7 +15,7 @@ import pytest
 from launcher.errors import SpecError
 from launcher.plan import Pool, SlurmOptions
 from launcher.render import render_script
-from launcher.runtime import Runtime, runtime_from_entry
+from launcher.runtime import runtime_from_entry
 
 import sys
 from pathlib import Path

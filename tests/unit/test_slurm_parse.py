@@ -3,7 +3,6 @@
 with its squeue fallback (fake Slurm binaries through SF_SLURM_BIN_DIR)."""
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 

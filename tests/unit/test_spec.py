@@ -15,7 +15,7 @@ import genschema  # noqa: E402
 
 from launcher import catalog  # noqa: E402
 from launcher.cli import main  # noqa: E402
-from launcher.errors import SpecError, SpecErrors  # noqa: E402
+from launcher.errors import SpecError  # noqa: E402
 from launcher.spec import load_spec, schema, schema_errors  # noqa: E402
 
 CONFIG = {"method": "verl/grpo", "model": "Qwen/Qwen2.5-0.5B-Instruct", "knobs": {"rollout_n": 5, "actor_lr": "1e-6"},

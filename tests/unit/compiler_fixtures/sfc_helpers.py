@@ -1,7 +1,6 @@
 """Helpers of the compiler tests (spec, compile, rules, bad inputs, golden tutorial)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import yaml
