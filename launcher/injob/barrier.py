@@ -10,11 +10,12 @@ exit 0 when everyone joined, 3 on timeout (naming the hosts that never joined).
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from launcher.injob import topology
 
-POLL_S = 0.5
+POLL_S = 0.1  # one cheap GCS RPC; the barrier passes within this of the last node
 
 
 class NodeTable:
@@ -111,4 +112,5 @@ def main() -> int:
     pools = topology.pools_from_job(job)
     result = wait(job["head"], pools, float(job.get("barrier_timeout_s", 300)))
     print(json.dumps(result, separators=(",", ":")), flush=True)
-    return 0 if result["ok"] else 3
+    # Skip Ray's client teardown (0.1-0.2 s): the supervisor waits for this exit.
+    os._exit(0 if result["ok"] else 3)

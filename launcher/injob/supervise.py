@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -510,7 +511,21 @@ class Supervisor:
                 self.record("head_up", seconds=self.elapsed(), address=self.gcs)
                 if self.phase == "head_up":
                     self.phase = "barrier"
+            self.wait_a_little()
+
+    def wait_a_little(self) -> None:
+        """POLL_S, but wake at once when the barrier prints its result (it exits right
+        after), so the driver starts within a moment of the last node joining."""
+        live = next((s for s in self.steps if s["kind"] == "barrier" and not s.get("seen")), None)
+        if live is None or live["popen"].stdout is None:
             time.sleep(POLL_S)
+            return
+        ready, _, _ = select.select([live["popen"].stdout], [], [], POLL_S)
+        if ready:
+            try:
+                live["popen"].wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def main(argv: list[str]) -> int:
