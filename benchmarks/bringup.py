@@ -261,7 +261,9 @@ def patched_tree(tree: Path, patch: Path = common.BENCH / "barrier_fix.patch") -
     tree.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(common.REPO), "archive", "HEAD"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    common.run(["git", "apply", "-p1", str(patch)], cwd=tree)
+    # The fix has landed in sf itself: then HEAD already is the patched tree.
+    if common.run(["git", "apply", "-R", "--check", "-p1", str(patch)], cwd=tree, check=False).returncode != 0:
+        common.run(["git", "apply", "-p1", str(patch)], cwd=tree)
 
 
 def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dict:
