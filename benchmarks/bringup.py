@@ -15,7 +15,9 @@ method order rotating between repetitions so drift in the host's load spreads ev
   naive_batched  baseline_naive_batched.sbatch: head, one srun for all workers, readiness
                  by polling `ray status`.
   sf_patched     (optional) sf as above, run from a copy of HEAD with barrier_fix.patch
-                 applied: what the proposed barrier fix changes.
+                 applied (a no-op once the fix is in sf)
+  sf_prefix      (optional) the same with the patch taken out: sf before the barrier fix
+                 (landed in 5b303b7), for a before/after in one session.
 
 The baselines get the SAME #SBATCH resources sf renders for that N (taken from
 `sf submit --dry-run --json`), the same runtime, `ray start` flags, ports, temp dirs and
@@ -252,8 +254,9 @@ class CpuSampler(threading.Thread):
         return round(idle / (busy + idle), 3) if busy + idle else None
 
 
-def patched_tree(tree: Path, patch: Path = common.BENCH / "barrier_fix.patch") -> None:
-    """A copy of sf at HEAD with the barrier fix applied (the `sf_patched` method)."""
+def patched_tree(tree: Path, patch: Path = common.BENCH / "barrier_fix.patch", *, reverse: bool = False) -> None:
+    """A copy of sf at HEAD with the barrier fix applied (`sf_patched`), or taken out
+    again (`sf_prefix`: sf as it was before the fix landed, for a before/after)."""
     import shutil
     import subprocess
 
@@ -261,8 +264,10 @@ def patched_tree(tree: Path, patch: Path = common.BENCH / "barrier_fix.patch") -
     tree.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(common.REPO), "archive", "HEAD"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    # The fix has landed in sf itself: then HEAD already is the patched tree.
-    if common.run(["git", "apply", "-R", "--check", "-p1", str(patch)], cwd=tree, check=False).returncode != 0:
+    applied = common.run(["git", "apply", "-R", "--check", "-p1", str(patch)], cwd=tree, check=False).returncode == 0
+    if reverse and applied:
+        common.run(["git", "apply", "-R", "-p1", str(patch)], cwd=tree)
+    elif not reverse and not applied:
         common.run(["git", "apply", "-p1", str(patch)], cwd=tree)
 
 
@@ -273,8 +278,9 @@ def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dic
     try:
         if method == "sf":
             trial = trial_sf(exps[n], site, n)
-        elif method == "sf_patched":
-            trial = trial_sf(exps[n], site, n, sf_tree=work / "sf-patched")
+        elif method in ("sf_patched", "sf_prefix"):
+            trial = trial_sf(exps[n], site, n, sf_tree=work / method.replace("_", "-"))
+            trial["method"] = method
         else:
             trial = trial_baseline(method, n, directives[n], work, env)
     except Exception as exc:  # one broken trial must not lose the others
@@ -313,6 +319,8 @@ def main(argv: list[str]) -> int:
     env.update({str(k): str(v) for k, v in (site_data.get("env") or {}).items()})  # as sf's jobs export them
     if "sf_patched" in methods:
         patched_tree(work / "sf-patched")
+    if "sf_prefix" in methods:
+        patched_tree(work / "sf-prefix", reverse=True)
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}
     directives = {n: sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": []}

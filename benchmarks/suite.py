@@ -4,7 +4,7 @@
                                [--results DIR] [--md FILE]
 
 Order: login-node cost, CPU cost of one node start, bring-up (the long one), monitoring
-cost, requeue turnaround, then (not a target) sf with the proposed barrier fix; each is its own process with a bounded run time, writing its
+cost, requeue turnaround, then (not a target) sf before its barrier fix, for a before/after; each is its own process with a bounded run time, writing its
 raw JSON into the results folder (benchmarks/results/<UTC stamp>/ by default) as it goes,
 so an interrupted run still leaves what it measured. The host's load average is sampled
 every 10 s throughout. At the end benchmarks/report.py turns the folder into RESULTS.md.
@@ -94,8 +94,8 @@ def main(argv: list[str]) -> int:
                      "--nodes", "1,2" if args.quick else "1,2,4,8"], 600 + 900 * reps),
         "monitor": ([py, BENCH / "monitor_cost.py", "--polls", "2" if args.quick else "5"], 600),
         "requeue": ([py, BENCH / "requeue.py", "--reps", "1" if args.quick else "3"], 900),
-        # not a target: sf with the proposed barrier fix (barrier_fix.patch), for comparison
-        "fix": ([py, BENCH / "bringup.py", "--methods", "sf_patched", "--reps", "1",
+        # not a target: sf before the barrier fix (HEAD minus barrier_fix.patch), a before/after
+        "fix": ([py, BENCH / "bringup.py", "--methods", "sf_prefix", "--reps", "1",
                  "--nodes", "1,2" if args.quick else "1,2,4,8"], 600),
     }
     try:
