@@ -210,11 +210,13 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
                    f"trials; raw: {' '.join(fmt(v) for v in lags)}")
         over = [v for v in lags if v > 0.5]
         barrier_ok = not over
-        why = (f"{len(over)} of {len(lags)} trials over 0.5 s: the barrier polls the GCS every 0.5 s "
-               "(launcher/injob/barrier.py POLL_S) and the supervisor checks whether the barrier process "
-               "has exited every 0.5 s (launcher/injob/supervise.py POLL_S), and the barrier's exit itself takes "
-               "0.1-0.2 s (Ray client teardown), so the designed worst case is about 1.2 s plus scheduling delay "
-               "on the 2 busy cores" if over else "")
+        poll = re.search(r"^POLL_S = ([0-9.]+)", (REPO / "launcher/injob/barrier.py").read_text(), re.M)
+        woken = "select" in (REPO / "launcher/injob/supervise.py").read_text()
+        why = (f"{len(over)} of {len(lags)} trials over 0.5 s (barrier polls the GCS every "
+               f"{poll.group(1) if poll else '?'} s; the supervisor "
+               + ("wakes on the barrier's result" if woken else "notices the barrier's exit on a 0.5 s tick")
+               + "); the rest is scheduling delay: the barrier, the GCS and the supervisor wait for a core "
+               "while every node's Ray processes start on the same 2 cores" if over else "")
         targets.append(("barrier passes within 0.5 s of the last node registering", barrier_ok,
                         why or f"max {fmt(ls['max'])} s"))
     else:
