@@ -84,7 +84,9 @@ def sleeps_in_sf() -> list[dict]:
                         break
                     up = parents.get(up)
                 text = lines[node.lineno - 1].strip()
-                kind = "poll interval" if in_loop and "let the" not in text else "fixed sleep"
+                arg = node.args[0] if node.args else None
+                named_poll = isinstance(arg, ast.Name) and "poll" in arg.id.lower()
+                kind = "poll interval" if (in_loop or named_poll) and "let the" not in text else "fixed sleep"
                 found.append({"where": f"{path.relative_to(REPO)}:{node.lineno}", "kind": kind, "line": text})
     for path in sorted((REPO / "templates").glob("*.j2")):
         for i, line in enumerate(path.read_text().splitlines(), start=1):
