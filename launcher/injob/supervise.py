@@ -376,7 +376,8 @@ class Supervisor:
         argv = self.driver_argv()
         log("driver: " + " ".join(argv))
         self.local("driver", argv, kind="driver", env=self.cluster_env())
-        self.record("driver_started", what=argv[2] if len(argv) > 2 else argv[0], seconds=self.elapsed())
+        what = argv[2] if argv[1:2] == ["-m"] and len(argv) > 2 else (argv[1] if len(argv) > 1 else argv[0])
+        self.record("driver_started", what=what, seconds=self.elapsed())
         self.phase = "driver"
 
     def start_torchrun(self) -> None:
@@ -468,8 +469,14 @@ class Supervisor:
                 if rc is None:
                     continue
                 if step["kind"] == "node":
-                    time.sleep(0.3)  # let the wrapper's node_exit line land
-                    named = [n for n in self.exited_nodes() if n in step["hosts"]] or step["hosts"]
+                    # the wrapper writes its node_exit line as it ends: poll for it briefly
+                    named = []
+                    deadline = time.monotonic() + 1.0
+                    while not named and time.monotonic() < deadline:
+                        named = [n for n in self.exited_nodes() if n in step["hosts"]]
+                        if not named:
+                            time.sleep(0.05)
+                    named = named or step["hosts"]
                     return self.fail(
                         f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                         f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log",
