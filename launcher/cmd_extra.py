@@ -173,6 +173,30 @@ def _run_local(script: Path, log: Path) -> int:
         return proc.wait()
 
 
+def _run_here(run, key: str, entry: dict, script: Path, what: str) -> None:
+    """--local: run the job script here, recording it under record[key]; exit 1 on failure."""
+    log = run.logs_dir / f"{entry['id']}-local.out"
+    _append(run, key, {**entry, "job_id": None, "state": "running", "log": str(log)})
+    rc = _run_local(script, log)
+    _append(run, key, {}, match=entry["id"], state="completed" if rc == 0 else "failed", rc=rc)
+    if rc != 0:
+        click.echo(f"sf: {what} failed (exit {rc}); log: {log}", err=True)
+        sys.exit(1)
+
+
+def _submit(run, key: str, entry: dict, script: Path, log_path: str) -> str:
+    """Submit the job script, recording it under record[key] (submit_failed when sbatch fails)."""
+    from launcher import slurm
+
+    try:
+        job_id = slurm.sbatch(script, cwd=str(run.dir))
+    except SlurmError as exc:
+        _append(run, key, {**entry, "job_id": None, "state": "submit_failed", "error": str(exc)})
+        raise
+    _append(run, key, {**entry, "job_id": job_id, "state": "submitted", "log": log_path.replace("%j", job_id)})
+    return job_id
+
+
 def _append(run, key: str, entry: dict, match: str | None = None, **update):
     """Add `entry` to record[key] (a list), or update the entry whose id is `match`."""
     def apply(rec):
@@ -216,7 +240,7 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
       sf export my-grpo --checkpoint /scratch/ckpt/global_step_200 --checkpoint-format verl-fsdp
     """
     from launcher import export as ex
-    from launcher import runs, slurm
+    from launcher import runs
 
     site = _site(site_path)
     root = _runs_dir(site, runs_dir)
@@ -265,24 +289,15 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
              "target": target_dir, "script": str(path), "runtime": f"verl {version} ({rt.kind})",
              "submitted": runs.utc_now()}
     if local:
-        log = run.logs_dir / f"{export_id}-local.out"
-        _append(run, "exports", {**entry, "job_id": None, "state": "running", "log": str(log)})
-        rc = _run_local(path, log)
-        _append(run, "exports", {}, match=export_id, state="completed" if rc == 0 else "failed", rc=rc)
-        if rc != 0:
-            click.echo(f"sf: export failed (exit {rc}); log: {log}", err=True)
-            sys.exit(1)
+        _run_here(run, "exports", entry, path, "export")
         click.echo(f"exported {ckpt.actor_dir} -> {target_dir}")
         return
     try:
-        job_id = slurm.sbatch(path, cwd=str(run.dir))
+        job_id = _submit(run, "exports", entry, path, res.log_path)
     except SlurmError as exc:
-        _append(run, "exports", {**entry, "job_id": None, "state": "submit_failed", "error": str(exc)})
         if run.raw_record().get("task") == "export":
             run.add_state("submit_failed", error=str(exc))
         raise
-    _append(run, "exports", {**entry, "job_id": job_id, "state": "submitted",
-                             "log": res.log_path.replace("%j", job_id)})
     if (run.raw_record().get("task") == "export") and not run.raw_record().get("job_ids"):
         run.set_job_ids([job_id])
         run.add_state("submitted", job_id=job_id)
@@ -340,7 +355,7 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
       sf eval my-sft-k3x7q --model /models/exported --validation-data data/val.parquet
     """
     from launcher import export as ex
-    from launcher import runs, slurm
+    from launcher import runs
 
     site = _site(site_path)
     root = _runs_dir(site, runs_dir)
@@ -389,17 +404,10 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
              "out": out_dir, "samples": f"{out_dir}/samples.jsonl", "summary": f"{out_dir}/summary.json",
              "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
     if local:
-        log = run.logs_dir / f"{eval_id}-local.out"
-        _append(run, "evals", {**entry, "job_id": None, "state": "running", "log": str(log)})
-        rc = _run_local(path, log)
-        _append(run, "evals", {}, match=eval_id, state="completed" if rc == 0 else "failed", rc=rc)
-        if rc != 0:
-            click.echo(f"sf: eval failed (exit {rc}); log: {log}", err=True)
-            sys.exit(1)
+        _run_here(run, "evals", entry, path, "eval")
         click.echo(f"eval {eval_id} of run {run.id}: {out_dir}/summary.json")
         return
-    job_id = slurm.sbatch(path, cwd=str(run.dir))
-    _append(run, "evals", {**entry, "job_id": job_id, "state": "submitted", "log": res.log_path.replace("%j", job_id)})
+    job_id = _submit(run, "evals", entry, path, res.log_path)
     click.echo(f"submitted eval job {job_id} for run {run.id}; samples will be in {out_dir}/samples.jsonl")
 
 
