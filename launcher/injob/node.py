@@ -3,9 +3,16 @@
 Reads SF_JOB, finds its Slurm node name (SLURMD_NODENAME, never the hostname: emulated
 nodes share one), its slot in the job, its ports, temp dir and address, then runs
 `ray start --block` as a child with the CPUs and GPUs Slurm gave this step, tagged with
-its pool and its node name. It records node_started (with the ray start pid) and
-node_exit phases, and always exits non-zero when Ray ends: a Ray node ending while the
-job lives is a failure, and srun --kill-on-bad-exit then ends the group's step.
+its pool and its node name. Ray is started through this very interpreter (the runtime's
+python, `python -m ray.scripts.scripts`), never a `ray` script found on PATH, whose
+shebang may name another Python. It records node_started (with the ray start pid and
+the UUIDs of the GPUs the step sees) and node_exit phases, and exits non-zero when Ray
+ends on its own: a Ray node ending while the job lives is a failure, and srun
+--kill-on-bad-exit then ends the group's step.
+
+SIGUSR2 is the supervisor's "the job is done" (srun forwards it to the task): Ray is
+stopped and the wrapper exits 0, so a completed job's steps end cleanly instead of being
+cancelled by Slurm.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from pathlib import Path
 
 from launcher import runs
 from launcher.injob import address as addr_mod
+from launcher.injob import auth
+from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import topology
 
@@ -72,16 +81,31 @@ def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
     return False
 
 
-def ray_executable() -> str:
-    here = Path(sys.executable).parent / "ray"
-    return str(here) if here.exists() else (shutil.which("ray") or "ray")
+def ray_command() -> list[str]:
+    """Ray's CLI through this interpreter: the wrapper runs with the runtime's python, so
+    Ray is the runtime's whatever PATH holds (a bundle on PYTHONPATH has no usable bin/)."""
+    return [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def ray_version() -> str | None:
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        return version("ray")
+    except Exception:  # not installed as a distribution (a bare folder on PYTHONPATH)
+        try:
+            import ray  # noqa: PLC0415
+
+            return getattr(ray, "__version__", None)
+        except Exception:
+            return None
 
 
 def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, ports, temp: str,
                    cpus: int, gpus: int, dashboard: bool = False) -> list[str]:
     resources = {topology.pool_resource(pool): topology.TAG_AMOUNT,
                  topology.node_resource(node): topology.TAG_AMOUNT}
-    argv = [ray_executable(), "start", "--block", "--disable-usage-stats",
+    argv = [*ray_command(), "start", "--block", "--disable-usage-stats",
             f"--node-ip-address={address}", f"--temp-dir={temp}",
             f"--num-cpus={cpus}", f"--num-gpus={gpus}",
             f"--resources={json.dumps(resources, separators=(',', ':'))}",
@@ -104,6 +128,8 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
 
 
 def main(role: str) -> int:
+    # The supervisor's "job done" may come before Ray runs (a quick preflight): end cleanly.
+    signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
     job = topology.job_from_env()
     node = topology.node_name()
     run_dir = job["run_dir"]
@@ -153,6 +179,13 @@ def main(role: str) -> int:
             return fail(f"the Ray head {head} never answered")
     gpus = topology.gpus_given()
     cpus = topology.cpus_given()
+    if os.environ.get("RAY_AUTH_MODE") == auth.MODE:
+        version = ray_version()
+        if version and not auth.ray_supports_tokens(version):
+            return fail(f"Ray {version} in this runtime has no token authentication (needs Ray >= "
+                        f"{'.'.join(map(str, auth.MIN_RAY))}); sf runs every Ray cluster with it: "
+                        "ask your site admin for a newer runtime")
+    identity = gpus_mod.identify(node)
     argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
                           temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
     print(f"[sf node {node}] {' '.join(argv)}", flush=True)
@@ -162,20 +195,33 @@ def main(role: str) -> int:
         # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
         # verl's workers, which inherit the raylet's environment, refuse to start with both.
         env.pop("ROCR_VISIBLE_DEVICES", None)
-    child = subprocess.Popen(argv, env=env)
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
+        return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
+    stopping = []
 
     def forward(signum, _frame):
+        if signum == signal.SIGUSR2:
+            stopping.append(signum)
+            signum = signal.SIGTERM
         try:
             child.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, forward)
     runs.record_phase(run_dir, "node_started", node=node, pool=pool_name, role=role, pid=child.pid,
                       wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
+                      gpu_ids=identity["ids"], gpu_id_source=identity["source"],
+                      gpu_id_error=identity.get("error"),
                       gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
     rc = child.wait()
+    if stopping:
+        runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
+        print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
+        return 0
     runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc)
     print(f"[sf node {node}] ray start exited with {rc}", flush=True)
     return rc if rc and rc > 0 else 1

@@ -175,6 +175,9 @@ def main() -> int:
         for path, res in checks.items():
             if not res["readable"]:
                 report["failures"].append(f"paths: {path} is not readable on {host}")
+    # The GPUs each node's step sees (UUIDs where nvidia-smi answers): the supervisor already
+    # refused shared or missing ones before the preflight started.
+    report["gpu_ids"] = json.loads(os.environ.get("SF_PREFLIGHT_GPU_IDS") or "{}")
     report["checkpoint"] = latest_checkpoint(job.get("checkpoint_dir") or "")
     report["seconds"] = round(time.time() - t0, 2)
     report["ok"] = not report["failures"]
@@ -201,6 +204,8 @@ def summary(report: dict) -> str:
     lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
     paths = report.get("paths", {})
     lines.append(f"paths: checked on {len(paths)} nodes")
+    for host, ids in (report.get("gpu_ids") or {}).items():
+        lines.append(f"gpus {host}: {', '.join(ids) or 'none'}")
     ck = report.get("checkpoint", {})
     lines.append(f"checkpoint: {ck.get('resume_from') or ck.get('note')}")
     for w in report.get("warnings", []):

@@ -53,12 +53,15 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
+from launcher.injob import auth
+from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import topology
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
 TERM_GRACE_S = 8
+STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselves in that time
 MAIN_PPO = "verl.trainer.main_ppo"
 PINNED_MAIN = "launcher.injob.verl_main"
 
@@ -187,6 +190,7 @@ class Supervisor:
         self.t0 = time.monotonic()
         self.ended = False
         self.logs = Path(self.run_dir) / "logs"
+        self.gpu_ids: dict[str, list[str]] = {}  # node -> the GPUs its step sees (all_joined)
 
     # -- helpers ----------------------------------------------------------------------
     def record(self, phase: str, **info) -> None:
@@ -235,6 +239,16 @@ class Supervisor:
                     names.append(event.get("node"))
         return names
 
+    def gpus_seen(self) -> dict[str, list[str]]:
+        """{node: GPU ids} from this attempt's node_started phases (each node reports what its
+        step sees before it starts Ray, so every joined node has reported)."""
+        seen = {}
+        for event in runs.read_phases(self.run_dir):
+            if event.get("phase") == "node_started" and event.get("time", 0) >= self.wall0 \
+                    and event.get("node") in self.nodes:
+                seen[event["node"]] = list(event.get("gpu_ids") or [])
+        return seen
+
     # -- the job ------------------------------------------------------------------------
     def setup(self) -> None:
         self.wall0 = time.time()
@@ -272,6 +286,11 @@ class Supervisor:
         self.env = dict(os.environ)
         self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
         self.env["PYTHONUNBUFFERED"] = "1"
+        if a.launcher == "ray":
+            # Every Ray process of the job (ray start on each node through srun's environment,
+            # the barrier, the driver) carries the job's token; nothing else may use the cluster.
+            self.token = auth.make_token(self.run_dir, self.leader)
+            self.env.update(auth.env_for(self.token))
 
     def free_head_block(self) -> int:
         """The job's port block, or the next one whose head ports are free on the head's
@@ -369,6 +388,7 @@ class Supervisor:
             env = self.cluster_env()
             env["SF_PREFLIGHT_OVERRIDES"] = json.dumps(self.args.overrides)
             env["SF_PREFLIGHT_ENTRY"] = json.dumps(self.args.entry)
+            env["SF_PREFLIGHT_GPU_IDS"] = json.dumps(self.gpu_ids)
             self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
             self.record("driver_started", what="preflight", seconds=self.elapsed())
             self.phase = "preflight"
@@ -412,8 +432,30 @@ class Supervisor:
         if self.ended:
             return
         self.ended = True
+        self.stop_nodes()
         self.terminate()
+        if getattr(self, "token", None):
+            auth.remove_token(self.token)
         self.record("ended", rc=rc, reason=reason, seconds=self.elapsed())
+
+    def stop_nodes(self) -> None:
+        """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
+        to its tasks): the steps end with 0, not CANCELLED by Slurm with 'Killed' tasks."""
+        for step in self.steps:
+            if step["kind"] == "driver" and step["popen"].poll() is None:
+                step["popen"].send_signal(signal.SIGTERM)
+        nodes = [s for s in self.steps if s["kind"] == "node" and s["popen"].poll() is None]
+        for step in nodes:
+            try:
+                step["popen"].send_signal(signal.SIGUSR2)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        for step in nodes:
+            try:
+                step["popen"].wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass  # terminate() ends it
 
     def terminate(self) -> None:
         live = [s for s in self.steps if s["popen"].poll() is None]
@@ -489,9 +531,15 @@ class Supervisor:
                     except (ValueError, IndexError):
                         result = {"ok": False, "error": f"barrier exited {rc} without a result: {out[-500:]}"}
                     if rc == 0 and result.get("ok"):
+                        seen = self.gpu_ids = self.gpus_seen()
+                        problems = gpus_mod.conflicts(seen, {h: p.gpus_per_node for p in self.pools
+                                                             for h in p.hosts})
+                        if problems:
+                            return self.fail("GPU check failed during phase barrier: " + "; ".join(problems), rc=1)
                         self.record("all_joined", seconds=self.elapsed(), barrier_s=result.get("seconds"),
                                     ray_nodes=result.get("ray_nodes"),
-                                    pools={k: sorted(v["joined"]) for k, v in result["pools"].items()})
+                                    pools={k: sorted(v["joined"]) for k, v in result["pools"].items()},
+                                    gpu_ids=seen)
                         self.start_driver()
                         continue
                     missing = result.get("missing") or []

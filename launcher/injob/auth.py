@@ -1,0 +1,56 @@
+"""Ray token authentication for one sf job.
+
+Ray (2.52 and newer) refuses every GCS, raylet and dashboard request that does not carry
+the cluster's token when `RAY_AUTH_MODE=token`; the token is read from the file named by
+`RAY_AUTH_TOKEN_PATH`. Without it anyone who can reach a node's ports (another user's
+process on a shared node) can submit work that runs as you.
+
+The supervisor makes one token per attempt of the job, in a file only the job's user can
+read (a 0700 folder in the run dir, which every node reaches), and hands the two variables
+to every srun step (ray start on each node) and to the driver. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+MODE = "token"
+FOLDER = ".ray-auth"
+MIN_RAY = (2, 52)  # the first Ray with token authentication
+
+
+def token_path(run_dir: str, job_id: str) -> Path:
+    return Path(run_dir) / FOLDER / f"{job_id}.token"
+
+
+def make_token(run_dir: str, job_id: str) -> Path:
+    """Write a fresh random token, readable by this user only; returns its path."""
+    path = token_path(run_dir, job_id)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path.parent, 0o700)  # an older folder, or a umask that widened it
+    path.unlink(missing_ok=True)  # an earlier attempt of this job (requeue): a new token
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_hex(32).encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def env_for(path: Path) -> dict[str, str]:
+    """What every Ray process of the job needs in its environment."""
+    return {"RAY_AUTH_MODE": MODE, "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+def remove_token(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def ray_supports_tokens(version: str) -> bool:
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= MIN_RAY
