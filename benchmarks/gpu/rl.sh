@@ -1,0 +1,250 @@
+#!/bin/bash
+# Real verl RL through sf on the GPU machine (kind nvidia-h200-x2, issue 14): GRPO with the
+# vLLM rollout on one H200 with a requeue mid-run, the same overrides bare on the other GPU
+# at the same time (step-time ratio), sf export of the RL checkpoint, transformers loads and
+# generates; GRPO across two Slurm nodes (first with Slurm's GPU-index trap left in place:
+# sf must refuse it by name, then with the fix); on-policy distillation as a hetjob with a
+# requeue. Everything goes through sf's normal path: site file, runtime registry, sf submit,
+# Slurm, sf's own Ray bring-up.
+#
+# Prepared here with benchmarks/gpu/rl_prepare.sh (carry folders .rlk, .rlb0-3). On the device,
+# one command per call, from the repository root:
+#
+#   bash benchmarks/gpu/rl.sh recv                  # calls 1-3: keep this call's bundle part
+#   bash benchmarks/gpu/rl.sh start [STAGES] && bash benchmarks/gpu/rl.sh wait 540
+#                                                   # call 4: last part, then the whole chain
+#   bash benchmarks/gpu/rl.sh wait 560              # later calls, back to back, until "done"
+#
+# `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
+# from a private copy of the repository, so later calls may send a changed tree safely.
+# `wait N` follows the chain's log for at most N seconds and packs what came back into $OUT.
+# STAGES (default): install slurm assets grpo export check metrics trap pair distill summary
+set -uo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+W=/tmp/sfw
+L=$W/logs
+mkdir -p "$W" "$L" /tmp/chunks
+ALL="install slurm assets grpo export check metrics trap pair distill summary"
+
+recv() {  # this call's carried bundle part(s) into /tmp/chunks (kept while the machine is warm)
+  for d in "$REPO"/.rlb*; do [[ -d "$d" ]] && cp -n "$d"/* /tmp/chunks/; done
+  [[ -d "$REPO/.rlk" ]] && mkdir -p "$W/kit" && cp -rn "$REPO/.rlk"/* "$W/kit/"
+  ls -la /tmp/chunks "$W/kit" 2>/dev/null | grep -v '^total'
+}
+
+pack() {  # what came back so far, into $OUT (at most 8 files)
+  [[ -n "${OUT:-}" ]] || return 0
+  cp "$L/chain.log" "$OUT/chain.log" 2>/dev/null
+  cp "$L/results.json" "$OUT/results.json" 2>/dev/null
+  cp "$L"/*.png "$OUT/" 2>/dev/null
+  { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
+      -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
+      ! -path '*/exports/*' -size -4M 2>/dev/null; find "$W"/runs/*/exports -maxdepth 2 -name '*.json' 2>/dev/null
+    find /var/log/slurm -type f 2>/dev/null; } | sort -u >"$W/tarlist.txt"
+  tar czf "$OUT/logs.tgz" -P -T "$W/tarlist.txt" 2>/dev/null
+  ls -la "$OUT" | tail -n +2
+}
+
+case "${1:-}" in
+  recv) recv; exit 0 ;;
+  start)
+    recv
+    shift
+    rm -rf "$W/repo" && mkdir -p "$W/repo" && tar -C "$REPO" --exclude='./.rlb*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
+    rm -f "$L/chain.done" "$L/chain.log"
+    setsid nohup env STAGES="${*:-$ALL}" bash "$W/repo/benchmarks/gpu/rl.sh" chain >"$L/chain.log" 2>&1 </dev/null &
+    echo "chain started (pid $!): ${*:-$ALL}"; exit 0 ;;
+  wait)
+    t_end=$(( $(date +%s) + ${2:-540} ))
+    tail -n +1 -f "$L/chain.log" --pid=$$ 2>/dev/null &
+    TAIL=$!
+    while [[ ! -f "$L/chain.done" ]] && (( $(date +%s) < t_end )); do sleep 2; done
+    kill $TAIL 2>/dev/null
+    [[ -f "$L/chain.done" ]] && echo "=== chain done" || echo "=== chain still running"
+    pack; exit 0 ;;
+  chain) ;;
+  *) echo "usage: rl.sh recv | start [STAGES] | wait SECONDS" >&2; exit 2 ;;
+esac
+
+# ------------------------------------------------------------------ the chain (background)
+STAGES=" $STAGES "
+T0=$(date +%s)
+stage() { echo; echo "=== [$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*"; }
+want() { [[ "$STAGES" == *" $1 "* ]]; }
+note() { echo "$(date -u +%H:%M:%S) $*" >>"$L/notes.txt"; echo "NOTE: $*"; }
+trap 'touch "$L/chain.done"' EXIT
+HERE=$REPO/benchmarks/gpu
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=$(command -v python3)
+A=$W/assets
+SITE=$W/site.yaml
+REG=$W/runtimes.yaml
+
+if want install; then
+  stage "install: bundle -> /tmp/site, TransferQueue, sf"
+  if [[ ! -f /tmp/site/.sf-bundle-done ]]; then
+    cat /tmp/chunks/bundle.part.0* >/tmp/bundle.tar.xz
+    want_sha=$(cut -d' ' -f1 "$W/kit/bundle.sha256"); got=$(sha256sum /tmp/bundle.tar.xz | cut -d' ' -f1)
+    echo "sha256 want=$want_sha got=$got"
+    [[ "$want_sha" == "$got" ]] || { note "bundle sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; exit 3; }
+    rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xJf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
+    rm -f /tmp/bundle.tar.xz
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
+    touch /tmp/site/.sf-bundle-done
+  fi
+  echo "site: $(du -sh /tmp/site | cut -f1)"
+fi
+export PYTHONPATH=/tmp/site
+# sf itself: the repository copy on PYTHONPATH of a wrapper (the job finds it the same way)
+mkdir -p "$W/bin"
+printf '#!/bin/sh\nPYTHONPATH=%s:/tmp/site exec %s -m launcher.cli "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
+chmod +x "$W/bin/sf"
+# the runtime: a venv-shaped folder around the image's python (the registry entry adds the bundle)
+RT=$W/rt; mkdir -p "$RT/bin"
+printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RT/bin/python"; chmod +x "$RT/bin/python"
+printf 'export PATH=%s:%s:$PATH\n' "$RT/bin" "$(dirname "$PY")" >"$RT/bin/activate"
+export PATH="$W/bin:$PATH"
+want install && { $PY -c "import sys; sys.path[:0]=['/tmp/site']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
+  nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"; }
+
+slurm_up() { GPU_FIX=$1 source "$HERE/slurm2_up.sh" "$W/kit/debs" "$W/slurm"; }
+if want slurm; then
+  stage "slurm: two nodes, n1 = GPU 0 (train), n2 = GPU 1 (teach), pair = both"
+  slurm_up 1 || note "slurm did not come up"
+else
+  slurm_up 1 >/dev/null 2>&1
+fi
+CPUS=$(sinfo -h -N -o %c 2>/dev/null | head -1); CPUS=${CPUS:-16}
+sed -e "s#@RUNS@#$W/runs#; s#@REG@#$REG#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$SITE"
+sed -e "s#@RT@#$RT#" "$HERE/rl-runtimes.yaml" >"$REG"
+export SF_SITE=$SITE
+EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/experiments/"
+
+if want assets; then
+  stage "assets: tiny Qwen2 student (76.5 M) and teacher (10.1 M, same tokenizer), RL prompts, reward"
+  [[ -f $A/tiny/model/config.json ]] || $PY "$HERE/make_tiny.py" --out "$A/tiny" --train 64 --val 64 | tail -1
+  [[ -f $A/teacher/model/config.json ]] || $PY "$HERE/make_tiny.py" --out "$A/teacher" --train 64 --val 16 \
+    --hidden 512 --layers 4 --heads 8 --kv-heads 4 --intermediate 1024 | tail -1
+  cmp -s "$A/tiny/model/tokenizer.json" "$A/teacher/model/tokenizer.json" || note "student and teacher tokenizers differ"
+  $PY "$HERE/rl_data.py" "$A/rl" --train 256 --val 16
+  cp "$HERE/reward_tiny.py" "$A/reward_tiny.py"
+fi
+
+run_id_of() { grep -oE '"run": *"[^"]+"' "$1" | head -1 | sed 's/.*"\([^"]*\)"$/\1/'; }
+job_of() { grep -oE '"job_id": *"[0-9]+"' "$1" | head -1 | grep -oE '[0-9]+'; }
+# requeue_at RUNDIR STEP: send the wall-time signal to the batch shell once STEP is logged
+requeue_at() {
+  local dir=$1 step=$2 job
+  for _ in $(seq 900); do
+    if grep -qE "^\{\"step\":$step," "$dir"/metrics/attempt-0.jsonl 2>/dev/null; then
+      job=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(str((r.get('job_ids') or [r.get('job_id')])[-1]).split('+')[0])" "$dir/record.json" 2>/dev/null)
+      echo "[requeue] step $step logged: scancel --signal=USR1 --batch ${job}"; scancel --signal=USR1 --batch "$job"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "[requeue] step $step never appeared in $dir/metrics/attempt-0.jsonl"
+}
+# sf_submit TAG EXPERIMENT [ARGS]: sf submit --wait --json, the requeue watcher when REQUEUE_AT is set
+sf_submit() {
+  local tag=$1 exp=$2; shift 2
+  local before; before=$(ls -d "$W"/runs/"$exp"-* 2>/dev/null)
+  (cd "$EXP" && sf submit "$exp" "$@" --wait --json >"$L/$tag-submit.json" 2>"$L/$tag-submit.err") &
+  local pid=$! dir=""
+  for _ in $(seq 120); do  # the run dir this submit created
+    dir=$(ls -d "$W"/runs/"$exp"-* 2>/dev/null | grep -vxF -f <(echo "$before") | head -1)
+    [[ -n "$dir" ]] && break; sleep 0.5
+  done
+  echo "$dir" >"$L/$tag-run-dir.txt"; echo "$tag: run dir $dir"
+  [[ -n "${REQUEUE_AT:-}" && -n "$dir" ]] && requeue_at "$dir" "$REQUEUE_AT" &
+  wait $pid; local rc=$?
+  echo "$tag: sf submit --wait exited $rc"; tail -3 "$L/$tag-submit.err"
+  [[ -n "$dir" ]] && { cat "$dir/reason" 2>/dev/null; sf status "$(basename "$dir")" 2>&1 | tail -3; }
+  return $rc
+}
+# bare TAG RUNDIR GPU: the sf run's overrides, bare verl main_ppo (its own ray.init()) on GPU
+bare() {
+  local tag=$1 dir=$2 gpu=$3 B=$W/$1
+  rm -rf "$B"; mkdir -p "$B"
+  mapfile -t OVR <"$dir/overrides.txt"
+  for i in "${!OVR[@]}"; do
+    case "${OVR[$i]}" in
+      trainer.default_local_dir=*) OVR[$i]="trainer.default_local_dir=$B/checkpoints" ;;
+      trainer.experiment_name=*) OVR[$i]="trainer.experiment_name=$tag" ;;
+    esac
+  done
+  printf '%s\n' "${OVR[@]}" >"$L/$tag-overrides.txt"
+  (cd "$B" && env CUDA_VISIBLE_DEVICES=$gpu VERL_FILE_LOGGER_PATH="$L/$tag-metrics.jsonl" PYTHONPATH=/tmp/site \
+     VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false \
+     timeout 900 $PY -m verl.trainer.main_ppo "${OVR[@]}" >"$L/$tag-train.log" 2>&1)
+  echo "$tag: bare verl exited $?"
+}
+
+GRPO_DIR=""
+if want grpo; then
+  stage "grpo: sf submit tiny-grpo --profile h200:1 (n1, GPU 0), USR1 after step 6; bare on GPU 1 once sf's overrides exist"
+  rm -f "$L/grpo.stop"
+  # wall stamps of each logged step (submit -> first step), both runs the same way
+  $PY "$HERE/steptimes.py" watch "$W/runs/tiny-grpo-*/metrics/attempt-0.jsonl" "$L/grpo-stamps.jsonl" --stop "$L/grpo.stop" &
+  $PY "$HERE/steptimes.py" watch "$L/bare-metrics.jsonl" "$L/bare-stamps.jsonl" --stop "$L/grpo.stop" &
+  s0=$(date +%s); echo "$s0" >"$L/grpo-t0.txt"
+  REQUEUE_AT=6 sf_submit grpo tiny-grpo --profile h200:1 &
+  SFPID=$!
+  for _ in $(seq 240); do d=$(cat "$L/grpo-run-dir.txt" 2>/dev/null); [[ -n "$d" && -f "$d/overrides.txt" ]] && break; sleep 0.5; done
+  GRPO_DIR=$(cat "$L/grpo-run-dir.txt" 2>/dev/null)
+  date +%s >"$L/bare-t0.txt"
+  [[ -f "$GRPO_DIR/overrides.txt" ]] && bare bare "$GRPO_DIR" 1 &
+  BAREPID=$!
+  wait $SFPID; echo "grpo: submit to end $(( $(date +%s) - s0 )) s"
+  wait $BAREPID
+  touch "$L/grpo.stop"
+fi
+GRPO_DIR=${GRPO_DIR:-$(cat "$L/grpo-run-dir.txt" 2>/dev/null)}
+RUN=$(basename "${GRPO_DIR:-none}")
+
+if want export && [[ -n "$GRPO_DIR" ]]; then
+  stage "export: sf export $RUN --checkpoint-format verl-fsdp (a Slurm job)"
+  (cd "$EXP" && sf export "$RUN" --checkpoint-format verl-fsdp 2>&1) | tee "$L/export.txt"
+  for _ in $(seq 360); do compgen -G "$GRPO_DIR/exports/*/config.json" >/dev/null && break; sleep 0.5; done
+  squeue 2>&1 | tail -3
+  ls -la "$GRPO_DIR"/exports/* 2>&1 | tee -a "$L/export.txt"
+fi
+if want check && [[ -n "$GRPO_DIR" ]]; then
+  E=$(ls -d "$GRPO_DIR"/exports/* 2>/dev/null | sort -V | tail -1)
+  stage "check: transformers loads $E and generates"
+  [[ -n "$E" ]] && timeout 180 $PY "$HERE/export_check.py" "$E" --base "$A/tiny/model" --val "$A/tiny/data/val.parquet" \
+    --out "$L/export_check.json" 2>&1 | tail -12 || note "no export to check"
+fi
+if want metrics && [[ -n "$GRPO_DIR" ]]; then
+  stage "metrics: sf metrics / sf plot $RUN"
+  (cd "$EXP" && sf metrics "$RUN" 2>&1 | tail -20 && sf plot "$RUN" -o "$L/grpo.png" 2>&1 | tail -2)
+fi
+
+if want trap; then
+  stage "trap: two nodes, Slurm's GPU-index trap left in place (n2 told CUDA_VISIBLE_DEVICES=0): sf must refuse"
+  slurm_up 0 | tail -1
+  timeout 60 srun -l -p pair -N2 -n2 --ntasks-per-node=1 --gres=gpu:1 sh -c 'echo "$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' 2>&1 | tee "$L/trap-srun.txt"
+  sf_submit trap tiny-grpo --profile h200-pair:2x1 --set total_training_steps=2
+  slurm_up 1 | tail -1
+  timeout 60 srun -l -p pair -N2 -n2 --ntasks-per-node=1 --gres=gpu:1 sh -c 'echo "$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"' 2>&1 | tee "$L/fix-srun.txt"
+fi
+if want pair; then
+  stage "pair: GRPO across two Slurm nodes (h200-pair:2x1), 10 steps, GPU check on"
+  s0=$(date +%s)
+  sf_submit pair tiny-grpo --profile h200-pair:2x1 --set total_training_steps=10
+  echo "pair: submit to end $(( $(date +%s) - s0 )) s"
+fi
+if want distill; then
+  stage "distill: hetjob, student on n1 (train), teacher on n2 (teach), USR1 after step 5"
+  s0=$(date +%s)
+  REQUEUE_AT=5 sf_submit distill tiny-distill
+  echo "distill: submit to end $(( $(date +%s) - s0 )) s"
+  D=$(cat "$L/distill-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -20 && sf plot "$(basename "$D")" -o "$L/distill.png" 2>&1 | tail -2)
+fi
+if want summary; then
+  stage "summary"
+  $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results.json" 2>&1 | tail -60
+fi
+stage "chain end"

@@ -1,0 +1,48 @@
+#!/bin/bash
+# Build what rl.sh carries to the GPU machine, on a machine with PyPI and Debian 12's apt
+# (never on the GPU machine, which has no network). From the repository root:
+#
+#   bash benchmarks/gpu/rl_prepare.sh        # ~6 min on 2 cores; ~230 MB in ignored folders
+#
+# .rlb0-.rlb3: the RL bundle (vLLM 0.24.0 + verl 0.9.1 + Ray 2.60 + their import closure for
+#   Python 3.12 / torch 2.11.0+cu130, rl-bundle-requirements.txt), installed with --target,
+#   trimmed of what the H200 never loads, one xz tarball split in 4 parts (each part plus the
+#   repository stays under the 64 MiB a device call carries; one part per call).
+# .rlk: sha256 of the tarball, the TransferQueue 0.1.11 wheel (verl's default v1 trainer
+#   imports transfer_queue), Debian 12's slurm 22.05 debs and libraries (for slurm2_up.sh).
+set -euo pipefail
+REPO=$(pwd)
+PY312=${PY312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}
+WORK=${WORK:-/tmp/sf-rl-bundle}
+for d in .rlk .rlb0 .rlb1 .rlb2 .rlb3; do
+  grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude
+done
+mkdir -p "$WORK/wh" .rlk/debs
+PLAT=(); for n in $(seq 5 39); do PLAT+=(--platform "manylinux_2_${n}_x86_64"); done
+DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+    "${PLAT[@]}" --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+# 1. wheels; antlr4-python3-runtime 4.9.3 (hydra-core's pin) exists only as an sdist: build it
+grep -v '^antlr4' benchmarks/gpu/rl-bundle-requirements.txt >"$WORK/req.txt"
+"${DL[@]}" -d "$WORK/wh" -r "$WORK/req.txt"
+if [[ ! -f "$WORK"/wh/antlr4_python3_runtime-4.9.3-py3-none-any.whl ]]; then
+  python3 -m pip download -q --no-deps --no-binary=:all: -d "$WORK/antlr" antlr4-python3-runtime==4.9.3
+  python3 -m pip wheel -q --no-deps -w "$WORK/wh" "$WORK"/antlr/antlr4-python3-runtime-4.9.3.tar.gz
+fi
+# 2. install into one folder (used through PYTHONPATH there), no deps, no bytecode
+rm -rf "$WORK/site" && "$PY312" -m pip install -q --no-deps --no-compile --no-index --target "$WORK/site" "$WORK"/wh/*.whl
+# 3. trim what the H200 run never loads: vLLM's FA2 library (Hopper uses FA3), its Rust
+#    frontend, Ray's Java jar, a static library, deep_gemm builds for other Pythons
+(cd "$WORK/site" && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so vllm/vllm-rs ray/jars/ray_dist.jar \
+  xgrammar/lib/libxgrammar.a vllm/third_party/deep_gemm/_C.cpython-31{0,1,3,4}-x86_64-linux-gnu.so)
+du -sh "$WORK/site"
+# 4. one tarball (xz -3: about 4 minutes on 2 cores, 221 MB), 4 parts
+(cd "$WORK/site" && tar cf - . | xz -3 -T2 >"$WORK/bundle.tar.xz")
+rm -rf .rlb0 .rlb1 .rlb2 .rlb3 && split -n 4 -d -a 2 "$WORK/bundle.tar.xz" "$WORK/bundle.part."
+for i in 0 1 2 3; do mkdir -p ".rlb$i" && mv "$WORK/bundle.part.0$i" ".rlb$i/"; done
+sha256sum "$WORK/bundle.tar.xz" | sed 's#  .*#  /tmp/bundle.tar.xz#' >.rlk/bundle.sha256
+# 5. TransferQueue and Slurm
+"${DL[@]}" -d .rlk transferqueue==0.1.11
+(cd .rlk/debs && apt-get download slurmd slurmctld slurm-client slurm-wlm-basic-plugins libslurm38 munge \
+  libmunge2 libjson-c5 libyaml-0-2 libjwt0 libhttp-parser2.9 libpmix2 libnuma1 libhwloc15 libdbus-1-3 \
+  liblz4-1 libevent-core-2.1-7 libevent-pthreads-2.1-7 liblua5.1-0 libreadline8 libgcrypt20)
+du -sh .rlk .rlb*

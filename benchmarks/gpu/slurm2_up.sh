@@ -1,0 +1,121 @@
+#!/bin/bash
+# Two emulated Slurm nodes on one GPU host (kind nvidia-h200-x2), one real H200 each, from
+# Debian 12's slurm 22.05 debs unpacked with dpkg -x (no apt there):
+#
+#   n1 = /dev/nvidia0, partition train (default);  n2 = /dev/nvidia1, partition teach;
+#   partition pair = both (for a 2x1 job).
+#
+#   GPU_FIX=1 source benchmarks/gpu/slurm2_up.sh DEBS_DIR PREFIX
+#
+# Several slurmd on one host: NodeHostname=localhost, one Port per node, %n in the spool,
+# pid and log paths, `slurmd -N NAME`. The GPU trap: with task/none Slurm 22.05 tells each
+# node's step the GPU's index *within its node*, so n2's step gets CUDA_VISIBLE_DEVICES=0
+# although its card is /dev/nvidia1: both "nodes" would train on GPU 0. GPU_FIX=1 (default)
+# adds a TaskProlog that shifts n2's indices to the host's numbering; GPU_FIX=0 leaves the
+# trap in place (sf's GPU check must then refuse the job, naming n1 and n2).
+# AuthInfo=cred_expire=10: a requeued job may start again 10 s after it ended (default 120).
+DEBS=${1:?debs dir}
+SP=${2:?prefix}
+GPU_FIX=${GPU_FIX:-1}
+mkdir -p "$SP"
+export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
+export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SLURM_CONF=/etc/slurm/slurm.conf
+
+t0=$(date +%s.%N)
+if [[ ! -x "$SP/usr/sbin/slurmd-wlm" ]]; then
+  for d in "$DEBS"/*.deb; do dpkg -x "$d" "$SP" || { echo "dpkg -x $d failed"; return 1 2>/dev/null || exit 1; }; done
+fi
+for n in slurmd slurmctld slurmstepd; do ln -sf "$SP/usr/sbin/$n-wlm" "$SP/usr/sbin/$n"; done
+ln -sf "$SP/usr/sbin/slurmstepd-wlm" /usr/sbin/slurmstepd
+
+HOST=$(hostname -s)
+grep -qE "^127\.0\.0\.1.*[[:space:]]$HOST([[:space:]]|\$)" /etc/hosts || echo "127.0.0.1 $HOST" >>/etc/hosts
+
+mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
+[[ -s /etc/munge/munge.key ]] || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+chmod 400 /etc/munge/munge.key; chmod 700 /etc/munge /var/lib/munge /var/log/munge; chmod 755 /run/munge
+pgrep -x munged >/dev/null || setsid munged --force </dev/null
+for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+
+# cgroup v2: slurmd wants system.slice with cpuset/cpu/memory enabled
+mkdir -p /sys/fs/cgroup/system.slice
+for c in +cpuset +cpu +memory; do
+  echo "$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+  echo "$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control 2>/dev/null || true
+done
+
+NODELINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -1)
+CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(nproc)}
+MEM=$(echo "$NODELINE" | grep -o 'RealMemory=[0-9]*' | cut -d= -f2); MEM=${MEM:-16000}
+NCPU=$((CPUS / 2)); NMEM=$((MEM * 4 / 10))
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/log/slurm
+cat >/etc/slurm/taskprolog.sh <<'EOF'
+#!/bin/sh
+# n2's card is the host's GPU 1: shift the node-local indices Slurm hands its steps.
+if [ "$SLURMD_NODENAME" = n2 ] && [ -n "$CUDA_VISIBLE_DEVICES" ]; then
+  echo "export CUDA_VISIBLE_DEVICES=$(echo "$CUDA_VISIBLE_DEVICES" | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), $i+1}')"
+fi
+EOF
+chmod 755 /etc/slurm/taskprolog.sh
+{
+cat <<EOF
+ClusterName=sfgpu2
+SlurmctldHost=$HOST
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=cred_expire=10
+PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd/%n
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd-%n.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+ReturnToService=2
+MpiDefault=none
+JobRequeue=1
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SlurmctldTimeout=30
+SlurmdTimeout=60
+MessageTimeout=10
+InactiveLimit=0
+KillWait=10
+MinJobAge=900
+Waittime=0
+EOF
+[[ $GPU_FIX == 1 ]] && echo "TaskProlog=/etc/slurm/taskprolog.sh"
+for k in 1 2; do
+  echo "NodeName=n$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + k)) CPUs=$NCPU RealMemory=$NMEM Gres=gpu:1 State=UNKNOWN"
+done
+echo "PartitionName=train Nodes=n1 Default=YES MaxTime=INFINITE State=UP"
+echo "PartitionName=teach Nodes=n2 MaxTime=INFINITE State=UP"
+echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"
+} >/etc/slurm/slurm.conf
+# nvidia_gpu_env: only CUDA_VISIBLE_DEVICES in the steps (sf drops ROCR_VISIBLE_DEVICES anyway).
+printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=/dev/nvidia1 Flags=nvidia_gpu_env\n' >/etc/slurm/gres.conf
+printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n' >/etc/slurm/cgroup.conf
+
+if pgrep -x slurmctld >/dev/null; then scontrol reconfigure; else setsid slurmctld </dev/null; fi
+for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+for k in 1 2; do pgrep -f "slurmd -N n$k" >/dev/null || setsid slurmd -N n$k </dev/null; done
+for _ in $(seq 150); do
+  [[ $(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | grep -cE ' (idle|mix|alloc)$') -ge 2 ]] && break; sleep 0.2
+done
+t1=$(date +%s.%N)
+echo "slurm (GPU_FIX=$GPU_FIX): $(sinfo -h -N -o '%N %P %T %c %G' 2>&1 | tr '\n' ';') (up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s)"
+[[ $(sinfo -h -N -o '%N %T' | sort -u | grep -cE ' (idle|mix|alloc)$') -ge 2 ]]
