@@ -21,6 +21,7 @@ import random
 import statistics
 
 TAGS = ("grpo", "trap", "pair", "distill")
+MEMORY = "actor/perf/max_memory_allocated_gb"  # verl's RL trainers log the actor's peak here
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -93,8 +94,9 @@ def run_summary(run_dir: str) -> dict:
            "reason": read_text(os.path.join(run_dir, "reason")), "steps_per_attempt": steps,
            "lost_steps_per_requeue": lost_steps(steps), "phases": phases(run_dir),
            "step_time_s": metric(all_rows, "timing_s/step"),
-           "max_memory_allocated_gb": max(metric(all_rows, "perf/max_memory_allocated_gb").values(), default=None),
-           "checkpoints": sorted(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "global_step_*")))}
+           "max_memory_allocated_gb": max(metric(all_rows, MEMORY).values(), default=None),
+           "checkpoints": sorted((os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "global_step_*"))),
+                                 key=lambda name: int(name.rsplit("_", 1)[1]))}
     for key in ("actor/distillation/loss", "critic/score/mean", "actor/pg_loss"):
         values = metric(all_rows, key)
         if values:
@@ -126,7 +128,7 @@ def compare(grpo: dict, logs: str) -> dict:
     skip = {1, *grpo.get("first_step_of_attempt", [])}
     common = sorted(s for s in set(sf) & set(bare) if s not in skip)
     out = {"bare_steps": sorted(bare), "bare_max_memory_allocated_gb":
-           max(metric(bare_rows, "perf/max_memory_allocated_gb").values(), default=None),
+           max(metric(bare_rows, MEMORY).values(), default=None),
            "steps_compared": common, "bare_step_time_s": bare}
     if len(common) >= 2:
         a, b = [sf[s] for s in common], [bare[s] for s in common]

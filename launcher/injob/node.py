@@ -87,6 +87,10 @@ def ray_command() -> list[str]:
     return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
+def ignore_usr2() -> None:
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 def ray_version() -> str | None:
     try:
         from importlib.metadata import version  # noqa: PLC0415
@@ -196,7 +200,9 @@ def main(role: str) -> int:
         # verl's workers, which inherit the raylet's environment, refuse to start with both.
         env.pop("ROCR_VISIBLE_DEVICES", None)
     try:
-        child = subprocess.Popen(argv, env=env)
+        # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
+        # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
+        child = subprocess.Popen(argv, env=env, preexec_fn=ignore_usr2)
     except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
         return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
     stopping = []
