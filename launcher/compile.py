@@ -149,13 +149,21 @@ class Ctx:
                 return f"knobs.{name}"
         return self.source_of(key, fallback)
 
+    def user_sets(self, key: str) -> bool:
+        """Whether a user override sets `key` in any spelling (flat, in a dict value, ~, legacy)."""
+        key = key.lstrip("+")
+        return any(k == key or key.startswith(k + ".") for _s, k, _v in self.user_flat)
+
     def check_types(self) -> None:
         """A user value of another type than verl's own default on the composed config: verl's
         YAML is untyped, so `use_kl_loss=no` would reach verl as the (truthy) string 'no'."""
         if self.effective is None:
             return
         names = {bool: "true/false", int: "a whole number", float: "a number"}
+        stringy = {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")}
         for source, key, _value in self.user_flat:
+            if key in stringy:  # IcePop's 'LOW_HIGH' is a string where verl's default is a float
+                continue
             base = self.effective.base(key)
             value = self.effective.get(key)
             if base is None or value is None or not isinstance(value, str) or type(base) not in names:

@@ -668,9 +668,10 @@ def rule_dapo(ctx) -> None:
     if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.enable") is not True:
         return
     resp = ctx.get("data.max_response_length")
-    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None:
+    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None \
+            and not ctx.user_sets("reward.reward_kwargs.overlong_buffer_cfg.log"):
         ctx.set("reward.reward_kwargs.overlong_buffer_cfg.log", False, "default", prefix="+")
-    if isinstance(resp, int) and not isinstance(resp, bool):
+    if isinstance(resp, int) and not isinstance(resp, bool) and not ctx.user_sets("reward.reward_kwargs.max_resp_len"):
         ctx.set("reward.reward_kwargs.max_resp_len", resp, "default", prefix="+")
 
 
@@ -706,7 +707,8 @@ def rule_rollout_correction(ctx) -> None:
     """Rollout correction (rollout_is) spells out calculate_log_probs=True in the command."""
     if ctx.sft:
         return
-    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None:
+    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None \
+            and not ctx.user_sets("actor_rollout_ref.rollout.calculate_log_probs"):
         # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so.
         ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
 
@@ -837,7 +839,7 @@ def rule_custom_reward_function(ctx) -> None:
 def rule_checkpoints(ctx) -> None:
     """Checkpoints for requeue and export: absolute dir in the run dir, resume_mode=auto."""
     ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, "checkpoint")
-    if ctx.get("trainer.resume_mode") is None:
+    if ctx.get("trainer.resume_mode") is None and not ctx.user_sets("trainer.resume_mode"):
         ctx.set("trainer.resume_mode", "auto", "checkpoint")
 
 
@@ -974,8 +976,9 @@ def rule_value_types(ctx) -> None:
         name = knob_of.get(key)
         if name is None:
             continue
+        quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
         try:
-            coerce_knob(name, text)
+            coerce_knob(name, bare[1:-1] if quoted else text)
         except SpecError as exc:
             ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
             continue
