@@ -362,7 +362,7 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecE
             errors.append(SpecError("--set", f"{item!r}: bad key"))
             continue
         bare = key.lstrip("+~")
-        if "." in bare or key[:1] in "+~" or bare in ("model_engine",):
+        if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):
             overrides.append(item.strip())
             sources.append(f"--set {key}")
             continue

@@ -433,3 +433,41 @@ def test_sf_defaults_never_override_a_dict_valued_user_value(method, override, k
     plan = compile_values(base(method, overrides=[override]))
     eff, _ = verlcheck.effective_config(plan.config_name, plan.overrides)
     assert eff.get(key) == value, plan.overrides
+
+
+@pytest.mark.parametrize("method", ["grpo", "dapo", "ppo", "remax", "distillation", "sft"])
+def test_fast_compose_equals_hydra_compose_on_compiled_plans(method):
+    from omegaconf import OmegaConf
+
+    plan = compile_values(base(method, knobs={"rollout_is": "token", "rollout_is_threshold": "0.5_5"} if method == "grpo" else {}))
+    fast = verlcheck._compose_fast(plan.config_name, plan.overrides)
+    full = verlcheck._compose(plan.config_name, plan.overrides)
+    assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
+
+
+@pytest.mark.parametrize("text,args", [
+    ("algorithm: {adv_estimator: rloo}\n", []),
+    ('"algorithm.adv_estimator": gae\n', []),
+    ("knobs: {estimator: gae}\n", []),
+    ("knobs: {adv_estimator: grpo}\n", []),
+    ("", ["--set", "estimator=gae"]),
+    ("", ["--set", "adv_estimator=rloo"]),
+    ("", ["--set", "algorithm={adv_estimator:rloo}"]),
+])
+def test_every_estimator_spelling_meets_the_one_rule(env, text, args):
+    r = _validate(env, text, *args)
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.stderr.splitlines() if "pinned by the method" in line]
+    assert len(lines) == 1 and "change the method instead" in lines[0], r.stderr
+
+
+def test_catalog_estimator_is_the_pin_and_versions_share_recipes():
+    from launcher import catalog
+
+    for version in catalog.versions():
+        for name in catalog.methods(version):
+            m = catalog.get_method(version, name)
+            assert m.estimator == m.pins.get("algorithm.adv_estimator") and m.version == version
+    assert catalog.aliases() == {"0.9.0": "0.9.1"}
+    assert catalog.get_method("0.9.0", "dapo").pins == catalog.get_method("0.9.1", "dapo").pins
+    assert catalog.get_method("0.9.1", "sft").estimator is None
