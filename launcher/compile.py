@@ -44,6 +44,7 @@ class Ctx:
         self.overrides: dict[str, tuple[str, str, Any, str]] = {}
         self.sources: dict[str, str] = {}  # key -> the field an error about it names
         self.origins: dict[str, str] = {}  # key -> provenance label (Plan.sources)
+        self.bound: dict[str, str] = {}  # key -> origin, for keys a binding set
         self.effective = None  # verlcheck.Effective once composed
         self.knob_values: dict[str, Any] = {}
         self.entry: tuple[str, ...] = tuple(method.entry)
@@ -93,6 +94,8 @@ class Ctx:
         self.overrides[key] = (stage, prefix, parsed, text)
         self.sources[key] = source or stage
         self.origins[key] = origin or self._origin(stage, source)
+        if stage == "binding":
+            self.bound[key] = self.origins[key]
 
     def _origin(self, stage: str, source: str | None) -> str:
         """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the

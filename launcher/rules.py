@@ -448,6 +448,15 @@ OWNED_KEYS: dict[str, str] = {
     "data.val_files": _VAL_HINT,
     "trainer.default_local_dir": "is set by sf to <run_dir>/checkpoints so requeued jobs resume; remove it",
 }
+# Keys a spec field sets when it is given (teacher.model, reward.model, reward.function):
+# then a raw override of the same key is refused (two values for one thing).
+FIELD_KEYS: dict[str, str] = {
+    "distillation.teacher_models.teacher_model.model_path": "teacher.model",
+    "reward.reward_model.model_path": "reward.model",
+    "reward.reward_model.enable": "reward.model",
+    "reward.custom_reward_function.path": "reward.function.path",
+    "reward.custom_reward_function.name": "reward.function.name",
+}
 SFT_OWNED_KEYS: dict[str, str] = {
     "trainer.nnodes": _TOPOLOGY_HINT, "trainer.n_gpus_per_node": _TOPOLOGY_HINT,
     "model.path": _MODEL_HINT, "data.train_files": _TRAIN_HINT, "data.val_files": _VAL_HINT,
@@ -542,6 +551,10 @@ def rule_owned_keys(ctx) -> None:
                 if source.startswith("knobs."):
                     continue
                 ctx.error(source, f"{own} {hint}")
+    for source, key in ctx.user_keys():
+        if key in FIELD_KEYS and key in ctx.bound and not source.startswith("knobs."):
+            ctx.error(source, f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound[key]}); change it there and "
+                      "remove this override")
     for key in owned:
         if key in ctx.overrides and ctx.overrides[key][1] != "~":
             set_value = ctx.overrides[key][2]

@@ -471,3 +471,19 @@ def test_catalog_estimator_is_the_pin_and_versions_share_recipes():
     assert catalog.aliases() == {"0.9.0": "0.9.1"}
     assert catalog.get_method("0.9.0", "dapo").pins == catalog.get_method("0.9.1", "dapo").pins
     assert catalog.get_method("0.9.1", "sft").estimator is None
+
+
+@pytest.mark.parametrize("extra,override,needle", [
+    ({"teacher": {"model": "/models/t2"}}, "distillation.teacher_models.teacher_model.model_path=/x", "teacher.model"),
+    ({"reward": {"model": "/models/rm"}}, "reward.reward_model={model_path:/x}", "reward.model"),
+    ({"reward": {"function": {"path": "/r.py"}}}, "custom_reward_function.path=/other.py", "reward.function.path"),
+    ({"reward": {"function": {"path": "/r.py"}}}, "reward.custom_reward_function.name=other", "reward.function.name"),
+])
+def test_spec_fields_own_their_keys_when_given(extra, override, needle):
+    method = "distillation" if "teacher" in extra else "grpo"
+    _one(errors_of(base(method, overrides=[override], **extra)), needle, "remove this override")
+
+
+def test_raw_reward_keys_without_the_field_are_allowed():
+    ov = _ok(base("grpo", overrides=["custom_reward_function.path=/r.py", "reward.reward_model.model_path=/rm"]))
+    assert ov["reward.custom_reward_function.path"] == "/r.py" and ov["reward.reward_model.model_path"] == "/rm"
