@@ -418,7 +418,8 @@ def parse_rs_threshold(value: Any, field: str) -> float | str:
             out.append(parse_threshold(part, field))
         except SpecError:
             raise SpecError(field, f"{value!r}: {part!r} is not a number > 0 or LOW_HIGH with 0 < LOW < HIGH "
-                            "(comma-separated, one per rollout_rs option); e.g. 0.01, or 0.5_2.0 for k1 modes") from None
+                            "(comma-separated, one per rollout_rs option); e.g. 0.01, or 0.5_2.0 for k1 modes"
+                            ) from None
     if len(out) == 1:
         return out[0]
     return ",".join(p if isinstance(p, str) else repr(p) for p in out)
@@ -436,7 +437,8 @@ TOPOLOGY_KEYS = (
 )
 _TOPOLOGY_HINT = "comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead"
 _MODEL_HINT = "is owned by the model binding; use --model PATH_OR_HF_ID (or `model:` in config.yaml) instead"
-_TRAIN_HINT = "is owned by the data binding; use --train-data FILE or --train-dataset OWNER/NAME@VERSION (or data.train in config.yaml) instead"
+_TRAIN_HINT = ("is owned by the data binding; use --train-data FILE or --train-dataset OWNER/NAME@VERSION "
+               "(or data.train in config.yaml) instead")
 _VAL_HINT = "is owned by the data binding; use --validation-data FILE (or data.validation.files in config.yaml) instead"
 # Hydra keys sf sets from a binding, the pools or the run: a raw override of one is refused
 # (in any spelling: flat, dict-valued, +key, ~key, legacy alias), with the way to set it.
@@ -573,7 +575,8 @@ def rule_bindings(ctx) -> None:
     if not train:
         ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset OWNER/NAME@VERSION) or set data.train.files")
     om = ctx.layer("model")
-    ot = ctx.layer("data.train.dataset" if ((v.get("data") or {}).get("train") or {}).get("dataset") else "data.train.files")
+    has_dataset = ((v.get("data") or {}).get("train") or {}).get("dataset")
+    ot = ctx.layer("data.train.dataset" if has_dataset else "data.train.files")
     ov = ctx.layer("data.validation.files")
     if ctx.sft:
         if model:
@@ -814,7 +817,8 @@ def rule_pools(ctx) -> None:
         if not teacher:
             ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in config.yaml")
         else:
-            ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding", origin=ctx.layer("teacher.model"))
+            ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding",
+                    origin=ctx.layer("teacher.model"))
     elif teacher_pool is not None:
         ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use verl/distillation")
     reward_model = (ctx.values.get("reward") or {}).get("model")
@@ -824,7 +828,8 @@ def rule_pools(ctx) -> None:
     if reward_model:
         ctx.set("reward.reward_model.enable", True, "binding", origin=ctx.layer("reward.model"))
         ctx.set("reward.reward_model.model_path", reward_model, "binding", origin=ctx.layer("reward.model"))
-        ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding", origin=ctx.layer("reward.model"))
+        ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding",
+                origin=ctx.layer("reward.model"))
         if reward_pool is not None and reward_pool in by_name:
             rp = by_name[reward_pool]
             if rp.het_group == 0:
@@ -871,7 +876,8 @@ def rule_checkpoints_resume(ctx) -> None:
     if mode not in (None, "auto"):
         ctx.warn(f"resume_mode={mode}: a requeued job will not resume from its last checkpoint (sf expects auto)")
     if not ctx.sft and ctx.get(ASYNC_SAVE_KEY) is True and mode in (None, "auto"):
-        ctx.error(ctx.culprit(ASYNC_SAVE_KEY), f"{ASYNC_SAVE_KEY}=true with resume_mode=auto: verl 0.9.1 then never writes "
+        ctx.error(ctx.culprit(ASYNC_SAVE_KEY),
+                  f"{ASYNC_SAVE_KEY}=true with resume_mode=auto: verl 0.9.1 then never writes "
                   "latest_checkpointed_iteration.txt, so a requeued job restarts from step 0 (verl issue 7952); "
                   f"remove {ASYNC_SAVE_KEY}")
 
@@ -974,7 +980,8 @@ def rule_value_types(ctx) -> None:
             ctx.error(ctx.culprit(key), "verl calls GMPO 'geo_mean'; use the knob policy_loss_mode: gmpo (sf maps it)")
             continue
         if str(value) not in choices:
-            ctx.error(ctx.culprit(key), f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
+            ctx.error(ctx.culprit(key),
+                      f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
     knob_of = {knob.key.lstrip("+"): name for name, knob in KNOBS.items()
                if knob.key and knob.type in ("int", "float", "bool", "threshold", "rs_threshold", "rs_list")}
     for source, prefix, key, text in ctx.raw:

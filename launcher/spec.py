@@ -186,11 +186,18 @@ ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:tr
 ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
 ConfigLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+.0123456789"))
+
+
+def _yaml_float(loader, node) -> float:
+    text = loader.construct_scalar(node).lower()
+    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+
+
 ConfigLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node)))
-ConfigLoader.add_constructor("tag:yaml.org,2002:float", lambda loader, node: float(loader.construct_scalar(node).lower()
-                                                                                     .replace(".inf", "inf").replace(".nan", "nan")))
+ConfigLoader.add_constructor("tag:yaml.org,2002:float", _yaml_float)
 
 
 def load_yaml(text: str):
