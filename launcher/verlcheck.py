@@ -88,13 +88,17 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
         from hydra.core.override_parser.overrides_parser import OverridesParser
     except ImportError:  # pragma: no cover
         return _compose(config_name, overrides)
+    apply = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     groups = _groups(config_name)
-    if any(o.package is not None or o.key_or_group in groups or "/" in o.key_or_group or o.is_sweep_override()
-           for o in parsed):
+    if apply is None or any(o.package is not None or o.key_or_group in groups or "/" in o.key_or_group
+                            or o.is_sweep_override() for o in parsed):
         return _compose(config_name, overrides)
     cfg = copy.deepcopy(base_config(config_name))
-    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+    try:
+        apply(parsed, cfg)
+    except TypeError:  # another Hydra's private signature: compose the documented way
+        return _compose(config_name, overrides)
     return cfg
 
 
