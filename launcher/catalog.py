@@ -1,5 +1,6 @@
 """The method catalog: which verl versions and methods sf runs, read from
-configs/methods/verl/<version>/<method>.yaml.
+configs/methods/verl/<version>/<method>.yaml. A version whose recipes are the same as
+another's is named in configs/methods/verl/aliases.yaml instead of copying the folder.
 
 Each recipe pins what makes the method itself (the advantage estimator, DAPO's dynamic
 sampling and reward manager), carries overridable knob defaults, the Hydra config name,
@@ -30,7 +31,6 @@ class Method:
     name: str  # "grpo"
     version: str  # "0.9.1"
     description: str
-    estimator: str | None  # pinned algorithm.adv_estimator (None for sft)
     config_name: str  # "ppo_trainer" | "sft_trainer_engine"
     launcher: str  # "ray" | "torchrun"
     entry: tuple[str, ...]
@@ -41,13 +41,26 @@ class Method:
     rollout_n_max: int | None = None
 
     @property
+    def estimator(self) -> str | None:
+        """The pinned algorithm.adv_estimator (None for sft): one pin among the others."""
+        return self.pins.get("algorithm.adv_estimator")
+
+    @property
     def sft(self) -> bool:
         return self.config_name == "sft_trainer_engine"
 
 
+@lru_cache(maxsize=None)
+def aliases() -> dict[str, str]:
+    """VERSION -> the version whose recipes it shares (configs/methods/verl/aliases.yaml)."""
+    path = paths.configs_dir() / "methods" / FRAMEWORK / "aliases.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return {str(k): str(v) for k, v in (data or {}).items()}
+
+
 def methods_dir(version: str | None = None) -> Path:
     base = paths.configs_dir() / "methods" / FRAMEWORK
-    return base / version if version else base
+    return base / aliases().get(version, version) if version else base
 
 
 @lru_cache(maxsize=None)
@@ -55,7 +68,8 @@ def versions() -> tuple[str, ...]:
     base = methods_dir()
     if not base.is_dir():
         return ()
-    return tuple(sorted(p.name for p in base.iterdir() if p.is_dir() and any(p.glob("*.yaml"))))
+    folders = {p.name for p in base.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+    return tuple(sorted(folders | {v for v, same in aliases().items() if same in folders}))
 
 
 @lru_cache(maxsize=None)
@@ -102,7 +116,6 @@ def get_method(version: str, name: str) -> Method:
         name=name,
         version=version,
         description=data.get("description", ""),
-        estimator=data.get("estimator"),
         config_name=data["config_name"],
         launcher=data.get("launcher", "ray"),
         entry=tuple(data["entry"]),

@@ -97,7 +97,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo(json.dumps({
                 "experiment": plan.experiment, "method": plan.method, "framework_version": plan.framework_version,
                 "run_dir": plan.run_dir, "launcher": plan.launcher, "entry": list(plan.entry),
-                "overrides": list(plan.overrides), "pools": _pools_json(plan),
+                "overrides": list(plan.overrides), "sources": list(plan.sources), "pools": _pools_json(plan),
                 "runtime": runtime.to_dict(), "preflight": preflight, "script": script,
                 "warnings": list(plan.warnings)}, indent=2))
         else:

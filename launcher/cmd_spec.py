@@ -175,6 +175,7 @@ def validate(name, as_json, **kwargs):
             "values": spec.values,
             "provenance": spec.provenance,
             "overrides": list(plan.overrides),
+            "sources": list(plan.sources),
             "entry": list(plan.entry),
             "argv": plan.argv(),
             "pools": [{"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
@@ -192,8 +193,8 @@ def validate(name, as_json, **kwargs):
         click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} roles={','.join(p.roles)}")
     click.echo("entry: " + " ".join(plan.entry))
     click.echo("overrides:")
-    for ov in plan.overrides:
-        click.echo(f"  {ov}")
+    for ov, source in zip(plan.overrides, plan.sources):
+        click.echo(f"  {ov}    [{source}]")
     for w in plan.warnings:
         click.echo(f"sf: warning: {w}", err=True)
 

@@ -1,9 +1,15 @@
-"""The compiler: MergedSpec (+ site + run dir) -> Plan. Pure, apart from reading the catalog.
+"""The compiler: MergedSpec (+ site + run dir) -> Plan. Pure, apart from reading the catalog
+and the installed verl's config YAML.
 
-The overrides are gathered in a deterministic order: method pins, bindings (model, data),
-defaults, knobs, user raw overrides, topology, checkpoint. A key set twice keeps the last
-value (at the later position). Every rule of launcher.rules runs; all errors of one pass
-are raised together as SpecErrors so `sf validate` prints one line per problem.
+The overrides are gathered in a deterministic order by launcher.rules.BUILD: method pins,
+bindings (model, data), defaults, knobs, user raw overrides, topology, checkpoint. A key set
+twice keeps the last value (at the later position). The list is then composed with verl's
+own Hydra config (launcher.verlcheck.effective_config) and launcher.rules.JUDGES run on the
+composed values, so a dict-valued override, a `+key` or a legacy alias is judged by what it
+does, not by how it is spelled. Without verl's config on this machine compile says so once
+and the judges read the override list instead. All errors of one pass are raised together
+as SpecErrors so `sf validate` prints one line per problem. Every override line carries its
+provenance (Plan.sources).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from launcher import catalog, rules
+from launcher import catalog, rules, verlcheck
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.site import Site, parse_profile
@@ -36,7 +42,10 @@ class Ctx:
         self.warnings: list[str] = []
         # bare key -> (stage, prefix, python value, text passed to Hydra)
         self.overrides: dict[str, tuple[str, str, Any, str]] = {}
-        self.sources: dict[str, str] = {}
+        self.sources: dict[str, str] = {}  # key -> the field an error about it names
+        self.origins: dict[str, str] = {}  # key -> provenance label (Plan.sources)
+        self.bound: dict[str, str] = {}  # key -> origin, for keys a binding set
+        self.effective = None  # verlcheck.Effective once composed
         self.knob_values: dict[str, Any] = {}
         self.entry: tuple[str, ...] = tuple(method.entry)
         self.pools: list[Pool] = []
@@ -47,9 +56,9 @@ class Ctx:
         self.base_knobs = {k: v for k, v in knobs.items() if prov.get(f"knobs.{k}") == "defaults"}
         self.user_knobs = {k: v for k, v in knobs.items() if k not in self.base_knobs}
         self.raw: list[tuple[str, str, str, str]] = []
-        sources = list(spec.override_sources) + [f"overrides[{i}]" for i in range(len(spec.override_sources), 10**6)]
+        labels = list(spec.override_sources)
         for i, text in enumerate(self.values.get("overrides") or []):
-            source = sources[i]
+            source = labels[i] if i < len(labels) else f"overrides[{i}]"
             try:
                 prefix, key, value = rules.split_override(str(text))
             except ValueError:
@@ -59,6 +68,13 @@ class Ctx:
                 self.error(source, f"{text!r} is not a Hydra override KEY=VALUE (e.g. trainer.val_before_train=False)")
                 continue
             self.raw.append((source, prefix, key, value))
+        # What the raw overrides really set, dict values flattened: (source, key, value).
+        self.user_flat: list[tuple[str, str, Any]] = []
+        for source, prefix, key, value in self.raw:
+            key = self.effective_key(key)
+            parsed = None if prefix == "~" else rules.parse_value(value)
+            for leaf, leaf_value in rules.flatten(key, parsed):
+                self.user_flat.append((source, leaf, leaf_value))
 
     # --- recording
     def error(self, field: str, message: str) -> None:
@@ -69,19 +85,49 @@ class Ctx:
             self.warnings.append(message)
 
     def set(self, key: str, value: Any, stage: str, prefix: str = "", raw_value: str | None = None,
-            source: str | None = None) -> None:
+            source: str | None = None, origin: str | None = None) -> None:
         if key.startswith("+"):
             prefix, key = "+", key[1:]
         text = raw_value if raw_value is not None else rules.hydra_value(value)
-        parsed = rules.parse_scalar(raw_value) if raw_value is not None else value
+        parsed = rules.parse_value(raw_value) if raw_value is not None else value
         self.overrides.pop(key, None)
         self.overrides[key] = (stage, prefix, parsed, text)
         self.sources[key] = source or stage
+        self.origins[key] = origin or self._origin(stage, source)
+        if stage == "binding":
+            self.bound[key] = self.origins[key]
 
+    def _origin(self, stage: str, source: str | None) -> str:
+        """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the
+        layer of a knob (config.yaml, --set, site), a binding's flag, topology, run."""
+        method = f"verl/{self.method.name}"
+        if stage == "pin":
+            return f"pin:{method}"
+        if stage == "default":
+            name = (source or "").removeprefix("method default ")
+            if source and source.startswith("method default ") and name not in self.base_knobs:
+                return f"default:{method}"
+            return self.layer(f"knobs.{name}") if name in self.base_knobs else "default:sf"
+        if stage == "knob":
+            return self.layer((source or "").strip())
+        if stage == "raw":
+            return "--set" if (source or "").startswith("--set") else "config.yaml"
+        if stage == "checkpoint":
+            return "run"
+        return stage  # topology, binding (callers pass the flag)
+
+    def layer(self, dotted: str) -> str:
+        """The spec layer a value came from: config.yaml, --set, --model, site, default:sf."""
+        label = self.spec.provenance.get(dotted, "config.yaml")
+        return {"defaults": "default:sf", "values": "config.yaml", "cli": "--set"}.get(label, label)
     def unset(self, key: str) -> None:
         self.overrides.pop(key, None)
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The value verl will see: from the composed config once compile has it, else from
+        the override list gathered so far."""
+        if self.effective is not None:
+            return self.effective.get(key.lstrip("+"), default)
         entry = self.overrides.get(key.lstrip("+"))
         if entry is None or entry[1] == "~":
             return default
@@ -93,23 +139,57 @@ class Ctx:
             return fallback or key
         return src
 
+    def culprit(self, key: str, fallback: str | None = None) -> str:
+        """The field to blame for `key`'s value: the last user override that sets it, one of
+        its parents (a dict value, a ~delete) or one of its children; else the knob/default."""
+        key = key.lstrip("+")
+        for source, ukey, _value in reversed(self.user_flat):
+            if ukey == key or key.startswith(ukey + ".") or ukey.startswith(key + "."):
+                return source
+        for name in reversed(list(self.user_knobs)):
+            knob = rules.KNOBS.get(name)
+            if knob and knob.key and knob.key.lstrip("+") == key:
+                return f"knobs.{name}"
+        return self.source_of(key, fallback)
+
+    def user_sets(self, key: str) -> bool:
+        """Whether a user override sets `key` in any spelling (flat, in a dict value, ~, legacy)."""
+        key = key.lstrip("+")
+        return any(k == key or key.startswith(k + ".") for _s, k, _v in self.user_flat)
+
+    def check_types(self) -> None:
+        """A user value of another type than verl's own default on the composed config: verl's
+        YAML is untyped, so `use_kl_loss=no` would reach verl as the (truthy) string 'no'."""
+        if self.effective is None:
+            return
+        names = {bool: "true/false", int: "a whole number", float: "a number"}
+        stringy = {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")}
+        for source, key, _value in self.user_flat:
+            if key in stringy:  # IcePop's 'LOW_HIGH' is a string where verl's default is a float
+                continue
+            base = self.effective.base(key)
+            value = self.effective.get(key)
+            if base is None or value is None or not isinstance(value, str) or type(base) not in names:
+                continue
+            self.error(source, f"{key}={value!r} is a string, but verl's {key} is {names[type(base)]} "
+                       f"(default {rules.hydra_value(base)}); write e.g. {key}={rules.hydra_value(base)}")
+
     # --- what the user set, for the pinning rules
     @staticmethod
-    def _effective(key: str) -> str:
+    def effective_key(key: str) -> str:
         """The key a raw override really sets: legacy reward keys count as their reward.*
         rewrite, so a pin or a rule cannot be dodged through the old name."""
         return (rules.legacy_rewrite(key) or key).lstrip("+") if rules.is_legacy(key) else key
 
     def user_keys(self):
-        for source, _prefix, key, _value in self.raw:
-            yield source, self._effective(key)
+        for source, key, _value in self.user_flat:
+            yield source, key
         for name in self.user_knobs:
             if name in rules.KNOBS and rules.KNOBS[name].key:
                 yield f"knobs.{name}", rules.KNOBS[name].key.lstrip("+")
 
     def user_values(self):
-        for source, _prefix, key, value in self.raw:
-            yield source, self._effective(key), rules.parse_scalar(value)
+        yield from self.user_flat
         for name, raw in self.user_knobs.items():
             knob = rules.KNOBS.get(name)
             if knob and knob.key:
@@ -117,6 +197,9 @@ class Ctx:
                     yield f"knobs.{name}", knob.key.lstrip("+"), rules.coerce_knob(name, raw)
                 except SpecError:
                     pass
+
+    def source_list(self) -> tuple[str, ...]:
+        return tuple(self.origins.get(key, stage) for key, (stage, *_rest) in self.overrides.items())
 
     def override_list(self) -> tuple[str, ...]:
         out = []
@@ -214,7 +297,12 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str) -> Plan:
     # Knob defaults of configs/defaults.yaml sit below the method's defaults.
     method_defaults = {**ctx.base_knobs, **method.defaults}
     ctx.method = _with_defaults(method, method_defaults)
-    for rule in rules.RULES:
+    for rule in rules.BUILD:
+        rule(ctx)
+    ctx.effective, why_not = verlcheck.effective_config(method.config_name, ctx.override_list())
+    if why_not:
+        ctx.warn(why_not)
+    for rule in rules.JUDGES:
         rule(ctx)
     if ctx.errors:
         raise SpecErrors(_dedupe(ctx.errors))
@@ -236,6 +324,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str) -> Plan:
         launcher=method.launcher,
         entry=tuple(ctx.entry),
         overrides=ctx.override_list(),
+        sources=ctx.source_list(),
         pools=tuple(ctx.pools),
         run_dir=run_dir,
         checkpoint_dir=ctx.checkpoint_dir,

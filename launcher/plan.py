@@ -55,6 +55,7 @@ class Plan:
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the driver
     paths_to_check: tuple[str, ...] = ()  # model/data paths preflight reads on the nodes
     warnings: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()  # provenance of each override, parallel to `overrides`
 
     @property
     def is_hetjob(self) -> bool:
@@ -71,7 +72,7 @@ class Plan:
         data = dict(data)
         data["pools"] = tuple(Pool(**{**p, "roles": tuple(p.get("roles", ()))}) for p in data["pools"])
         data["slurm"] = SlurmOptions(**data.get("slurm", {}))
-        for key in ("entry", "overrides", "paths_to_check", "warnings"):
+        for key in ("entry", "overrides", "paths_to_check", "warnings", "sources"):
             data[key] = tuple(data.get(key, ()))
         data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))
         return cls(**data)

@@ -14,6 +14,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 from launcher.errors import SpecError
@@ -21,9 +22,15 @@ from launcher.errors import SpecError
 # ----------------------------------------------------------------------------- values
 
 
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_HYDRA_NUMBERISH = re.compile(r"^[+-]?([\d_]+\.?[\d_]*|\.[\d_]+)([eE][+-]?[\d_]+)?$|^[+-]?(inf|nan)$", re.I)
+BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
+
 def parse_scalar(text: str) -> Any:
     """A `--set` / raw-override value as Hydra would see it (roughly): bool, int, float, null,
-    a [list], or the string itself (quotes stripped)."""
+    a [list], or the string itself (quotes stripped). A number written with `_` (`1_000`,
+    `0.5_5`) stays a string: sf never reads `_` as a digit separator (see coerce_knob)."""
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return t[1:-1]
@@ -37,24 +44,65 @@ def parse_scalar(text: str) -> Any:
     if t.startswith("[") and t.endswith("]"):
         inner = t[1:-1].strip()
         return [parse_scalar(p) for p in inner.split(",")] if inner else []
+    if not _NUMBER.fullmatch(t):
+        return t
     try:
         return int(t)
     except ValueError:
         pass
+    f = float(t)
+    return f if math.isfinite(f) else t
+
+
+def parse_value(text: str) -> Any:
+    """A raw override's value: Hydra's own parser for dicts and lists (`{enable:false}`), so
+    sf's rules see what verl will see; parse_scalar for everything else."""
+    t = str(text).strip()
+    if t[:1] in ("{", "["):
+        parsed = _hydra_parse(t)
+        if parsed is not _UNPARSED:
+            return parsed
+    return parse_scalar(t)
+
+
+_UNPARSED = object()
+
+
+@lru_cache(maxsize=None)
+def _hydra_parser():
     try:
-        f = float(t)
-        if math.isfinite(f):
-            return f
-    except ValueError:
-        pass
-    return t
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:
+        return None
+    return OverridesParser.create()
+
+
+def _hydra_parse(text: str) -> Any:
+    parser = _hydra_parser()
+    if parser is None:
+        return _UNPARSED
+    try:
+        return parser.parse_override(f"k={text}").value()
+    except Exception:
+        return _UNPARSED
+
+
+def flatten(key: str, value: Any):
+    """('a', {'b': 1, 'c': {'d': 2}}) -> ('a.b', 1), ('a.c.d', 2): the keys a dict-valued
+    override really sets (Hydra merges a dict into the node)."""
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from flatten(f"{key}.{k}", v)
+    else:
+        yield key, value
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9_./:+@~-]+$")
 
 
 def hydra_value(value: Any) -> str:
-    """Format a Python value for a Hydra command-line override."""
+    """Format a Python value for a Hydra command-line override. A string that Hydra would
+    read as something else (a number such as `0.5_5`, a bool, null) is quoted."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -67,11 +115,10 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     text = str(value)
-    if text and _SAFE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none"):
+    if text and _SAFE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none") \
+            and not _HYDRA_NUMBERISH.fullmatch(text):
         return text
-    if text.lower() in ("true", "false", "null", "none") or not _SAFE.fullmatch(text or "-"):
-        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def split_override(text: str) -> tuple[str, str, str]:
@@ -193,6 +240,7 @@ KNOBS: dict[str, Knob] = {
     "clip_ratio_high": Knob(_A + "clip_ratio_high", "float"),
     "clip_ratio_c": Knob(_A + "clip_ratio_c", "float"),
     "loss_agg_mode": Knob(_A + "loss_agg_mode", "enum", choices=LOSS_AGG_MODES),
+    "dro_beta": Knob(_A + "policy_loss.dro_beta", "float", help="DRO's quadratic penalty (policy_loss_mode: dro)"),
     # rollout
     "rollout_n": Knob(_R + "n", "int", help="responses per prompt"),
     "rollout_name": Knob(_R + "name", "enum", choices=ROLLOUT_NAMES),
@@ -213,7 +261,7 @@ KNOBS: dict[str, Knob] = {
     "rollout_is": Knob(_RC + "rollout_is", "enum", choices=ROLLOUT_IS),
     "rollout_is_threshold": Knob(_RC + "rollout_is_threshold", "threshold"),
     "rollout_rs": Knob(_RC + "rollout_rs", "rs_list"),
-    "rollout_rs_threshold": Knob(_RC + "rollout_rs_threshold", "threshold"),
+    "rollout_rs_threshold": Knob(_RC + "rollout_rs_threshold", "rs_threshold"),
     # DAPO
     "filter_groups": Knob("algorithm.filter_groups.enable", "bool"),
     "filter_metric": Knob("algorithm.filter_groups.metric", "str"),
@@ -246,20 +294,35 @@ def knob_key(name: str, sft: bool) -> str | None:
 
 
 def coerce_knob(name: str, value: Any) -> Any:
-    """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...)."""
+    """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...).
+
+    Typed, never guessed: `_` is never a digit separator (`0.5_5` is IcePop's LOW_HIGH pair
+    for a threshold and an error for a number), booleans are true/false/yes/no/on/off only,
+    an int given as a float must be whole (1024.0, 1e3), and a number is emitted in one form
+    whatever its spelling (1e-6, 1e-06, 1.0e-6)."""
     knob = KNOBS[name]
     field = f"knobs.{name}"
-    if isinstance(value, str) and knob.type in ("int", "float", "bool"):
-        value = parse_scalar(value)
+    t = knob.type
+    if isinstance(value, str) and t in ("int", "float"):
+        text = value.strip()
+        if "_" in text:
+            raise SpecError(field, f"{value!r}: sf does not read '_' as a digit separator; write the number "
+                            f"without it, e.g. {name}: {text.replace('_', '')}")
+        value = parse_scalar(text)
+    if isinstance(value, str) and t == "bool":
+        word = value.strip().lower()
+        if word in BOOL_WORDS:
+            value = BOOL_WORDS[word]
+        elif word in ("null", "none", "~"):
+            value = None
     if value is None:
         return None
-    t = knob.type
     if t == "int":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
             raise SpecError(field, f"{value!r} is not a whole number; write e.g. {name}: 4")
         return int(value)
     if t == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise SpecError(field, f"{value!r} is not a number; write e.g. {name}: 1.0e-6")
         return float(value)
     if t == "bool":
@@ -267,6 +330,8 @@ def coerce_knob(name: str, value: Any) -> Any:
             raise SpecError(field, f"{value!r} is not true/false; write {name}: true or {name}: false")
         return value
     if t == "enum":
+        if isinstance(value, bool):
+            raise SpecError(field, f"{value!r} is a boolean, not one of {', '.join(knob.choices)}")
         text = str(value)
         if text not in knob.choices:
             raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}")
@@ -280,27 +345,13 @@ def coerce_knob(name: str, value: Any) -> Any:
             raise SpecError(field, f"{value!r} is not a list of names; write e.g. {name}: [console, wandb]")
         return value
     if t == "str":
-        if isinstance(value, (dict, list)):
-            raise SpecError(field, f"{value!r} is not a plain value")
+        if isinstance(value, (dict, list, bool)):
+            raise SpecError(field, f"{value!r} is not a plain string; quote it, e.g. {name}: \"{value}\"")
         return str(value)
     if t == "threshold":
-        if isinstance(value, bool):
-            raise SpecError(field, f"{value!r} is not a threshold; write a number (2.0) or LOW_HIGH (0.5_5.0)")
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value)
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        parts = text.split("_")
-        try:
-            low, high = (float(p) for p in parts)
-        except ValueError:
-            raise SpecError(field, f"{text!r} is not a number (TIS, e.g. 2.0) or LOW_HIGH (IcePop, e.g. 0.5_5.0)") from None
-        if not 0 <= low < high:
-            raise SpecError(field, f"{text!r}: LOW must be below HIGH, e.g. 0.5_5.0")
-        return text
+        return parse_threshold(value, field)
+    if t == "rs_threshold":
+        return parse_rs_threshold(value, field)
     if t == "rs_list":
         text = ",".join(value) if isinstance(value, list) else str(value)
         bad = [p for p in text.split(",") if p.strip() not in ROLLOUT_RS]
@@ -310,16 +361,109 @@ def coerce_knob(name: str, value: Any) -> Any:
     raise AssertionError(t)
 
 
+def _positive(text: str) -> float | None:
+    t = text.strip()
+    if "_" in t or not _NUMBER.fullmatch(t):
+        return None
+    f = float(t)
+    return f if math.isfinite(f) and f > 0 else None
+
+
+def _pair(text: str) -> tuple[float, float] | None:
+    """'0.5_5' -> (0.5, 5.0): split on '_' FIRST (float('0.5_5') would be 0.55); 0 < LOW < HIGH."""
+    parts = str(text).strip().split("_")
+    if len(parts) != 2:
+        return None
+    low, high = (_positive(p) for p in parts)
+    if low is None or high is None or not low < high:
+        return None
+    return low, high
+
+
+def parse_threshold(value: Any, field: str) -> float | str:
+    """rollout_is_threshold: a number > 0 (TIS, emitted as a float) or LOW_HIGH with
+    0 < LOW < HIGH (IcePop, emitted as the string 'LOW_HIGH' verl 0.9.1's
+    _parse_rollout_is_threshold splits on '_')."""
+    hint = "write a number > 0 (TIS, e.g. 2.0) or LOW_HIGH with 0 < LOW < HIGH (IcePop, e.g. 0.5_5.0)"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(field, f"{value!r} is not a threshold; {hint}")
+    if isinstance(value, (int, float)):
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(field, f"{value!r}: a TIS threshold must be > 0; {hint}")
+        return float(value)
+    text = value.strip()
+    if "_" in text:
+        pair = _pair(text)
+        if pair is None:
+            raise SpecError(field, f"{text!r} is not LOW_HIGH with 0 < LOW < HIGH (IcePop, e.g. 0.5_5.0); "
+                            "LOW must be below HIGH and both > 0")
+        return f"{pair[0]!r}_{pair[1]!r}"
+    upper = _positive(text)
+    if upper is None:
+        raise SpecError(field, f"{text!r} is not a number > 0 (TIS, e.g. 2.0) or LOW_HIGH (IcePop, e.g. 0.5_5.0)")
+    return upper
+
+
+def parse_rs_threshold(value: Any, field: str) -> float | str:
+    """rollout_rs_threshold: one entry, or one per rollout_rs option (comma-separated); each a
+    number > 0 or (k1 modes) LOW_HIGH with 0 < LOW < HIGH."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(field, f"{value!r} is not a threshold; write e.g. 0.01, or 0.5_2.0 for k1 modes")
+    if isinstance(value, (int, float)):
+        return parse_threshold(value, field)
+    parts = [p.strip() for p in value.split(",")]
+    out = []
+    for part in parts:
+        try:
+            out.append(parse_threshold(part, field))
+        except SpecError:
+            raise SpecError(field, f"{value!r}: {part!r} is not a number > 0 or LOW_HIGH with 0 < LOW < HIGH "
+                            "(comma-separated, one per rollout_rs option); e.g. 0.01, or 0.5_2.0 for k1 modes"
+                            ) from None
+    if len(out) == 1:
+        return out[0]
+    return ",".join(p if isinstance(p, str) else repr(p) for p in out)
+
+
 # ----------------------------------------------------------------------------- rules
 
 Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.Ctx)
 
-RL_METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation")
+ESTIMATOR_KEY = "algorithm.adv_estimator"
 TOPOLOGY_KEYS = (
     "trainer.nnodes", "trainer.n_gpus_per_node", "distillation.nnodes", "distillation.n_gpus_per_node",
     "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node",
     "reward.reward_model.enable_resource_pool", "distillation.enabled",
 )
+_TOPOLOGY_HINT = "comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead"
+_MODEL_HINT = "is owned by the model binding; use --model PATH_OR_HF_ID (or `model:` in config.yaml) instead"
+_TRAIN_HINT = ("is owned by the data binding; use --train-data FILE or --train-dataset OWNER/NAME@VERSION "
+               "(or data.train in config.yaml) instead")
+_VAL_HINT = "is owned by the data binding; use --validation-data FILE (or data.validation.files in config.yaml) instead"
+# Hydra keys sf sets from a binding, the pools or the run: a raw override of one is refused
+# (in any spelling: flat, dict-valued, +key, ~key, legacy alias), with the way to set it.
+OWNED_KEYS: dict[str, str] = {
+    **{k: _TOPOLOGY_HINT for k in TOPOLOGY_KEYS},
+    "actor_rollout_ref.model.path": _MODEL_HINT,
+    "critic.model.path": _MODEL_HINT,
+    "data.train_files": _TRAIN_HINT,
+    "data.val_files": _VAL_HINT,
+    "trainer.default_local_dir": "is set by sf to <run_dir>/checkpoints so requeued jobs resume; remove it",
+}
+# Keys a spec field sets when it is given (teacher.model, reward.model, reward.function):
+# then a raw override of the same key is refused (two values for one thing).
+FIELD_KEYS: dict[str, str] = {
+    "distillation.teacher_models.teacher_model.model_path": "teacher.model",
+    "reward.reward_model.model_path": "reward.model",
+    "reward.reward_model.enable": "reward.model",
+    "reward.custom_reward_function.path": "reward.function.path",
+    "reward.custom_reward_function.name": "reward.function.name",
+}
+SFT_OWNED_KEYS: dict[str, str] = {
+    "trainer.nnodes": _TOPOLOGY_HINT, "trainer.n_gpus_per_node": _TOPOLOGY_HINT,
+    "model.path": _MODEL_HINT, "data.train_files": _TRAIN_HINT, "data.val_files": _VAL_HINT,
+    "trainer.default_local_dir": OWNED_KEYS["trainer.default_local_dir"],
+}
 _LEGACY_REWRITES = {
     "reward_model.reward_manager": "reward.reward_manager.name",
     "reward_model.enable": "reward.reward_model.enable",
@@ -354,36 +498,70 @@ def is_legacy(key: str) -> bool:
     )
 
 
-def rule_estimator_pinned(ctx) -> None:
-    """algorithm.adv_estimator is the method's identity: refused anywhere the user sets it."""
-    for source, key in ctx.user_keys():
-        if key == "algorithm.adv_estimator":
-            ctx.error(
-                source,
-                f"algorithm.adv_estimator is pinned by the method (verl/{ctx.method.name} -> "
-                f"{ctx.method.estimator or 'none'}); it is the method's identity, not a knob: remove it and "
-                f"change the method instead ({estimator_hint()})",
-            )
-
-
 def estimator_hint() -> str:
     return "grpo->verl/grpo, rloo->verl/rloo, reinforce_plus_plus_baseline->verl/reinforce-baseline, remax->verl/remax, gae->verl/ppo"
+
+
+def rule_estimator(ctx) -> None:
+    """THE estimator rule: algorithm.adv_estimator is the method's identity (its pin in
+    configs/methods/), refused wherever the user sets it (config.yaml's `algorithm:` or
+    `knobs.adv_estimator`, --set adv_estimator=, a raw override flat or dict-valued), and
+    checked on the composed config."""
+    message = (f"algorithm.adv_estimator is pinned by the method (verl/{ctx.method.name} -> "
+               f"{ctx.method.estimator or 'none'}); it is the method's identity, not a knob: remove it and "
+               f"change the method instead ({estimator_hint()})")
+    for source, key in ctx.user_keys():
+        if key == ESTIMATOR_KEY:
+            ctx.error(source, message)
+    if ctx.method.estimator is not None and ctx.get(ESTIMATOR_KEY) != ctx.method.estimator:
+        ctx.error(ctx.culprit(ESTIMATOR_KEY), message)
 
 
 def rule_method_pins(ctx) -> None:
     """Pins of the method (estimator, DAPO's filter_groups and reward manager) come first."""
     for key, value in ctx.method.pins.items():
         ctx.set(key, value, "pin")
-    # A user value for another pinned key must agree with the pin.
+
+
+def _pin_message(ctx, key, value) -> str:
+    hint = ""
+    if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
+        hint = "; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and loss_agg_mode=token-mean"
+    return f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}"
+
+
+def rule_pins_hold(ctx) -> None:
+    """Every pin but the estimator (rule_estimator) holds: a user value that differs is refused,
+    in any spelling, and the composed config must carry the pinned value."""
     for key, value in ctx.method.pins.items():
-        if key == "algorithm.adv_estimator":
+        if key == ESTIMATOR_KEY:
             continue
         for source, ukey, uvalue in ctx.user_values():
             if ukey == key and uvalue != value:
-                hint = ""
-                if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
-                    hint = "; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and loss_agg_mode=token-mean"
-                ctx.error(source, f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}")
+                ctx.error(source, _pin_message(ctx, key, value))
+        if ctx.get(key) != value:
+            ctx.error(ctx.culprit(key), _pin_message(ctx, key, value))
+
+
+def rule_owned_keys(ctx) -> None:
+    """Bindings, pools and the run own their keys: a raw override of one is refused with the
+    flag or field that sets it, and the composed config must carry sf's value."""
+    owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
+    for source, key in ctx.user_keys():
+        for own, hint in owned.items():
+            if key == own or own.startswith(key + "."):
+                if source.startswith("knobs."):
+                    continue
+                ctx.error(source, f"{own} {hint}")
+    for source, key in ctx.user_keys():
+        if key in FIELD_KEYS and key in ctx.bound and not source.startswith("knobs."):
+            ctx.error(source, f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound[key]}); change it there and "
+                      "remove this override")
+    for key in owned:
+        if key in ctx.overrides and ctx.overrides[key][1] != "~":
+            set_value = ctx.overrides[key][2]
+            if ctx.get(key) != set_value and ctx.effective is not None:
+                ctx.error(ctx.culprit(key), f"{key} {owned[key]}")
 
 
 def rule_bindings(ctx) -> None:
@@ -396,27 +574,31 @@ def rule_bindings(ctx) -> None:
         ctx.error("model", "no model: pass --model PATH_OR_HF_ID or set `model:` in config.yaml")
     if not train:
         ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset OWNER/NAME@VERSION) or set data.train.files")
+    om = ctx.layer("model")
+    has_dataset = ((v.get("data") or {}).get("train") or {}).get("dataset")
+    ot = ctx.layer("data.train.dataset" if has_dataset else "data.train.files")
+    ov = ctx.layer("data.validation.files")
     if ctx.sft:
         if model:
-            ctx.set("model.path", model, "binding")
+            ctx.set("model.path", model, "binding", origin=om)
         if train:
-            ctx.set("data.train_files", train, "binding")
+            ctx.set("data.train_files", train, "binding", origin=ot)
         if val:
-            ctx.set("data.val_files", val, "binding")
+            ctx.set("data.val_files", val, "binding", origin=ov)
         elif train:
-            ctx.set("data.val_files", None, "binding")
+            ctx.set("data.val_files", None, "binding", origin=ot)
         return
     if model:
-        ctx.set("actor_rollout_ref.model.path", model, "binding")
+        ctx.set("actor_rollout_ref.model.path", model, "binding", origin=om)
         if ctx.method.critic:
-            ctx.set("critic.model.path", model, "binding")
+            ctx.set("critic.model.path", model, "binding", origin=om)
     if train:
-        ctx.set("data.train_files", train, "binding")
+        ctx.set("data.train_files", train, "binding", origin=ot)
     if val:
-        ctx.set("data.val_files", val, "binding")
+        ctx.set("data.val_files", val, "binding", origin=ov)
     elif train:
         # verl's default val_files points at a GSM8K path that does not exist on the cluster.
-        ctx.set("data.val_files", train, "binding")
+        ctx.set("data.val_files", train, "binding", origin=ot)
 
 
 def rule_no_validation(ctx) -> None:
@@ -471,12 +653,6 @@ def rule_raw_overrides(ctx) -> None:
             plus = "+" if new.startswith("reward.reward_kwargs.") else ""
             ctx.warn(f"{source}: legacy {prefix}{key} is ignored by verl 0.9.1's main_ppo; sf passes it as {plus}{new}")
             key, prefix = new, plus or prefix.replace("+", "")
-        if key in TOPOLOGY_KEYS:
-            ctx.error(source, f"{key} comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead")
-            continue
-        if key in ("trainer.default_local_dir",):
-            ctx.error(source, f"{key} is set by sf to <run_dir>/checkpoints so requeued jobs resume; remove it")
-            continue
         if key.startswith("reward.reward_kwargs.") and "+" not in prefix:
             prefix = "+"  # reward_kwargs is not in verl's schema: it must be added
         if prefix == "~":
@@ -494,7 +670,7 @@ def rule_rollout_n(ctx) -> None:
     if not isinstance(n, int) or isinstance(n, bool):
         return  # reported by rule_value_types
     lo, hi = ctx.method.rollout_n_min, ctx.method.rollout_n_max
-    src = ctx.source_of("actor_rollout_ref.rollout.n", "knobs.rollout_n")
+    src = ctx.culprit("actor_rollout_ref.rollout.n", "knobs.rollout_n")
     if lo is not None and n < lo:
         ctx.error(src, f"verl/{ctx.method.name} compares responses within a group: rollout_n must be >= {lo} (got {n}); "
                   f"set rollout_n: {max(lo, 5)}")
@@ -504,21 +680,34 @@ def rule_rollout_n(ctx) -> None:
 
 
 def rule_dapo(ctx) -> None:
-    """DAPO: overlong buffer reads max_resp_len from data.max_response_length; the buffer must fit in it."""
+    """DAPO: overlong buffer reads max_resp_len from data.max_response_length (passed along)."""
     if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.enable") is not True:
         return
     resp = ctx.get("data.max_response_length")
-    length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
-    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None:
+    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None \
+            and not ctx.user_sets("reward.reward_kwargs.overlong_buffer_cfg.log"):
         ctx.set("reward.reward_kwargs.overlong_buffer_cfg.log", False, "default", prefix="+")
-    if isinstance(resp, int) and not isinstance(resp, bool):
+    if isinstance(resp, int) and not isinstance(resp, bool) and not ctx.user_sets("reward.reward_kwargs.max_resp_len"):
         ctx.set("reward.reward_kwargs.max_resp_len", resp, "default", prefix="+")
-        if isinstance(length, int) and length > resp:
-            ctx.error(ctx.source_of("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len"),
-                      f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
-                      f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
-    if not (isinstance(length, int) and length > 0):
-        ctx.error("knobs.overlong_buffer_len", "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
+
+
+def rule_overlong_buffer(ctx) -> None:
+    """DAPO's overlong buffer must fit: verl asserts max_resp_len >= len > 0."""
+    if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.enable") is not True:
+        return
+    resp = ctx.get("reward.reward_kwargs.max_resp_len", ctx.get("data.max_response_length"))
+    length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
+    src = ctx.culprit("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len")
+    if _is_int(resp) and _is_int(length) and length > resp:
+        ctx.error(src, f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
+                  f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
+    if not (_is_int(length) and length > 0):
+        ctx.error(src if src.startswith(("overrides[", "--set")) else "knobs.overlong_buffer_len",
+                  "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def rule_dynamic_sampling_reward_model(ctx) -> None:
@@ -531,21 +720,58 @@ def rule_dynamic_sampling_reward_model(ctx) -> None:
 
 
 def rule_rollout_correction(ctx) -> None:
-    """Rollout correction (rollout_is / rollout_rs) needs rollout-side log probs."""
+    """Rollout correction (rollout_is) spells out calculate_log_probs=True in the command."""
     if ctx.sft:
         return
-    is_on = ctx.get("algorithm.rollout_correction.rollout_is") not in (None, "null")
-    rs_on = ctx.get("algorithm.rollout_correction.rollout_rs") not in (None, "null")
-    if (is_on or rs_on) and ctx.get("actor_rollout_ref.rollout.calculate_log_probs", True) is False:
-        ctx.error(ctx.source_of("actor_rollout_ref.rollout.calculate_log_probs", "knobs.rollout_calculate_log_probs"),
-                  "rollout correction (rollout_is/rollout_rs) compares against the rollout's own log probs, which "
-                  "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop rollout_is/rollout_rs")
-    if rs_on and ctx.get("algorithm.rollout_correction.rollout_rs_threshold") in (None, "null"):
-        ctx.error("knobs.rollout_rs_threshold", "rollout_rs needs rollout_rs_threshold (verl raises without it); "
-                  "e.g. rollout_rs_threshold: 0.01, or 0.5_2.0 for k1 modes")
-    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None:
+    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None \
+            and not ctx.user_sets("actor_rollout_ref.rollout.calculate_log_probs"):
         # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so.
         ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
+
+
+def rule_rollout_correction_inputs(ctx) -> None:
+    """Rollout correction needs rollout-side log probs, and thresholds verl 0.9.1 can parse:
+    rollout_is_threshold a number > 0 (TIS) or 'LOW_HIGH' (IcePop, 0 < LOW < HIGH);
+    rollout_rs_threshold one entry or one per rollout_rs option, LOW_HIGH for k1 modes only."""
+    if ctx.sft:
+        return
+    rc = "algorithm.rollout_correction."
+    is_mode = ctx.get(rc + "rollout_is")
+    rs_modes = ctx.get(rc + "rollout_rs")
+    is_on, rs_on = is_mode not in (None, "null"), rs_modes not in (None, "null")
+    if (is_on or rs_on) and ctx.get("actor_rollout_ref.rollout.calculate_log_probs", True) is False:
+        ctx.error(ctx.culprit("actor_rollout_ref.rollout.calculate_log_probs", "knobs.rollout_calculate_log_probs"),
+                  "rollout correction (rollout_is/rollout_rs) compares against the rollout's own log probs, which "
+                  "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop rollout_is/rollout_rs")
+    if is_on:
+        src = ctx.culprit(rc + "rollout_is_threshold", "knobs.rollout_is_threshold")
+        try:
+            parse_threshold(ctx.get(rc + "rollout_is_threshold", 2.0), src)
+        except SpecError as exc:
+            ctx.errors.append(exc)
+    if not rs_on:
+        return
+    threshold = ctx.get(rc + "rollout_rs_threshold")
+    src = ctx.culprit(rc + "rollout_rs_threshold", "knobs.rollout_rs_threshold")
+    if threshold in (None, "null"):
+        ctx.error(src, "rollout_rs needs rollout_rs_threshold (verl raises without it); "
+                  "e.g. rollout_rs_threshold: 0.01, or 0.5_2.0 for k1 modes")
+        return
+    try:
+        parse_rs_threshold(threshold, src)
+    except SpecError as exc:
+        ctx.errors.append(exc)
+        return
+    modes = [m.strip() for m in str(rs_modes).split(",") if m.strip()]
+    parts = [p.strip() for p in str(threshold).split(",")]
+    if len(parts) not in (1, len(modes)):
+        ctx.error(src, f"{len(parts)} thresholds for {len(modes)} rollout_rs options ({', '.join(modes)}); "
+                  "give one shared threshold or one per option")
+        return
+    for mode, part in zip(modes, parts * len(modes) if len(parts) == 1 else parts):
+        if "_" in part and not mode.endswith("k1"):
+            ctx.error(src, f"{mode} takes one upper bound, not LOW_HIGH {part!r} (only *_k1 modes take a pair); "
+                      "e.g. rollout_rs_threshold: 0.01")
 
 
 def rule_pools(ctx) -> None:
@@ -591,7 +817,8 @@ def rule_pools(ctx) -> None:
         if not teacher:
             ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in config.yaml")
         else:
-            ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding")
+            ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding",
+                    origin=ctx.layer("teacher.model"))
     elif teacher_pool is not None:
         ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use verl/distillation")
     reward_model = (ctx.values.get("reward") or {}).get("model")
@@ -599,9 +826,10 @@ def rule_pools(ctx) -> None:
     if reward_pool is not None and not reward_model:
         ctx.error("reward.model", "a reward pool is declared but no reward model: set reward: {model: PATH}")
     if reward_model:
-        ctx.set("reward.reward_model.enable", True, "binding")
-        ctx.set("reward.reward_model.model_path", reward_model, "binding")
-        ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding")
+        ctx.set("reward.reward_model.enable", True, "binding", origin=ctx.layer("reward.model"))
+        ctx.set("reward.reward_model.model_path", reward_model, "binding", origin=ctx.layer("reward.model"))
+        ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding",
+                origin=ctx.layer("reward.model"))
         if reward_pool is not None and reward_pool in by_name:
             rp = by_name[reward_pool]
             if rp.het_group == 0:
@@ -619,23 +847,80 @@ def rule_custom_reward_function(ctx) -> None:
     """reward.function {path, name} -> reward.custom_reward_function.{path,name}."""
     fn = (ctx.values.get("reward") or {}).get("function") or {}
     if fn.get("path"):
-        ctx.set("reward.custom_reward_function.path", fn["path"], "binding")
-        ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", "binding")
+        ctx.set("reward.custom_reward_function.path", fn["path"], "binding", origin=ctx.layer("reward.function.path"))
+        ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", "binding",
+                origin=ctx.layer("reward.function.path"))
     elif fn.get("name"):
         ctx.error("reward.function.path", "a reward function name without a path; set reward.function.path: my_reward.py")
 
 
 def rule_checkpoints(ctx) -> None:
-    """Checkpoints for requeue and export: save_freq > 0, absolute dir in the run dir, resume_mode=auto."""
-    save = ctx.get("trainer.save_freq")
-    if isinstance(save, int) and not isinstance(save, bool) and save <= 0:
-        ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; set save_freq: 10")
+    """Checkpoints for requeue and export: absolute dir in the run dir, resume_mode=auto."""
     ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, "checkpoint")
-    mode = ctx.get("trainer.resume_mode")
-    if mode is None:
+    if ctx.get("trainer.resume_mode") is None and not ctx.user_sets("trainer.resume_mode"):
         ctx.set("trainer.resume_mode", "auto", "checkpoint")
-    elif mode != "auto":
+
+
+ASYNC_SAVE_KEY = "actor_rollout_ref.actor.checkpoint.async_save"
+
+
+def rule_checkpoints_resume(ctx) -> None:
+    """A requeued job resumes: save_freq > 0, resume_mode=auto, and no asynchronous save with
+    auto resume (verl 0.9.1's trainer_base._save_checkpoint skips latest_checkpointed_iteration.txt
+    when actor.checkpoint.async_save is true, so auto resume finds nothing and the run restarts
+    from step 0 without a word: verl issue 7952)."""
+    save = ctx.get("trainer.save_freq")
+    if _is_int(save) and save <= 0:
+        ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; set save_freq: 10")
+    mode = ctx.get("trainer.resume_mode")
+    if mode not in (None, "auto"):
         ctx.warn(f"resume_mode={mode}: a requeued job will not resume from its last checkpoint (sf expects auto)")
+    if not ctx.sft and ctx.get(ASYNC_SAVE_KEY) is True and mode in (None, "auto"):
+        ctx.error(ctx.culprit(ASYNC_SAVE_KEY),
+                  f"{ASYNC_SAVE_KEY}=true with resume_mode=auto: verl 0.9.1 then never writes "
+                  "latest_checkpointed_iteration.txt, so a requeued job restarts from step 0 (verl issue 7952); "
+                  f"remove {ASYNC_SAVE_KEY}")
+
+
+# loss mode -> (key, test, what verl does otherwise), read from verl 0.9.1's @register_policy_loss functions.
+POLICY_LOSS_NEEDS: dict[str, tuple[tuple[str, Callable[[Any], bool], str], ...]] = {
+    "dro": ((_A + "policy_loss.dro_beta", lambda v: _number(v) and v > 0,
+             "compute_policy_loss_dro raises unless policy_loss.dro_beta > 0; set dro_beta: 0.1"),),
+    "vanilla": ((_A + "clip_ratio_c", lambda v: v is None or (_number(v) and v > 1.0),
+                 "compute_policy_loss_vanilla asserts clip_ratio_c > 1.0 (dual-clip); set clip_ratio_c: 3.0"),),
+    "clip_cov": ((_A + "policy_loss.clip_cov_ratio", lambda v: v is None or (_number(v) and v > 0),
+                  "compute_policy_loss_clip_cov asserts clip_cov_ratio > 0"),),
+    "kl_cov": ((_A + "policy_loss.kl_cov_ratio", lambda v: v is None or (_number(v) and v > 0),
+                "compute_policy_loss_kl_cov asserts kl_cov_ratio > 0"),),
+}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def rule_policy_loss_params(ctx) -> None:
+    """A policy loss mode gets the parameters its verl 0.9.1 loss function requires."""
+    if ctx.sft:
+        return
+    mode = ctx.get(_A + "policy_loss.loss_mode", "vanilla")
+    for key, ok, why in POLICY_LOSS_NEEDS.get(str(mode), ()):
+        value = ctx.get(key)
+        if not ok(value):
+            ctx.error(ctx.culprit(key, ctx.culprit(_A + "policy_loss.loss_mode", "knobs.policy_loss_mode")),
+                      f"policy_loss_mode {mode} with {key}={value!r}: {why}")
+
+
+METRICS_LOGGER = "file"
+
+
+def rule_logger(ctx) -> None:
+    """`sf metrics` / `sf plot` read verl's file logger: warn when trainer.logger leaves it out."""
+    logger = ctx.get("trainer.logger")
+    names = [logger] if isinstance(logger, str) else list(logger or [])
+    if METRICS_LOGGER not in names:
+        ctx.warn(f"trainer.logger={names} leaves out '{METRICS_LOGGER}', the backend `sf metrics` and `sf plot` read; "
+                 f"add it, e.g. logger: [console, {METRICS_LOGGER}]")
 
 
 def rule_rollout_defaults(ctx) -> None:
@@ -683,29 +968,45 @@ def rule_pitfalls(ctx) -> None:
 
 
 def rule_value_types(ctx) -> None:
-    """Values that compose but verl rejects at run time: enums and numbers, checked on the final overrides."""
+    """Values that compose but verl rejects at run time (enums, numbers), checked on the composed
+    config; numbers Hydra would read another way than written (`0.5_5` is 0.55 to Hydra)."""
     for key, choices in ENUM_KEYS.items():
-        if key not in ctx.overrides:
+        if key not in ctx.overrides and ctx.effective is None:
             continue
         value = ctx.get(key)
         if value is None:
             continue
         if key == "actor_rollout_ref.actor.policy_loss.loss_mode" and value == "gmpo":
-            ctx.error(ctx.source_of(key), "verl calls GMPO 'geo_mean'; use the knob policy_loss_mode: gmpo (sf maps it)")
+            ctx.error(ctx.culprit(key), "verl calls GMPO 'geo_mean'; use the knob policy_loss_mode: gmpo (sf maps it)")
             continue
         if str(value) not in choices:
-            ctx.error(ctx.source_of(key), f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
-    for key, (stage, _prefix, _value, text) in list(ctx.overrides.items()):
-        if stage != "raw":
+            ctx.error(ctx.culprit(key),
+                      f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
+    knob_of = {knob.key.lstrip("+"): name for name, knob in KNOBS.items()
+               if knob.key and knob.type in ("int", "float", "bool", "threshold", "rs_threshold", "rs_list")}
+    for source, prefix, key, text in ctx.raw:
+        if prefix == "~":
             continue
-        for name, knob in KNOBS.items():
-            if knob.key and knob.key.lstrip("+") == key and knob.type in ("int", "float", "bool", "threshold", "rs_list"):
-                try:
-                    coerce_knob(name, text)
-                except SpecError as exc:
-                    source = ctx.source_of(key)  # "--set KEY" names the key already
-                    ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
-                break
+        key = ctx.effective_key(key)
+        bare = text.strip()
+        if "_" in bare and _HYDRA_NUMBERISH.fullmatch(bare) and key not in knob_of:
+            ctx.error(source, f"{key}={bare}: Hydra reads '_' as a digit separator ({bare} -> "
+                      f"{bare.replace('_', '')}); write the number without '_', or quote a string: {key}='{bare}'")
+            continue
+        name = knob_of.get(key)
+        if name is None:
+            continue
+        quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
+        try:
+            coerce_knob(name, bare[1:-1] if quoted else text)
+        except SpecError as exc:
+            ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
+            continue
+        if KNOBS[name].type in ("threshold", "rs_threshold") and "_" in bare and bare[:1] not in "'\"" \
+                and _HYDRA_NUMBERISH.fullmatch(bare):
+            ctx.error(source, f"{key}={bare}: Hydra reads this as the number {bare.replace('_', '')}, not LOW_HIGH; "
+                      f"use the knob {name}: {bare} or quote it: {key}='{bare}'")
+    ctx.check_types()
     if ctx.pools:
         for p in ctx.pools:
             if p.nodes < 1 or p.gpus_per_node < 1:
@@ -723,8 +1024,9 @@ def rule_entry(ctx) -> None:
         ctx.entry = tuple(ctx.method.entry)
 
 
-RULES: tuple[Rule, ...] = (
-    rule_estimator_pinned,
+# Rules that build the overrides, in order; then compile composes them with verl's config
+# and the JUDGES run on the composed (effective) values.
+BUILD: tuple[Rule, ...] = (
     rule_method_pins,
     rule_bindings,
     rule_knobs,
@@ -732,13 +1034,24 @@ RULES: tuple[Rule, ...] = (
     rule_raw_overrides,
     rule_no_validation,
     rule_custom_reward_function,
-    rule_rollout_n,
     rule_dapo,
     rule_rollout_correction,
     rule_pools,
-    rule_dynamic_sampling_reward_model,
     rule_checkpoints,
-    rule_value_types,
-    rule_pitfalls,
     rule_entry,
 )
+JUDGES: tuple[Rule, ...] = (
+    rule_estimator,
+    rule_pins_hold,
+    rule_owned_keys,
+    rule_rollout_n,
+    rule_overlong_buffer,
+    rule_rollout_correction_inputs,
+    rule_dynamic_sampling_reward_model,
+    rule_checkpoints_resume,
+    rule_policy_loss_params,
+    rule_value_types,
+    rule_pitfalls,
+    rule_logger,
+)
+RULES: tuple[Rule, ...] = BUILD + JUDGES

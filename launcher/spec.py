@@ -169,9 +169,44 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     return name_or_dir, exp.resolve()
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """config.yaml's scalars as YAML 1.2 reads them, not PyYAML's YAML 1.1: `yes/no/on/off`
+    stay strings (a knob types them), `1_000` and `0.5_5` stay strings (no '_' digit
+    separators: `0.5_5` is IcePop's LOW_HIGH pair, not 0.55), `1e-6` is a float, `012` is
+    twelve. Only true/false are booleans."""
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
+                                                            "tag:yaml.org,2002:float")]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                   list("tTfF"))
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+
+
+def _yaml_float(loader, node) -> float:
+    text = loader.construct_scalar(node).lower()
+    return float(text.replace(".inf", "inf").replace(".nan", "nan"))
+
+
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node)))
+ConfigLoader.add_constructor("tag:yaml.org,2002:float", _yaml_float)
+
+
+def load_yaml(text: str):
+    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_config(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -186,21 +221,65 @@ def read_config(path: Path) -> dict:
     return data
 
 
-def _config_checks(data: dict) -> list[SpecError]:
-    """Checks with a better message than the schema's (before it runs)."""
-    errors = []
+ESTIMATOR_SPELLINGS = ("algorithm.adv_estimator", "knobs.adv_estimator", "knobs.estimator")
+
+
+def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
+    """config.yaml's spellings of the advantage estimator (`algorithm: {adv_estimator: X}`,
+    `algorithm.adv_estimator: X`, `knobs: {adv_estimator: X}`) are taken out of the file and
+    passed on as the override they mean, labelled with the field, so the one estimator rule
+    (launcher.rules.rule_estimator) refuses them with its message."""
+    found = []
     algo = data.get("algorithm")
-    if isinstance(algo, dict) and "adv_estimator" in algo or "algorithm.adv_estimator" in data:
-        errors.append(SpecError("algorithm.adv_estimator", "the advantage estimator is pinned by the method (its "
-                                "identity, not a knob): remove it and change `method:` instead (grpo, rloo, "
-                                "reinforce-baseline, remax, ppo=gae)"))
+    if isinstance(algo, dict) and "adv_estimator" in algo:
+        found.append(("algorithm.adv_estimator", algo.pop("adv_estimator")))
+        if not algo:
+            data.pop("algorithm")
+    if "algorithm.adv_estimator" in data:
+        found.append(("algorithm.adv_estimator", data.pop("algorithm.adv_estimator")))
     knobs = data.get("knobs")
     if isinstance(knobs, dict):
         for key in ("adv_estimator", "estimator"):
             if key in knobs:
-                errors.append(SpecError(f"knobs.{key}", "the advantage estimator is pinned by the method; remove it and "
-                                        "change `method:` instead"))
-    return errors
+                found.append((f"knobs.{key}", knobs.pop(key)))
+    return [(field_name, f"algorithm.adv_estimator={value}") for field_name, value in found]
+
+
+def check_reward_function(path: str, name: str, field_name: str = "reward.function.path") -> SpecError | None:
+    """verl imports the reward file and takes `name` from it at start-up: fail here instead.
+    The file is read with ast, never imported."""
+    import ast
+
+    if re.match(r"^[a-z][a-z0-9+.-]*://", path):
+        return None
+    p = Path(path)
+    if not p.is_file():
+        return SpecError(field_name, f"{path} does not exist; set reward.function.path to your reward file "
+                         "(relative paths are relative to the experiment folder)")
+    try:
+        tree = ast.parse(p.read_text(), filename=str(p))
+    except SyntaxError as exc:
+        return SpecError(field_name, f"{path} does not parse (line {exc.lineno}: {exc.msg}); fix the file")
+    except (OSError, UnicodeDecodeError) as exc:
+        return SpecError(field_name, f"cannot read {path} ({exc}); fix the file's permissions or encoding")
+    defined = set()
+    functions = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+            functions.append(node.name)
+        elif isinstance(node, ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, ast.Name):
+                    defined.add(target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    if name not in defined:
+        return SpecError("reward.function.name", f"{path} defines no function {name!r} (verl fails at start-up); "
+                         f"functions there: {', '.join(functions) or 'none'}; set reward.function.name")
+    return None
 
 
 def _as_list(value) -> list[str]:
@@ -290,7 +369,7 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecE
             errors.append(SpecError("--set", f"{item!r}: bad key"))
             continue
         bare = key.lstrip("+~")
-        if "." in bare or key[:1] in "+~" or bare in ("model_engine",):
+        if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):
             overrides.append(item.strip())
             sources.append(f"--set {key}")
             continue
@@ -304,8 +383,8 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     flags = dict(flags or {})
     name, exp_dir = find_experiment(name_or_dir, experiments_root)
     config = read_config(exp_dir / CONFIG_FILE)
-    errors = _config_checks(config)
-    errors += schema_errors(config)
+    estimator_overrides = _estimator_overrides(config)
+    errors = schema_errors(config)
     if errors:
         raise SpecErrors(errors)
 
@@ -326,6 +405,9 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     fn = (config.get("reward") or {}).get("function") or {}
     if fn.get("path"):
         fn["path"] = _abs_files(fn["path"], exp_dir)
+        problem = check_reward_function(str(fn["path"]), fn.get("name") or "compute_score")
+        if problem:
+            errors.append(problem)
 
     cli: dict = {}
     cli_prov: dict = {}
@@ -368,8 +450,9 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
 
     # Raw overrides: config.yaml's list, then --set's, in that order.
     config_overrides = list(config.get("overrides") or [])
-    values["overrides"] = config_overrides + set_overrides
-    override_sources = [f"overrides[{i}]" for i in range(len(config_overrides))] + set_sources
+    values["overrides"] = config_overrides + [o for _f, o in estimator_overrides] + set_overrides
+    override_sources = ([f"overrides[{i}]" for i in range(len(config_overrides))]
+                        + [f for f, _o in estimator_overrides] + set_sources)
     if values["overrides"]:
         provenance["overrides"] = "+".join(sorted({"config.yaml" if config_overrides else "", "--set" if set_overrides else ""} - {""}))
 

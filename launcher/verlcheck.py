@@ -76,6 +76,88 @@ def base_config(config_name: str):
     return _compose(config_name, ())
 
 
+def _compose_fast(config_name: str, overrides: tuple[str, ...]):
+    """Hydra's compose of `overrides`, reusing the composed base config: the overrides are
+    parsed by Hydra's own parser and applied by Hydra's own code (as compose does after the
+    defaults list). An override of a config group (model_engine=megatron) changes the
+    defaults list itself, so that case, or a Hydra without these internals, composes afresh."""
+    import copy
+
+    try:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:  # pragma: no cover
+        return _compose(config_name, overrides)
+    apply = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    groups = _groups(config_name)
+    if apply is None or any(o.package is not None or o.key_or_group in groups or "/" in o.key_or_group
+                            or o.is_sweep_override() for o in parsed):
+        return _compose(config_name, overrides)
+    cfg = copy.deepcopy(base_config(config_name))
+    try:
+        apply(parsed, cfg)
+    except TypeError:  # another Hydra's private signature: compose the documented way
+        return _compose(config_name, overrides)
+    return cfg
+
+
+@lru_cache(maxsize=64)
+def _composed(config_name: str, overrides: tuple[str, ...]):
+    """(config, None) or (None, the exception); one compose per distinct override list."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return _compose_fast(config_name, overrides), None
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return None, exc
+
+
+_ABSENT = object()
+
+
+class Effective:
+    """The composed config as the rules read it: plain Python values, `???` as absent."""
+
+    def __init__(self, cfg, base):
+        self.cfg, self.base_cfg = cfg, base
+
+    @staticmethod
+    def _select(cfg, key: str, default):
+        from omegaconf import OmegaConf
+
+        try:
+            value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=True)
+        except Exception:  # ??? (MissingMandatoryValue) or an interpolation that does not resolve
+            return default
+        if value is _ABSENT:
+            return default
+        if OmegaConf.is_config(value):
+            return OmegaConf.to_container(value, resolve=True)
+        return value
+
+    def get(self, key: str, default=None):
+        return self._select(self.cfg, key, default)
+
+    def base(self, key: str, default=None):
+        return self._select(self.base_cfg, key, default)
+
+
+def effective_config(config_name: str, overrides) -> tuple[Effective | None, str | None]:
+    """The overrides composed with the installed verl's `config_name`: (Effective, None); or
+    (None, why) when verl's config is not on this machine (said once, as a warning); or
+    (None, None) when they do not compose (check_overrides reports why)."""
+    if _missing_tools("0.9.1") is not None:
+        return None, ("verl's Hydra config is not installed on this machine, so the rules judged the override "
+                      "list, not the composed config (dict-valued overrides are judged by their keys only); "
+                      + INSTALL_HINT.format(version="0.9.1"))
+    cfg, _exc = _composed(config_name, tuple(overrides))
+    if cfg is None:
+        return None, None
+    return Effective(cfg, base_config(config_name)), None
+
+
 @lru_cache(maxsize=None)
 def base_keys(config_name: str) -> frozenset[str]:
     from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -162,14 +244,8 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     if missing:
         return [missing]
     errors: list[SpecError] = []
-    try:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-    except ImportError as exc:  # pragma: no cover
-        return [SpecError("verl-config", f"cannot import hydra ({exc}); {INSTALL_HINT.format(version=version)}")]
-    try:
-        cfg = _compose(config_name, overrides)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+    cfg, exc = _composed(config_name, overrides)
+    if cfg is None:
         errors = _bad_keys(config_name, overrides)
         if not errors:
             cause = f" ({exc.__cause__})" if exc.__cause__ else ""

@@ -161,6 +161,7 @@ def test_spec_options_reusable():
 
 def test_custom_reward_function_alias(root):
     write_exp(root, "e", {**CONFIG, "custom_reward_function": {"path": "my_reward.py"}})
+    (root / "experiments/e/my_reward.py").write_text("def compute_score(*a, **k):\n    return 0.0\n")
     spec = load_spec("e", {}, SITE)
     assert spec.values["reward"]["function"]["path"] == str(root / "experiments/e/my_reward.py")
     assert spec.provenance["reward.function.path"] == "config.yaml"

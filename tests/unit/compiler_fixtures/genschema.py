@@ -5,9 +5,9 @@ from launcher.rules import KNOBS
 
 def build() -> dict:
     T = {"int": {"type": ["integer", "string", "null"]}, "float": {"type": ["number", "string", "null"]},
-         "bool": {"type": ["boolean", "null"]}, "str": {"type": ["string", "null"]},
+         "bool": {"type": ["boolean", "string", "null"]}, "str": {"type": ["string", "null"]},
          "list": {"type": ["array", "string"], "items": {"type": "string"}},
-         "threshold": {"type": ["number", "string", "null"]}, "rs_list": {"type": ["string", "array", "null"]}}
+         "threshold": {"type": ["number", "string", "null"]}, "rs_threshold": {"type": ["number", "string", "null"]}, "rs_list": {"type": ["string", "array", "null"]}}
     knobs = {}
     for name, k in KNOBS.items():
         d = dict(T.get(k.type, {"type": ["string", "null"]}))
