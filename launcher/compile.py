@@ -47,9 +47,9 @@ class Ctx:
         self.base_knobs = {k: v for k, v in knobs.items() if prov.get(f"knobs.{k}") == "defaults"}
         self.user_knobs = {k: v for k, v in knobs.items() if k not in self.base_knobs}
         self.raw: list[tuple[str, str, str, str]] = []
-        sources = list(spec.override_sources) + [f"overrides[{i}]" for i in range(len(spec.override_sources), 10**6)]
+        labels = spec.override_sources
         for i, text in enumerate(self.values.get("overrides") or []):
-            source = sources[i]
+            source = labels[i] if i < len(labels) else f"overrides[{i}]"
             try:
                 prefix, key, value = rules.split_override(str(text))
             except ValueError:
