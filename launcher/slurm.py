@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
+from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()
 DEFAULT_TIMEOUT_S = 60
@@ -36,19 +37,6 @@ SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Start", "End", "Elapse
 SQUEUE_FORMAT = "%i|%j|%T|%M|%N|%r|%S|%l|%V"
 SQUEUE_FIELDS = ("JobID", "JobName", "State", "Elapsed", "NodeList", "Reason", "Start",
                  "Timelimit", "Submit")
-
-ACTIVE_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
-                 "SUSPENDED", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                 "RESV_DEL_HOLD", "PENDING", "STOPPED", "SPECIAL_EXIT", "UNKNOWN")
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
-                   "GONE")
-# Aggregation order: the first state any part has wins.
-_ACTIVE_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
-                 "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED", "REQUEUE_FED",
-                 "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD", "PENDING", "UNKNOWN")
-_FAIL_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIMEOUT", "DEADLINE",
-               "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
 
 _ACCOUNTING_DOWN = re.compile(
     r"accounting storage is disabled|slurmdbd|Connection refused|"
@@ -235,7 +223,7 @@ class JobState:
 
     @property
     def done(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return slurm_done(self.state)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -324,19 +312,20 @@ def aggregate_state(states: list[str]) -> str:
     any part is active (RUNNING before PENDING); when all ended COMPLETED only if all
     completed, else the worst end (NODE_FAIL, ..., FAILED, TIMEOUT, CANCELLED)."""
     states = [normalize_state(s) for s in states] or ["UNKNOWN"]
-    active = [s for s in states if s not in TERMINAL_STATES]
+    active = [s for s in states if s not in SLURM_TERMINAL]
     if active:
-        for candidate in _ACTIVE_ORDER:
+        for candidate in AGGREGATE_ACTIVE_ORDER:
             if candidate in active:
                 return candidate
         return active[0]
-    for candidate in _FAIL_ORDER:
+    for candidate in AGGREGATE_END_ORDER:
         if candidate in states:
             return candidate
     return states[0]
 
 
-def _aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
+def aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
+    """One JobState for `parts` (a hetjob's components, an array's tasks, a run's jobs)."""
     parts = sorted(parts, key=lambda p: _sort_key(p.job_id))
     first = parts[0]
     starts = [p.start for p in parts if p.start and p.start[:1].isdigit()]
@@ -396,7 +385,7 @@ def resolve(requested: list[str], rows: dict[str, JobState]) -> dict[str, JobSta
         if task is None and het is None and by_base.get(base):
             parts = by_base[base]
             kind = "hetjob" if any("+" in p.job_id for p in parts) else "array"
-            out[job_id] = _aggregate(job_id, parts, kind)
+            out[job_id] = aggregate(job_id, parts, kind)
         elif job_id not in out:
             out[job_id] = JobState(job_id=job_id, state="UNKNOWN", missing=True)
     return out

@@ -10,7 +10,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from launcher import monitor, runs, slurm
+from launcher import monitor, runs, slurm, states
 from launcher.cli import main
 
 
@@ -106,7 +106,7 @@ def test_progress_from_phases_before_training(fake_slurm):
     fake_slurm.set("sacct", _row("40", "RUNNING"))
     assert monitor.poll([run])[0].progress == "allocated"
     runs.record_phase(run.dir, "allocated")
-    runs.record_phase(run.dir, "all_nodes_joined")
+    runs.record_phase(run.dir, "all_joined")
     assert monitor.poll([run])[0].progress == "ray up"
     run.update(total_steps=5)
     (run.dir / "logs" / "slurm-40.out").write_text("(TaskRunner) step:3 - a:1\n")
@@ -374,9 +374,9 @@ def test_sweep_members_listed_in_the_record(fake_slurm):
 def test_latest_phase_ignores_per_node_events():
     phases = [{"phase": "allocated"}, {"phase": "node_started", "node": "dev2"}, {"phase": "head_up"},
               {"phase": "all_joined"}, {"phase": "node_started", "node": "dev3"}]
-    assert monitor.latest_phase(phases) == "all_joined"
-    assert monitor.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
-    assert monitor.latest_phase([{"phase": "node_exit"}]) is None
+    assert states.latest_phase(phases) == "all_joined"
+    assert states.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
+    assert states.latest_phase([{"phase": "node_exit"}]) is None
 
 
 def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
