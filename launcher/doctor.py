@@ -132,20 +132,21 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 def _test_script(site, series) -> str:
     """A one-node batch script for `sbatch --test-only`. Its values are checked like the
-    training job's header (launcher.render): a bad site value is a SpecError, not a line."""
-    from launcher import render as r
+    training job's header (launcher.sbatch_values): a bad site value is a SpecError, not a line."""
+    from launcher import sbatch_values
 
-    r._check(r._ACCOUNTISH, series.partition, f"site.series.{series.name}.partition", "letters, digits and ._- only")
-    r._check(r._GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _ and - only")
-    r._int(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", minimum=1)
-    r._int(series.gpus_per_node, f"site.series.{series.name}.gpus_per_node", minimum=0)
+    where = f"site.series.{series.name}"
+    sbatch_values.account(series.partition, f"{where}.partition")
+    sbatch_values.gres_name(series.gres_name, f"{where}.gres_name")
+    sbatch_values.whole(series.cpus_per_node, f"{where}.cpus_per_node", minimum=1)
+    sbatch_values.whole(series.gpus_per_node, f"{where}.gpus_per_node", minimum=0)
     if series.mem_per_node:
-        r._check(r._MEM, series.mem_per_node, f"site.series.{series.name}.mem_per_node", "a number with K, M, G or T, e.g. 64G")
+        sbatch_values.mem(series.mem_per_node, f"{where}.mem_per_node")
     if series.constraint:
-        r._check(r._CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint", "a Slurm constraint expression")
+        sbatch_values.constraint(series.constraint, f"{where}.constraint")
     for field, value in (("site.slurm.account", site.account), ("site.slurm.qos", site.qos)):
         if value:
-            r._check(r._ACCOUNTISH, value, field, "letters, digits and ._- only")
+            sbatch_values.account(value, field)
     lines = ["#!/bin/bash", f"#SBATCH --partition={series.partition}", "#SBATCH --nodes=1",
              "#SBATCH --time=00:01:00", f"#SBATCH --cpus-per-task={series.cpus_per_node}"]
     if series.gpu_directive == "gpus-per-node":
