@@ -27,11 +27,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("launcher.cmd_monitor:cancel", "Cancel a run or a sweep."),
     "list": ("launcher.cmd_monitor:list_runs", "List runs."),
     "sweep": ("launcher.cmd_sweep:sweep", "Submit a grid of runs as one Slurm job array."),
-    "export": ("launcher.cmd_extra:export", "Merge a verl checkpoint into a Hugging Face folder."),
-    "eval": ("launcher.cmd_extra:eval_cmd", "Evaluate an SFT run and attach the samples to it."),
-    "metrics": ("launcher.cmd_extra:metrics", "Print the key training metrics of a run."),
-    "plot": ("launcher.cmd_extra:plot", "Draw the key training metrics of a run to a PNG."),
-    "doctor": ("launcher.cmd_extra:doctor", "Check the site file against the live cluster."),
+    "export": ("launcher.cmd_export:export", "Merge a verl checkpoint into a Hugging Face folder."),
+    "eval": ("launcher.cmd_export:eval_cmd", "Evaluate an SFT run and attach the samples to it."),
+    "metrics": ("launcher.cmd_metrics:metrics", "Print the key training metrics of a run."),
+    "plot": ("launcher.cmd_metrics:plot", "Draw the key training metrics of a run to a PNG."),
+    "doctor": ("launcher.cmd_doctor:doctor", "Check the site file against the live cluster."),
 }
 
 

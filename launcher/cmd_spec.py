@@ -114,21 +114,17 @@ def new(name, method, framework_version):
     click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
 
 
-def _placeholder_run_dir(site, name: str) -> str:
-    # as long as a real run id's suffix (runs.create_run: 5 characters)
-    return os.path.join(os.path.abspath(site.runs_dir), f"{name}-XXXXX")
-
-
 def check(name: str, flags: dict, run_dir: str | None = None):
     """load_spec + compile_plan + verlcheck. Returns (spec, plan, site); raises SpecErrors."""
     from launcher.compile import compile_plan
+    from launcher.pipeline import placeholder_run_dir
     from launcher.site import load_site
     from launcher.spec import load_spec
     from launcher.verlcheck import check_overrides, version_note
 
     site = load_site(flags.get("site"))
     spec = load_spec(name, flags, site)
-    plan = compile_plan(spec, site, run_dir or _placeholder_run_dir(site, spec.name))
+    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name))
     errors = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
     if errors:
         raise SpecErrors(errors)
