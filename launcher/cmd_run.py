@@ -23,11 +23,6 @@ import click
 from launcher.cli_options import spec_flags, spec_options
 
 
-def _pools_json(plan) -> list[dict]:
-    return [{"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
-             "het_group": p.het_group, "roles": list(p.roles)} for p in plan.pools]
-
-
 def _warn(warnings) -> None:
     for warning in warnings:
         click.echo(f"sf: warning: {warning}", err=True)
@@ -83,7 +78,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo(json.dumps({
                 "experiment": plan.experiment, "method": plan.method, "framework_version": plan.framework_version,
                 "run_dir": request.run_dir, "launcher": plan.launcher, "entry": list(plan.entry),
-                "overrides": list(plan.overrides), "pools": _pools_json(plan),
+                "overrides": list(plan.overrides), "pools": plan.to_dict()["pools"],
                 "runtime": request.record["runtime"], "preflight": preflight, "script": script,
                 "warnings": list(request.warnings)}, indent=2))
         else:

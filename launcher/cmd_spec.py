@@ -173,8 +173,7 @@ def validate(name, as_json, **kwargs):
             "overrides": list(plan.overrides),
             "entry": list(plan.entry),
             "argv": plan.argv(),
-            "pools": [{"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
-                       "het_group": p.het_group, "roles": list(p.roles)} for p in plan.pools],
+            "pools": plan.to_dict()["pools"],
             "warnings": list(plan.warnings),
         }
         click.echo(json.dumps(out, indent=2))

@@ -37,40 +37,21 @@ def whole(value, field: str, minimum: int = 0) -> int:
     return value
 
 
-def name(value, field: str) -> str:
-    return check(NAME, value, field, "use letters, digits and ._- only (at most 100 characters)")
+def _checker(pattern: re.Pattern, what: str):
+    """check(pattern, value, field, what) as a function of (value, field)."""
+    def checker(value, field: str) -> str:
+        return check(pattern, value, field, what)
+
+    return checker
 
 
-def account(value, field: str) -> str:
-    """An account, a qos or a partition."""
-    return check(ACCOUNT, value, field, "letters, digits and ._- only")
-
-
-def time_limit(value, field: str) -> str:
-    return check(TIME, value, field, "use minutes, HH:MM:SS or D-HH:MM:SS")
-
-
-def mem(value, field: str) -> str:
-    return check(MEM, value, field, "a size such as 64G (a number with K, M, G or T)")
-
-
-def gres_name(value, field: str) -> str:
-    return check(GRES, value, field, "letters, digits, _ and - only")
-
-
-def constraint(value, field: str) -> str:
-    return check(CONSTRAINT, value, field, "features joined by & | , only; no spaces")
-
-
-def path(value, field: str) -> str:
-    return check(PATH, value, field, "an absolute path of letters, digits and ._/+- only "
-                 "(no spaces, %, # or quotes); choose another runs_dir")
-
-
-def log_path(value, field: str) -> str:
-    return check(LOG_PATH, value, field, "an absolute path of letters, digits and ._/+-% only; "
-                 "choose another runs_dir")
-
-
-def env_key(value, field: str) -> str:
-    return check(ENV_KEY, value, field, "environment names are letters, digits and _, not starting with a digit")
+name = _checker(NAME, "use letters, digits and ._- only (at most 100 characters)")
+account = _checker(ACCOUNT, "letters, digits and ._- only")  # an account, a qos or a partition
+time_limit = _checker(TIME, "use minutes, HH:MM:SS or D-HH:MM:SS")
+mem = _checker(MEM, "a size such as 64G (a number with K, M, G or T)")
+gres_name = _checker(GRES, "letters, digits, _ and - only")
+constraint = _checker(CONSTRAINT, "features joined by & | , only; no spaces")
+path = _checker(PATH, "an absolute path of letters, digits and ._/+- only (no spaces, %, # or quotes); "
+                "choose another runs_dir")
+log_path = _checker(LOG_PATH, "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
+env_key = _checker(ENV_KEY, "environment names are letters, digits and _, not starting with a digit")

@@ -159,26 +159,19 @@ def hostnames(nodelist: str) -> list[str]:
     return [h.strip() for h in proc.stdout.split() if h.strip()]
 
 
+def _joined(value) -> str:
+    """A node list given as a list -> `a,b`; anything else as text."""
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+
+
 def srun_argv(argv, *, het_group=None, nodes=None, ntasks=None, ntasks_per_node=None,
               nodelist=None, exclude=None, overlap=False, kill_on_bad_exit=True,
               extra=()) -> list[str]:
-    cmd = ["srun"]
-    if het_group is not None:
-        cmd.append(f"--het-group={het_group}")
-    if nodes is not None:
-        cmd.append(f"--nodes={nodes}")
-    if ntasks is not None:
-        cmd.append(f"--ntasks={ntasks}")
-    if ntasks_per_node is not None:
-        cmd.append(f"--ntasks-per-node={ntasks_per_node}")
-    if nodelist:
-        cmd.append(f"--nodelist={nodelist if isinstance(nodelist, str) else ','.join(nodelist)}")
-    if exclude:
-        cmd.append(f"--exclude={exclude if isinstance(exclude, str) else ','.join(exclude)}")
-    if overlap:
-        cmd.append("--overlap")
-    if kill_on_bad_exit:
-        cmd.append("--kill-on-bad-exit=1")
+    valued = (("--het-group", het_group), ("--nodes", nodes), ("--ntasks", ntasks),
+              ("--ntasks-per-node", ntasks_per_node), ("--nodelist", nodelist or None),
+              ("--exclude", exclude or None))
+    cmd = ["srun"] + [f"{flag}={_joined(value)}" for flag, value in valued if value is not None]
+    cmd += [flag for flag, on in (("--overlap", overlap), ("--kill-on-bad-exit=1", kill_on_bad_exit)) if on]
     cmd.extend(str(e) for e in extra)
     cmd.extend(str(a) for a in argv)
     return cmd
@@ -226,9 +219,7 @@ class JobState:
         return slurm_done(self.state)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["done"] = self.done
-        return data
+        return {**asdict(self), "done": self.done}
 
 
 class JobStates(dict):
