@@ -3,7 +3,6 @@ binaries (SF_SLURM_BIN_DIR) and run records in a temp dir."""
 from __future__ import annotations
 
 import json
-import stat
 import threading
 import time
 
@@ -12,38 +11,6 @@ from click.testing import CliRunner
 
 from launcher import monitor, runs, slurm, states
 from launcher.cli import main
-
-
-@pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "calls.log"
-    for name in ("sacct", "squeue", "scancel"):
-        path = bindir / name
-        path.write_text(f"""#!/bin/sh
-echo "{name} $*" >> "{log}"
-[ -f "{bindir}/{name}.out" ] && cat "{bindir}/{name}.out"
-[ -f "{bindir}/{name}.err" ] && cat "{bindir}/{name}.err" >&2
-exit $(cat "{bindir}/{name}.rc" 2>/dev/null || echo 0)
-""")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(bindir))
-    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
-
-    class Fake:
-        runs_dir = tmp_path / "runs"
-
-        def set(self, name, out="", err="", rc=0):
-            (bindir / f"{name}.out").write_text(out)
-            (bindir / f"{name}.err").write_text(err)
-            (bindir / f"{name}.rc").write_text(str(rc))
-
-        def calls(self, name=None):
-            lines = log.read_text().splitlines() if log.exists() else []
-            return [l for l in lines if name is None or l.split()[0] == name]
-
-    return Fake()
 
 
 def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
@@ -192,12 +159,7 @@ def test_status_cli_table_json_and_unknown_run(fake_slurm):
 def test_status_watch_redraws_until_done(fake_slurm):
     run = _submitted(fake_slurm.runs_dir, "grpo", "91")
     fake_slurm.set("sacct", _row("91", "RUNNING"))
-
-    def finish():
-        time.sleep(0.6)
-        fake_slurm.set("sacct", _row("91", "COMPLETED"))
-
-    threading.Thread(target=finish).start()
+    fake_slurm.set("sacct", _row("91", "COMPLETED"), from_call=3)
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2", "--json"])
     assert result.exit_code == 0
     docs = [json.loads(line) for line in result.output.splitlines()]
@@ -298,18 +260,18 @@ def test_logs_print_tail_list_and_errors(fake_slurm):
     assert fake_slurm.calls() == []
 
 
-def test_logs_follow_until_job_ends(fake_slurm):
+def test_logs_follow_until_job_ends(fake_slurm, wait_for):
     run = _submitted(fake_slurm.runs_dir, "grpo", "150")
     log = run.dir / "logs" / "slurm-150.out"
     fake_slurm.set("sacct", _row("150", "RUNNING"))
 
     def job():
-        time.sleep(0.3)
+        # written while `sf logs -f` follows: after its first job-state check
+        wait_for(lambda: fake_slurm.calls("sacct"), timeout=10, interval=0.05, what="the first sacct call")
         with open(log, "a") as f:
             for i in range(5):
                 f.write(f"tick {i}\n")
                 f.flush()
-                time.sleep(0.1)
             f.write("last words without newline")
         fake_slurm.set("sacct", _row("150", "COMPLETED"))
 
@@ -338,17 +300,13 @@ def test_watch_rides_out_an_unreachable_controller(fake_slurm):
     run = _submitted(fake_slurm.runs_dir, "grpo", "170")
     fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
     fake_slurm.set("squeue", "", "squeue: error: Unable to contact slurm controller\n", 1)
-
-    def recover():
-        time.sleep(0.5)
-        fake_slurm.set("sacct", _row("170", "COMPLETED"))
-
-    threading.Thread(target=recover).start()
+    fake_slurm.set("sacct", _row("170", "COMPLETED"), from_call=3)  # back on the third poll
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2"])
     assert result.exit_code == 0, result.output
     assert "slurm unreachable" in result.output and "completed" in result.output
+    assert len(fake_slurm.calls("sacct")) == 3  # two failed polls, then the answer
     # without --watch the same failure is exit 1
-    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
+    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1, from_call=4)
     assert CliRunner().invoke(main, ["status", run.id]).exit_code == 1
 
 
