@@ -126,7 +126,8 @@ def test_export_render(env):
     merge = (f"{env['venv']}/bin/python -m verl.model_merger merge --backend fsdp "
              f"--local_dir {actor} --target_dir {env['tmp'] / 'hf'}")
     assert merge in script.splitlines()
-    assert "record_phase" in script and "export_started" in script
+    # phases recorded the way the training job records them
+    assert "-m launcher.injob phase" in script and "export_started" in script and "trap sf_ended EXIT" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     assert not env["root"].exists() or not any(env["root"].iterdir())  # dry run records nothing
 
@@ -181,6 +182,35 @@ def test_export_render_megatron_asks_a_gpu(env):
     assert res.exit_code == 0, res.output
     assert "#SBATCH --gres=gpu:1\n" in res.output and "--backend megatron" in res.output
     assert "/x-XXXXX/exports/global_step_2" in res.output
+
+
+@pytest.mark.parametrize("merger_rc", [0, 3])
+def test_export_job_records_started_and_ended_phases(tmp_path, merger_rc):
+    """The rendered export script, run by bash with a stand-in merger: its phases land in
+    the run's events.jsonl (through `python -m launcher.injob phase`), the ended one with
+    the script's exit code, on success and on failure."""
+    import sys
+
+    from launcher import export as ex
+    from launcher.site import load_site
+
+    actor = fsdp_layout(tmp_path / "ckpt", step=5, world=1)
+    run = runs.create_run(tmp_path / "runs", "x")
+    target = run.dir / "exports" / "global_step_5"
+    stand_in = ("import pathlib, sys; t = pathlib.Path(sys.argv[1]); t.mkdir(parents=True, exist_ok=True); "
+                "(t / 'config.json').write_text('{}'); sys.exit(int(sys.argv[2]))")
+    res = ex.resources_for(load_site(str(Path(__file__).resolve().parents[2] / "site" / "dev.yaml")),
+                           job_name="sf-export-x", log_path=f"{run.dir}/logs/e-%j.out", gpus=0)
+    script = ex.render_export(res=res, setup=[], env={}, ckpt=find_actor_dir(actor), target_dir=str(target),
+                              sf_python=sys.executable, run_dir=str(run.dir), export_id="export-1",
+                              wrap=lambda argv: [sys.executable, "-c", stand_in, str(target), str(merger_rc)])
+    path = run.write_text("export-1.sbatch", script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=run.dir)
+    assert proc.returncode == merger_rc, proc.stderr
+    events = runs.read_phases(run.dir)
+    assert [e["phase"] for e in events] == ["export_started", "export_ended"]
+    assert events[0]["export_id"] == "export-1" and events[0]["target"] == str(target)
+    assert events[1]["rc"] == str(merger_rc) and events[1]["export_id"] == "export-1"
 
 
 def _sft_run(root: Path, val: Path) -> runs.Run:
