@@ -20,7 +20,8 @@ import click
 SPEC_FLAG_NAMES = ("model", "train_data", "validation_data", "train_dataset", "profile", "set", "site")
 
 _OPTIONS = (
-    click.option("--model", metavar="PATH_OR_HF_ID", help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
+    click.option("--model", metavar="PATH_OR_HF_ID",
+                 help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
     click.option("--train-data", "train_data", metavar="FILE", multiple=True,
                  help="Training file -> data.train_files (repeatable; relative to --train-dataset when given)."),
     click.option("--validation-data", "validation_data", metavar="FILE", multiple=True,

@@ -147,7 +147,8 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
         run = runs.open_run(root, name)
     except SpecError:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-            raise SpecError("NAME", f"{name!r} is neither a run nor an experiment name (letters, digits, ._-)") from None
+            raise SpecError("NAME", f"{name!r} is neither a run nor an experiment name "
+                            "(letters, digits, ._-)") from None
     if checkpoint is None:
         if run is None:
             raise SpecError("--checkpoint", f"{name} is not a run of {root}; pass --checkpoint PATH "
@@ -212,7 +213,8 @@ def _first_file(value: str | None) -> str | None:
 
 @click.command("eval")
 @click.argument("name", metavar="NAME|RUN")
-@click.option("--run-id", default=None, metavar="RUN", help="Training run to attach the samples to (default: NAME|RUN).")
+@click.option("--run-id", default=None, metavar="RUN",
+              help="Training run to attach the samples to (default: NAME|RUN).")
 @click.option("--model", "model", default=None, metavar="DIR", help="A Hugging Face model folder to evaluate.")
 @click.option("--checkpoint", default=None, metavar="PATH",
               help="A verl checkpoint to merge first (default: the run's latest checkpoint).")

@@ -17,8 +17,8 @@ import click
 
 from launcher import monitor, runs, slurm
 from launcher.cli_options import runs_options, runs_root
-from launcher.states import RUN_TERMINAL, run_ended
 from launcher.errors import SlurmError, SpecError
+from launcher.states import RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130
 
@@ -36,9 +36,9 @@ def complete_run_ids(ctx, param, incomplete):
 def _table(headers: list[str], rows: list[list]) -> str:
     rows = [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 
@@ -385,5 +385,6 @@ def list_runs(as_json, limit, site_path, runs_dir):
         click.echo(f"no runs in {root}")
         return
     click.echo(_table(["RUN", "KIND", "STATE", "JOB", "CREATED", "EXPERIMENT"],
-                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"), ",".join(r.get("job_ids") or []) or "-",
+                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"),
+                        ",".join(r.get("job_ids") or []) or "-",
                         _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))

@@ -13,7 +13,8 @@ from launcher.cli_options import spec_flags, spec_options
 from launcher.errors import SpecError, SpecErrors
 
 _KNOB_BLOCK = {
-    "grpo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n",
+    "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
+             "  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n"),
     "rloo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
     "reinforce-baseline": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
     "remax": "  rollout_n: 1   # ReMax: one sampled response + the greedy baseline\n  actor_lr: 1.0e-6\n",
@@ -49,7 +50,8 @@ def config_text(name: str, method: str, version: str) -> str:
                   "# reward:", "#   function: {path: my_reward.py, name: compute_score}"]
     lines += ["", "# Knobs (each maps to a verl key; `sf schema` lists them):", "knobs:"]
     lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
-    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":", "overrides: []"]
+    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":",
+              "overrides: []"]
     if method == "distillation":
         lines += ["", "spec:", "  resources:", "    pools:",
                   "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
@@ -82,10 +84,10 @@ def _complete_versions(ctx, param, incomplete):
               shell_complete=_complete_versions, help="verl version of the catalog.")
 def new(name, method, framework_version):
     """Create experiments/NAME/config.yaml for a method."""
+    import yaml
+
     from launcher import catalog
     from launcher.spec import NAME_RE, schema_errors
-
-    import yaml
 
     if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
@@ -160,7 +162,8 @@ def validate(name, as_json, **kwargs):
     except (SpecError, SpecErrors) as exc:
         if as_json:
             errs = exc.errors if isinstance(exc, SpecErrors) else [exc]
-            click.echo(json.dumps({"valid": False, "errors": [{"field": e.field, "message": e.message} for e in errs]}, indent=2))
+            click.echo(json.dumps({"valid": False, "errors": [{"field": e.field, "message": e.message}
+                                                              for e in errs]}, indent=2))
         raise
     if as_json:
         out = {
@@ -184,7 +187,8 @@ def validate(name, as_json, **kwargs):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
     click.echo("pools:")
     for p in plan.pools:
-        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} roles={','.join(p.roles)}")
+        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "
+                   f"roles={','.join(p.roles)}")
     click.echo("entry: " + " ".join(plan.entry))
     click.echo("overrides:")
     for ov in plan.overrides:

@@ -170,7 +170,7 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
             sweep_run.write_json("manifest.json", sweep_mod.manifest(sweep_run.id, [
                 {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
                  "params": compiled[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
-                for i, (m, p) in enumerate(zip(members, plans))]))
+                for i, (m, p) in enumerate(zip(members, plans, strict=True))]))
             script = run_files(first.spec, plans[0], site, runtime, preflight=preflight,
                                array=_array(n, k, sweep_run.id, str(sweep_run.dir))).script
             sweep_run.write_text("job.sbatch", script)
@@ -308,7 +308,8 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     if not failed:
         states = ", ".join(f"{p['index']}: {p['state']}" for p in status.points)
         if as_json:
-            click.echo(json.dumps({"sweep": sweep_run.id, "retried": [], "points": status.points}, default=str, indent=2))
+            click.echo(json.dumps({"sweep": sweep_run.id, "retried": [], "points": status.points},
+                                  default=str, indent=2))
         else:
             click.echo(f"sweep {sweep_run.id}: no failed points ({states})")
         return

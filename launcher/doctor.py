@@ -90,7 +90,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
             continue
         members = [n for n in nodes if series.partition in (n.get("Partitions") or "").split(",")]
         if not members:
-            checks.append(Check(what, FAIL, f"partition {series.partition} has no nodes", "fix slurm.conf or the series"))
+            checks.append(Check(what, FAIL, f"partition {series.partition} has no nodes",
+                                "fix slurm.conf or the series"))
             continue
         problems: dict[str, list[str]] = {}
         want_mem = mem_mb(series.mem_per_node)
@@ -98,7 +99,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
             name = node.get("NodeName", "?")
             gpus = gres_gpus(node.get("Gres", ""), series.gres_name)
             if gpus != series.gpus_per_node:
-                problems.setdefault(f"has {gpus} {series.gres_name} GRES, the series says {series.gpus_per_node}", []).append(name)
+                problem = f"has {gpus} {series.gres_name} GRES, the series says {series.gpus_per_node}"
+                problems.setdefault(problem, []).append(name)
             cpus = int(node.get("CPUTot") or 0)
             if cpus and cpus < series.cpus_per_node:
                 problems.setdefault(f"has {cpus} CPUs, the series asks {series.cpus_per_node}", []).append(name)
@@ -167,9 +169,7 @@ def _test_script(site, series) -> str:
 def check_sbatch(site) -> list[Check]:
     """`sbatch --test-only` a whole node of every series, with the site's account and qos."""
     from launcher import slurm
-    from launcher.errors import SlurmError
-
-    from launcher.errors import SpecError
+    from launcher.errors import SlurmError, SpecError
 
     checks = []
     for series in site.series.values():
@@ -267,7 +267,8 @@ def check_paths(site) -> list[Check]:
             checks.append(Check(f"dataset root {root}", FAIL, "missing" if not p.exists() else "not readable",
                                 f"create it or remove it from dataset_roots in {site.path}"))
     if not site.dataset_roots:
-        checks.append(Check("dataset roots", WARN, "the site lists none (platform datasets OWNER/NAME@VERSION will not resolve)",
+        checks.append(Check("dataset roots", WARN,
+                            "the site lists none (platform datasets OWNER/NAME@VERSION will not resolve)",
                             f"add dataset_roots to {site.path}"))
     runs = Path(site.runs_dir)
     try:
@@ -280,7 +281,8 @@ def check_paths(site) -> list[Check]:
                             f"set runs_dir in {site.path} to a shared folder every user can write"))
     lo, hi = (tuple(site.ray.port_range) + (0, 0))[:2]
     if not (1024 <= int(lo) < int(hi) <= 65535) or int(hi) - int(lo) < 100:
-        checks.append(Check("ray.port_range", FAIL, f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
+        checks.append(Check("ray.port_range", FAIL,
+                            f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
                             f"fix ray.port_range in {site.path}"))
     else:
         checks.append(Check("ray.port_range", OK, f"{lo}-{hi}"))

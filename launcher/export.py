@@ -129,7 +129,8 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
     if (root / TRACKER).is_file():
         text = (root / TRACKER).read_text().strip()
         if not text.isdigit():
-            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; pass a global_step_N dir instead")
+            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; "
+                              "pass a global_step_N dir instead")
         step = int(text)
         step_dir = root / f"global_step_{step}"
         if not step_dir.is_dir():

@@ -324,7 +324,7 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                     except (OSError, ValueError):
                         pass
     ids = []
-    for run, rec in records.items():
+    for rec in records.values():
         state = rec.get("state")
         if skip_ended and state in RUN_TERMINAL and state != "preempted":
             continue

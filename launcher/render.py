@@ -18,8 +18,7 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import paths
-from launcher import sbatch_values
+from launcher import paths, sbatch_values
 from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.runtime import Runtime
@@ -115,7 +114,8 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
                             f"{series.gpu_directive!r} is not gres or gpus-per-node")
     if series.constraint:
         d.append("--constraint=" + sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint"))
-    d.append(f"--cpus-per-task={sbatch_values.whole(series.cpus_per_node, f'site.series.{series.name}.cpus_per_node', 1)}")
+    cpus = sbatch_values.whole(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", 1)
+    d.append(f"--cpus-per-task={cpus}")
     if series.mem_per_node:
         d.append("--mem=" + sbatch_values.mem(series.mem_per_node, f"site.series.{series.name}.mem_per_node"))
     if s.exclusive:
@@ -152,18 +152,22 @@ def _sf_root() -> str | None:
 def _supervise_args(plan: Plan, site, array: dict | None = None) -> list[str]:
     ray = site.ray
     if ray.address_method not in ("loopback", "interface", "hostname"):
-        raise SpecError("site.ray.node_address.method", f"{ray.address_method!r} is not loopback, interface or hostname")
+        raise SpecError("site.ray.node_address.method",
+                        f"{ray.address_method!r} is not loopback, interface or hostname")
     args = ["--run-dir", '"$SF_RUN_DIR"', "--launcher", quote(plan.launcher),
             "--config-name", quote(plan.config_name)]
     for pool in plan.pools:
         sbatch_values.check(_POOL, pool.name, "pools.name", "a letter then letters, digits, _ or -")
-        roles = "+".join(sbatch_values.check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-") for r in pool.roles)
+        roles = "+".join(sbatch_values.check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-")
+                         for r in pool.roles)
         spec = f"{pool.name}:{int(pool.nodes)}:{int(pool.gpus_per_node)}:{int(pool.het_group)}"
         args += ["--pool", quote(spec + (f":{roles}" if roles else ""))]
     args += ["--address-method", ray.address_method,
-             "--address-prefix", sbatch_values.check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix", "like 127.0.0")]
+             "--address-prefix", sbatch_values.check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix",
+                                                     "like 127.0.0")]
     if ray.interface:
-        args += ["--interface", sbatch_values.check(_IFACE, ray.interface, "site.ray.node_address.interface", "an interface name")]
+        args += ["--interface", sbatch_values.check(_IFACE, ray.interface, "site.ray.node_address.interface",
+                                                    "an interface name")]
     lo, hi = (int(p) for p in ray.port_range)
     if not (1024 <= lo < hi <= 65535):
         raise SpecError("site.ray.port_range", f"{lo}-{hi} must lie within 1024-65535")
@@ -230,11 +234,11 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     if not plan.entry:
         raise SpecError("entry", "the plan has no entry command")
     components = []
+    header_array = array and {**array, "sweep_dir": array["raw_sweep_dir"]}  # the unquoted dir
     for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
         components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
                            "gpus": pool.gpus_per_node, "series": sbatch_values.name(pool.series, "pools.series"),
-                           "directives": _pool_directives(plan, pool, site, first=index == 0,
-                                                          array=array and {**array, "sweep_dir": array["raw_sweep_dir"]})})
+                           "directives": _pool_directives(plan, pool, site, first=index == 0, array=header_array)})
     supervise = _supervise_args(plan, site, array)
     if preflight:
         supervise.append("--preflight")

@@ -120,8 +120,10 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         _whole(value, f"site.{name}", path)
     port_range = ray.get("port_range", (20000, 59999))
     if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
-            and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range) and port_range[0] < port_range[1]):
-        raise SpecError("site.ray.port_range", f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range)
+            and port_range[0] < port_range[1]):
+        raise SpecError("site.ray.port_range",
+                        f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
     return Site(
         name=data.get("name", Path(path).stem),
         path=path,
@@ -170,7 +172,8 @@ def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
         if nodes < 1:
             raise SpecError("--profile", f"{text!r} asks for no nodes; use at least 1")
         if gpus > series.gpus_per_node:
-            raise SpecError("--profile", f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
+            raise SpecError("--profile",
+                            f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
         return name, nodes, gpus
     if gpus <= series.gpus_per_node:
         return name, 1, gpus

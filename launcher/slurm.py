@@ -86,7 +86,7 @@ def _error_text(shown: str, proc: subprocess.CompletedProcess) -> str:
 
 def parse_sbatch_parsable(stdout: str) -> str:
     """`123` or `123;cluster` -> `123`."""
-    lines = [l for l in (stdout or "").strip().splitlines() if l.strip()]
+    lines = [line for line in (stdout or "").strip().splitlines() if line.strip()]
     if not lines:
         raise SlurmError("sbatch --parsable printed no job id")
     job_id = lines[-1].split(";")[0].strip()

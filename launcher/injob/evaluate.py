@@ -85,6 +85,7 @@ def evaluate(model_dir: str, data: str, out_dir: str, *, messages_key="messages"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     total_nll, total_tokens, exact = 0.0, 0, 0
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with open(out / "samples.jsonl", "w", encoding="utf-8") as handle:
         for index, row in enumerate(rows):
             prompt, reference = split_sample(row, messages_key, prompt_key, response_key)
@@ -98,7 +99,7 @@ def evaluate(model_dir: str, data: str, out_dir: str, *, messages_key="messages"
                 nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt_ids):], reduction="sum").item()
                 generated = model.generate(
                     torch.tensor([prompt_ids], device=device), max_new_tokens=max_new_tokens, do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+                    pad_token_id=pad_id,
                 )[0, len(prompt_ids):]
             text = tokenizer.decode(generated, skip_special_tokens=True)
             match = text.strip() == reference.strip()

@@ -116,7 +116,8 @@ def test_export_bad_checkpoint_is_one_line_exit_2(env):
 def test_export_render(env):
     actor = fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
     res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
-                                    "--checkpoint-format", "verl-fsdp", "--dry-run", "--target", str(env["tmp"] / "hf")])
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run",
+                                    "--target", str(env["tmp"] / "hf")])
     assert res.exit_code == 0, res.output
     script = res.output
     assert script.startswith("#!/bin/bash\n")
@@ -222,7 +223,8 @@ def _sft_run(root: Path, val: Path) -> runs.Run:
 
 def test_eval_render(env):
     val = env["tmp"] / "val.jsonl"
-    val.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}) + "\n")
+    sample = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    val.write_text(json.dumps(sample) + "\n")
     run = _sft_run(env["root"], val)
     fsdp_layout(run.checkpoints_dir, step=3, world=1)
     res = CliRunner().invoke(main, ["eval", "my-sft", "--run-id", run.id, "--dry-run"])
@@ -277,7 +279,7 @@ def test_export_and_eval_local_for_real(env, tiny_checkpoint):
     assert res.exit_code == 0, res.output
     [ev] = sft.record()["evals"]
     assert ev["state"] == "completed"
-    samples = [json.loads(l) for l in Path(ev["samples"]).read_text().splitlines()]
+    samples = [json.loads(line) for line in Path(ev["samples"]).read_text().splitlines()]
     assert [s["reference"] for s in samples] == ["three", "the answer is four"]
     assert all(s["tokens"] > 0 and s["nll"] > 0 for s in samples)
     summary = json.loads(Path(ev["summary"]).read_text())

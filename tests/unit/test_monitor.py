@@ -6,7 +6,6 @@ import json
 import threading
 import time
 
-import pytest
 from click.testing import CliRunner
 
 from launcher import monitor, runs, slurm, states
@@ -14,7 +13,8 @@ from launcher.cli import main
 
 
 def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
-    return f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}|2026-11-29T10:59:59|00:10:00\n"
+    return (f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}"
+            "|2026-11-29T10:59:59|00:10:00\n")
 
 
 def _submitted(root, name, *job_ids, **fields):
@@ -117,7 +117,8 @@ def test_array_sweep_points_from_one_call(fake_slurm):
     sweep.add_state("submitted")
     sweep.set_job_ids(["70"])
     fake_slurm.set("sacct", _row("70_0", "COMPLETED") + _row("70_1", "RUNNING") +
-                   _row("70_2", "RUNNING") + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
+                   _row("70_2", "RUNNING")
+                   + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
     status = monitor.poll([sweep])[0]
     assert len(fake_slurm.calls("sacct")) == 1
     assert [p["state"] for p in status.points] == ["completed", "running", "running", "pending", "pending", "pending"]
@@ -387,11 +388,12 @@ def test_overview_hides_sweep_points_and_list_marks_them(fake_slurm):
     result = CliRunner().invoke(main, ["status"])
     assert sweep.id in result.output and point.id not in result.output
     listed = CliRunner().invoke(main, ["list"]).output
-    assert any(point.id in l and " point " in l for l in listed.splitlines())
+    assert any(point.id in line and " point " in line for line in listed.splitlines())
 
 
 def _status_loop(run_dir, n):
-    from launcher import monitor as m, runs as r
+    from launcher import monitor as m
+    from launcher import runs as r
     for _ in range(n):
         m.poll([r.Run(run_dir)])
 

@@ -219,7 +219,8 @@ def test_failures_carry_command_and_stderr(fake_slurm, tmp_path):
 
 
 def test_sbatch_test_only_returns_message(fake_slurm, tmp_path):
-    fake_slurm.set("sbatch", "", "sbatch: Job 12 to start at 2026-11-29T11:00:00 using 4 processors on nodes dev1 in partition train\n")
+    fake_slurm.set("sbatch", "", "sbatch: Job 12 to start at 2026-11-29T11:00:00 using 4 processors "
+                   "on nodes dev1 in partition train\n")
     assert slurm.sbatch_test_only(tmp_path / "x").startswith("Job 12 to start")
 
 
