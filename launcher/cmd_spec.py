@@ -117,17 +117,19 @@ def new(name, method, framework_version):
 
 
 def check(name: str, flags: dict, run_dir: str | None = None):
-    """load_spec + compile_plan + verlcheck. Returns (spec, plan, site); raises SpecErrors."""
+    """load_spec + compile_plan + the verl compose check (remembered when clean:
+    launcher.verlcache). Returns (spec, plan, site); raises SpecErrors."""
     from launcher.compile import compile_plan
     from launcher.pipeline import placeholder_run_dir
     from launcher.site import load_site
     from launcher.spec import load_spec
-    from launcher.verlcheck import check_overrides, version_note
+    from launcher.verlcache import checked_overrides
+    from launcher.verlcheck import version_note
 
     site = load_site(flags.get("site"))
     spec = load_spec(name, flags, site)
     plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name))
-    errors = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+    errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
     if errors:
         raise SpecErrors(errors)
     note = version_note(plan.framework_version)

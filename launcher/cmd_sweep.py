@@ -33,7 +33,7 @@ def _compile_points(name: str, flags: dict, points: list[dict]):
     from launcher.runtime import resolve_runtime
     from launcher.site import load_site
     from launcher.spec import load_spec
-    from launcher.verlcheck import check_overrides
+    from launcher.verlcache import checked_overrides
 
     site = load_site(flags.get("site"))
     compiled, errors = [], []
@@ -42,7 +42,7 @@ def _compile_points(name: str, flags: dict, points: list[dict]):
         try:
             spec = load_spec(name, sweep_mod.point_flags(flags, params), site)
             plan = compile_plan(spec, site, placeholder_run_dir(site.runs_dir, spec.name))
-            bad = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+            bad = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
             if bad:
                 raise SpecErrors(bad)
         except SpecErrors as exc:
