@@ -80,3 +80,13 @@ def runs_root(site_path: str | None, runs_dir: str | None, site=None) -> Path:
 
         site = load_site(site_path)
     return Path(site.runs_dir)
+
+
+def say_sbatch_env_left_out(passed=()) -> None:
+    """One line naming the SBATCH_* variables sf's sbatch calls leave out (launcher.slurm)."""
+    from launcher.slurm import sbatch_input_variables
+
+    names = sbatch_input_variables(passed=passed)
+    if names:
+        click.echo(f"sf: left out of sbatch's environment: {', '.join(names)} (they would override the script's "
+                   "#SBATCH lines; the site's slurm.pass_sbatch_env lets named ones through)", err=True)

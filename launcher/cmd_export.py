@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from launcher.cli_options import runs_options, runs_root
+from launcher.cli_options import runs_options, runs_root, say_sbatch_env_left_out
 from launcher.errors import SpecError
 
 
@@ -96,6 +96,8 @@ def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
     if dry_run:
         click.echo(request.script, nl=False)
         return None
+    if not local:
+        say_sbatch_env_left_out(request.pass_sbatch_env)
     if local:
         run, rc, log = pipeline.run_here(request)
         if rc != 0:
@@ -178,7 +180,7 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
 
     request = Request(experiment=name, runs_dir=absolute_runs_dir(root), render=render, run=run,
                       record={"task": "export", "framework_version": version}, entry_key="exports",
-                      sbatch_in_run_dir=True)
+                      sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
     request.rendered()  # every check, against the placeholder dir: bad input leaves no record
     sent = _send(request, dry_run=dry_run, local=local, what="export")
     if sent is None:
@@ -294,7 +296,7 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
     rendered = Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
     # the run exists: nothing is left to bind
     request = Request(experiment=run.id, runs_dir=absolute_runs_dir(root), render=lambda _run_dir: rendered,
-                      run=run, entry_key="evals", sbatch_in_run_dir=True)
+                      run=run, entry_key="evals", sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
     sent = _send(request, dry_run=dry_run, local=local, what="eval")
     if sent is None:
         return

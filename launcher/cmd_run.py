@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from launcher.cli_options import spec_flags, spec_options
+from launcher.cli_options import say_sbatch_env_left_out, spec_flags, spec_options
 
 
 def _warn(warnings) -> None:
@@ -87,6 +87,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
+    say_sbatch_env_left_out(request.pass_sbatch_env)
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
     _warn(request.warnings)

@@ -11,6 +11,7 @@ import click
 
 from launcher.cli_options import spec_flags, spec_options
 from launcher.errors import SpecError, SpecErrors
+from launcher.slurm import sbatch_input_variables
 
 _KNOB_BLOCK = {
     "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
@@ -140,6 +141,20 @@ def check(name: str, flags: dict, run_dir: str | None = None):
     return spec, plan, site
 
 
+def _sbatch_env_warnings(site) -> list[str]:
+    """One warning per SBATCH_* variable set here: sbatch reads them as options that
+    override the script's #SBATCH lines."""
+    out = []
+    for name in sbatch_input_variables():
+        if name in site.pass_sbatch_env:
+            out.append(f"{name}={os.environ[name]} is set and the site passes it to sbatch "
+                       "(slurm.pass_sbatch_env): it overrides the script's #SBATCH lines")
+        else:
+            out.append(f"{name}={os.environ[name]} is set: sbatch would let it override the script's #SBATCH "
+                       "lines; sf submit leaves it out of its sbatch call")
+    return out
+
+
 def _flat(values: dict, prefix: str = ""):
     for key, value in values.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
@@ -158,17 +173,10 @@ def validate(name, as_json, **kwargs):
 
     Exit 0 when valid, 2 when not (one line per problem on stderr).
     """
-    flags = spec_flags(kwargs)
-    try:
-        spec, plan, _site = check(name, flags)
-    except (SpecError, SpecErrors) as exc:
-        if as_json:
-            errs = exc.errors if isinstance(exc, SpecErrors) else [exc]
-            click.echo(json.dumps({"valid": False, "errors": [{"field": e.field, "message": e.message}
-                                                              for e in errs]}, indent=2))
-        raise
+    spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli prints them (as JSON too)
     if as_json:
         out = {
+            "ok": True,
             "valid": True,
             "experiment": plan.experiment,
             "method": f"verl/{plan.method}",
@@ -179,7 +187,9 @@ def validate(name, as_json, **kwargs):
             "entry": list(plan.entry),
             "argv": plan.argv(),
             "pools": plan.to_dict()["pools"],
-            "warnings": list(plan.warnings),
+            "warnings": list(plan.warnings) + _sbatch_env_warnings(site),
+            "sbatch_env": [{"name": name, "value": os.environ[name], "passed": name in site.pass_sbatch_env}
+                           for name in sbatch_input_variables()],
         }
         click.echo(json.dumps(out, indent=2))
         return
@@ -195,7 +205,7 @@ def validate(name, as_json, **kwargs):
     click.echo("overrides:")
     for ov in plan.overrides:
         click.echo(f"  {ov}")
-    for w in plan.warnings:
+    for w in [*plan.warnings, *_sbatch_env_warnings(site)]:
         click.echo(f"sf: warning: {w}", err=True)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from launcher import sweep as sweep_mod
-from launcher.cli_options import runs_root, spec_flags, spec_options
+from launcher.cli_options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
 
 
@@ -182,10 +182,11 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
         raise
     for r in [sweep_run, *members]:
         r.add_state("submitting")
+    say_sbatch_env_left_out(site.pass_sbatch_env)
     if mode == "array":
-        ok = _submit_array(sweep_run, members, list(range(n)), n, k)
+        ok = _submit_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env)
     else:
-        ok = _submit_hetjobs(sweep_run, members, k)
+        ok = _submit_hetjobs(sweep_run, members, k, site.pass_sbatch_env)
     for warning in sorted({w for p in plans for w in p.warnings}):
         click.echo(f"sf: warning: {warning}", err=True)
     _report(sweep_run, members, mode, k, as_json, retry=False)
@@ -193,14 +194,14 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
         sys.exit(1)
 
 
-def _submit_array(sweep_run, members, indices, n, k) -> bool:
+def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
     from launcher import runs, slurm
     from launcher.render import array_directive
 
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
     try:
-        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra)
+        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env)
     except SlurmError as exc:
         for r in [sweep_run, *chosen]:
             r.add_state("submit_failed", error=str(exc))
@@ -239,7 +240,7 @@ def _point_submitted(member, job_id: str) -> None:
     member.add_state("submitted", job_id=job_id)
 
 
-def _submit_hetjobs(sweep_run, members, k) -> bool:
+def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
     from launcher import runs, slurm
 
     submitted: list[str | None] = []
@@ -247,7 +248,8 @@ def _submit_hetjobs(sweep_run, members, k) -> bool:
     for i, m in enumerate(members):
         dep = sweep_mod.dependency_for(i, submitted, k)
         try:
-            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [])
+            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
+                                  pass_env=pass_env)
         except SlurmError as exc:
             m.add_state("submit_failed", error=str(exc))
             click.echo(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}", err=True)
@@ -292,6 +294,7 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
 
 def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     from launcher import monitor, runs
+    from launcher.site import load_site
 
     root = runs_root(site_path, runs_dir)
     sweep_run = runs.open_run(root, sweep_id)
@@ -321,10 +324,12 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     chosen = [members[i] for i in failed]
     for m in chosen:
         m.add_state("retrying", by="sf sweep --retry-failed")
+    pass_env = load_site(site_path).pass_sbatch_env
+    say_sbatch_env_left_out(pass_env)
     if mode == "array":
-        ok = _submit_array(sweep_run, [members[i] for i in sorted(members)], failed, len(members), k)
+        ok = _submit_array(sweep_run, [members[i] for i in sorted(members)], failed, len(members), k, pass_env)
     else:
-        ok = _submit_hetjobs(sweep_run, chosen, k)
+        ok = _submit_hetjobs(sweep_run, chosen, k, pass_env)
     _report(sweep_run, chosen, mode, k, as_json, retry=True)
     if not ok:
         sys.exit(1)

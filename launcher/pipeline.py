@@ -65,6 +65,7 @@ class Request:
     run: runs.Run | None = None  # the run it belongs to when that exists (export/eval of a run)
     entry_key: str | None = None  # record list of export/eval jobs: "exports" | "evals"
     sbatch_in_run_dir: bool = False  # sbatch's working directory: the run dir (else the caller's)
+    pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
     warnings: tuple[str, ...] = ()
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
     spec: object = None  # the launcher.spec.MergedSpec it came from
@@ -111,6 +112,7 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False, record: d
         render=lambda run_dir: run_files(spec, plan.with_run_dir(run_dir), site, runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict(), **(record or {})},
         warnings=tuple(plan.warnings), plan=plan, spec=spec, preflight=preflight,
+        pass_sbatch_env=site.pass_sbatch_env,
     )
 
 
@@ -160,7 +162,7 @@ def submit(request: Request, *, extra_args=()) -> Submitted:
         run.add_state(SUBMITTING)
     script = run.path(rendered.script_name)
     try:
-        job_id = slurm.sbatch(script, extra_args=extra_args,
+        job_id = slurm.sbatch(script, extra_args=extra_args, pass_env=request.pass_sbatch_env,
                               cwd=str(run.dir) if request.sbatch_in_run_dir else None)
     except SlurmError as exc:
         if rendered.entry is not None:

@@ -63,6 +63,9 @@ class Site:
     dataset_roots: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # exported in every job
     modules: tuple[str, ...] = ()  # `module load` in every job
+    # SBATCH_* variables sf passes on to its sbatch calls (all others are left out: they
+    # would override the script's #SBATCH lines without a word)
+    pass_sbatch_env: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -96,6 +99,13 @@ def _whole(value, field: str, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SpecError(field, f"{value!r} in {path} is not a whole number >= 0")
     return value
+
+
+def _sbatch_names(names, path: str) -> tuple[str, ...]:
+    if isinstance(names, str) or not all(isinstance(n, str) and re.fullmatch(r"SBATCH_[A-Z0-9_]+", n) for n in names):
+        raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
+                        "e.g. [SBATCH_RESERVATION]")
+    return tuple(names)
 
 
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
@@ -147,6 +157,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
         env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
         modules=tuple(data.get("modules", ())),
+        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path),
         raw=data,
     )
 

@@ -57,7 +57,7 @@ def _bin(name: str) -> str:
 
 
 def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check: bool = True,
-         input: str | None = None) -> subprocess.CompletedProcess:
+         input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     argv = [str(a) for a in argv]
     name = Path(argv[0]).name
     argv[0] = _bin(argv[0])
@@ -65,7 +65,7 @@ def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check
     CALLS["total"] += 1
     shown = " ".join([name, *argv[1:]])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         raise SlurmError(f"`{shown}`: {name} not found; is Slurm installed and on PATH "
@@ -95,17 +95,31 @@ def parse_sbatch_parsable(stdout: str) -> str:
     return job_id
 
 
-def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S) -> str:
+def sbatch_input_variables(environ=None, passed=()) -> list[str]:
+    """The SBATCH_* variables set in `environ` (default: ours) that sbatch would read as
+    options, overriding the script's #SBATCH lines, less those `passed` on purpose."""
+    environ = os.environ if environ is None else environ
+    return sorted(name for name in environ if name.startswith("SBATCH_") and name not in passed)
+
+
+def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S, pass_env=()) -> str:
     """Submit a batch script; returns the job id (leader id for a hetjob, array id for an
-    array)."""
-    proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout)
+    array). sbatch runs without our SBATCH_* variables but those in `pass_env`: the script
+    says what the job asks for."""
+    proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout,
+                env=_sbatch_env(pass_env))
     return parse_sbatch_parsable(proc.stdout)
 
 
-def sbatch_test_only(script_path, *, extra_args=(), cwd=None) -> str:
+def _sbatch_env(pass_env) -> dict:
+    left_out = set(sbatch_input_variables(passed=pass_env))
+    return {name: value for name, value in os.environ.items() if name not in left_out}
+
+
+def sbatch_test_only(script_path, *, extra_args=(), cwd=None, pass_env=()) -> str:
     """`sbatch --test-only`: validates the script against the cluster, submits nothing.
     Returns Slurm's message (e.g. "Job 12 to start at ... on nodes dev1")."""
-    proc = _run(["sbatch", "--test-only", *extra_args, str(script_path)], cwd=cwd)
+    proc = _run(["sbatch", "--test-only", *extra_args, str(script_path)], cwd=cwd, env=_sbatch_env(pass_env))
     return ((proc.stderr or "") + (proc.stdout or "")).strip().removeprefix("sbatch: ").strip()
 
 

@@ -7,13 +7,18 @@ import pytest
 
 FAKE_COMMANDS = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun")
 
-# A fake command: logs its argv, keeps the last script sbatch was given, and answers from
+# A fake command: logs its argv, keeps the last script sbatch was given (and the SBATCH_*
+# variables it saw), and answers from
 # <cmd>.out / .err / .rc, or from <cmd>.from<K>.* once it is called for the K-th time or
 # later (the largest such K wins), so a test scripts a change of state by call count
 # instead of sleeping before flipping a file.
 _FAKE = """#!/bin/sh
 echo "{name} $*" >> "{log}"
-if [ "{name}" = sbatch ]; then for last in "$@"; do :; done; cp "$last" "{bindir}/sbatch.script" 2>/dev/null || true; fi
+if [ "{name}" = sbatch ]; then
+  for last in "$@"; do :; done
+  cp "$last" "{bindir}/sbatch.script" 2>/dev/null || true
+  env | grep '^SBATCH_' | sort > "{bindir}/sbatch.env" || true
+fi
 n=$(grep -c "^{name} " "{log}")
 prefix="{bindir}/{name}"
 k=$n
@@ -51,6 +56,10 @@ class FakeSlurm:
     def calls(self, name=None) -> list[str]:
         lines = self.log.read_text().splitlines() if self.log.exists() else []
         return [line for line in lines if name is None or line.split()[0] == name]
+
+    def sbatch_env(self) -> list[str]:
+        """The SBATCH_* variables (NAME=value) the last sbatch call ran with."""
+        return (self.dir / "sbatch.env").read_text().splitlines()
 
     def submitted_script(self) -> str:
         """The script of the last sbatch call, as sbatch read it."""
