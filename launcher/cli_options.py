@@ -17,8 +17,6 @@ from pathlib import Path
 
 import click
 
-SPEC_FLAG_NAMES = ("model", "train_data", "validation_data", "train_dataset", "profile", "set", "site")
-
 _OPTIONS = (
     click.option("--model", metavar="PATH_OR_HF_ID",
                  help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),

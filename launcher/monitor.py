@@ -19,7 +19,7 @@ from pathlib import Path
 from launcher import runs as runs_mod
 from launcher import slurm
 from launcher import states as vocabulary
-from launcher.states import GONE, RUN_TERMINAL, run_ended
+from launcher.states import CANCELLING, GONE, RUN_RUNNING, RUN_TERMINAL, run_ended, run_state
 
 _STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
 _TOTAL = re.compile(r"Total training steps:\s*(\d+)")
@@ -164,7 +164,7 @@ def _progress_line(state: str, job: slurm.JobState | None, phase: str | None,
         reason = job.reason if job and job.reason and job.reason != "None" else ""
         requeued = " after requeue" if rec.get("requeue_count") else ""
         return f"queued{requeued}" + (f" ({reason})" if reason else "")
-    if state in ("running", "completing", "configuring"):
+    if state in RUN_RUNNING:
         if step is not None:
             return f"step {step}/{total}" if total else f"step {step}"
         if phase:
@@ -197,7 +197,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
                     jobs[part] = states[part].to_dict()
     state = rec.get("state", "created")
     if job is not None and not job.missing:
-        state = job.state.lower()
+        state = run_state(job.state)
     elif job is not None and job.missing and states is not None and states.source == "squeue" \
             and state not in RUN_TERMINAL:
         state = GONE
@@ -206,8 +206,8 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     wants_progress = state in ("running", "completing") or (
         state in RUN_TERMINAL and states is not None)
     step, total = training_progress(run, rec) if wants_progress else (None, None)
-    if state in ("running", "completing", "configuring") and rec.get("state") == "cancelled":
-        state = "cancelling"  # sf cancel was sent; sacct lags a second behind
+    if state in RUN_RUNNING and rec.get("state") == "cancelled":
+        state = CANCELLING  # sf cancel was sent; sacct lags a second behind
     final = rec.get("final") if states is None and state in RUN_TERMINAL else None
     if final:  # ended before: the record holds what Slurm said then
         step, total = final.get("step"), final.get("total_steps")
@@ -247,7 +247,7 @@ def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunS
             # a task between its pending range row and its own row (sacct lag) is pending
             unseen = "pending" if array is not None and not array.done else "unknown"
             points.append({"index": index, "job_id": f"{array_id}_{index}",
-                           "state": s.state.lower() if s else unseen,
+                           "state": run_state(s.state) if s else unseen,
                            "elapsed": s.elapsed if s else "", "nodes": s.nodelist if s else "",
                            "exit_code": s.exit_code if s else ""})
     for member in members:
@@ -265,7 +265,7 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     if status.slurm_state is None:
         return
     new_state = None
-    if status.state not in ("unknown", "cancelling") and status.state != rec.get("state") \
+    if status.state not in ("unknown", CANCELLING) and status.state != rec.get("state") \
             and rec.get("state") != "cancelled":  # sf cancel recorded it; sacct may lag
         new_state = status.state
     ended = status.state in RUN_TERMINAL
