@@ -99,11 +99,11 @@ def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
     if not local:
         say_sbatch_env_left_out(request.pass_sbatch_env)
     if local:
-        run, rc, log = pipeline.run_here(request)
+        run, rendered, rc, log = pipeline.run_here(request)
         if rc != 0:
             click.echo(f"sf: {what} failed (exit {rc}); log: {log}", err=True)
             sys.exit(1)
-        return run, None, request.rendered(str(run.dir))
+        return run, None, rendered
     sent = pipeline.submit(request)
     return sent.run, sent.job_id, sent.rendered
 

@@ -180,16 +180,17 @@ def submit(request: Request, *, extra_args=()) -> Submitted:
     return Submitted(run=run, job_id=job_id, rendered=rendered)
 
 
-def run_here(request: Request, *, echo=None) -> tuple[runs.Run, int, Path]:
+def run_here(request: Request) -> tuple[runs.Run, Rendered, int, Path]:
     """--local: bind the request and run its script here with bash (#SBATCH lines are
-    comments to bash), listed in the record like a submitted job. (run, exit code, log)."""
+    comments to bash), listed in the record like a submitted job.
+    (run, what was rendered for it, exit code, log)."""
     run, _new, rendered = bind(request)
     entry = rendered.entry or {"id": Path(rendered.script_name).stem}
     log = run.logs_dir / f"{entry['id']}-local.out"
     list_entry(run, request.entry_key, {**entry, "job_id": None, "state": "running", "log": str(log)})
     rc = _stream(run.path(rendered.script_name), log)
     list_entry(run, request.entry_key, {}, match=entry["id"], state="completed" if rc == 0 else "failed", rc=rc)
-    return run, rc, log
+    return run, rendered, rc, log
 
 
 def _stream(script: Path, log: Path) -> int:

@@ -284,3 +284,31 @@ def test_export_and_eval_local_for_real(env, tiny_checkpoint):
     assert all(s["tokens"] > 0 and s["nll"] > 0 for s in samples)
     summary = json.loads(Path(ev["summary"]).read_text())
     assert summary["samples"] == 2 and summary["val_loss"] > 0
+
+
+def test_export_local_runs_the_request_and_records_it(env, monkeypatch):
+    """`sf export --local` with a stand-in runtime whose python plays verl's merger: the
+    script runs here, the export is listed (completed) in a new run, its phases recorded."""
+    fake = env["tmp"] / "fake-rt"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "activate").write_text("")
+    merger = fake / "bin" / "python"
+    merger.write_text('#!/bin/sh\n# verl.model_merger merge ... --target_dir DIR\n'
+                      'while [ $# -gt 0 ]; do [ "$1" = --target_dir ] && t="$2"; shift; done\n'
+                      'mkdir -p "$t" && echo "{}" > "$t/config.json"\n')
+    merger.chmod(0o755)
+    registry = env["tmp"] / "fake-runtimes.yaml"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {fake}}}\n')
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(registry))
+    fsdp_layout(env["tmp"] / "ckpt", step=4, world=1)
+    res = CliRunner().invoke(main, ["export", "tiny", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--framework-version", "0.9.1", "--local"])
+    assert res.exit_code == 0, res.output
+    [run] = runs.list_runs(env["root"])
+    rec = run.record()
+    [exp] = rec["exports"]
+    assert exp["state"] == "completed" and exp["rc"] == 0 and exp["target"] == f"{run.dir}/exports/global_step_4"
+    assert f"exported {env['tmp'] / 'ckpt'}/global_step_4/actor -> {exp['target']}" in res.output
+    assert (Path(exp["target"]) / "config.json").is_file() and Path(exp["log"]).is_file()
+    assert [p["phase"] for p in rec["phases"]] == ["export_started", "export_ended"]
+    assert rec["task"] == "export" and rec["phases"][-1]["rc"] == "0"
