@@ -45,3 +45,15 @@ def test_latest_phase_and_labels():
     assert states.phase_label(states.latest_phase(events)) == "preflight running"
     assert states.latest_phase(events[:2]) == "allocated"
     assert states.phase_label("something_new") == "something new"
+
+
+def test_states_imports_the_standard_library_only():
+    """The in-job supervisor runs on the runtime's Python: the vocabulary must import there."""
+    import ast
+    import sys
+
+    tree = ast.parse((ROOT / "launcher" / "states.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
