@@ -37,3 +37,22 @@ def test_submitted_script_is_the_dry_run_modulo_run_id(slurm):
         assert stored == dry.stdout.replace(placeholder, out["run_dir"])
         run = runs.open_run(Path(out["run_dir"]).parent, out["run"])
         assert run.read_text("job.sbatch") == stored
+
+
+def test_sbatch_variables_do_not_override_the_script(slurm, monkeypatch):
+    """SBATCH_PARTITION in the user's environment would move the job to another partition;
+    sf's sbatch call leaves it out, so the job lands where its #SBATCH line says."""
+    monkeypatch.setenv("SBATCH_PARTITION", "teach")
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "7")
+    real = sf("submit", "examples/grpo", "--json")
+    assert real.returncode == 0, real.stderr
+    assert "left out of sbatch's environment: SBATCH_PARTITION, SBATCH_TIMELIMIT" in real.stderr
+    out = json.loads(real.stdout)
+    try:
+        job = slurm.show_job(out["job_id"])
+    finally:
+        slurm.cancel(out["job_id"])
+    script = (Path(out["run_dir"]) / "job.sbatch").read_text()
+    limit = next(line.split("=", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH --time="))
+    assert "#SBATCH --partition=train" in script and limit != "7"
+    assert job["Partition"] == "train" and job["TimeLimit"] == limit, job
