@@ -24,7 +24,7 @@ from launcher.cli_options import runs_root, say_sbatch_env_left_out, spec_flags,
 from launcher.errors import SlurmError, SpecError, SpecErrors
 
 
-def _compile_points(name: str, flags: dict, points: list[dict]):
+def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
     """(site, [(params, request)], runtime): every point compiled once (its overrides
     checked against verl) into a launcher.pipeline Request with a placeholder run dir;
     SpecErrors naming every bad point."""
@@ -60,7 +60,8 @@ def _compile_points(name: str, flags: dict, points: list[dict]):
             raise SpecError(f"point {index} ({sweep_mod.label(params)})",
                             "changes the pools (nodes, GPUs or het groups); a sweep's points must share one shape")
     runtime = resolve_runtime(first.framework, first.framework_version, site)
-    return site, [(params, run_request(spec, plan, site, runtime)) for params, spec, plan in compiled], runtime
+    return site, [(params, run_request(spec, plan, site, runtime, preflight=preflight))
+                  for params, spec, plan in compiled], runtime
 
 
 @click.command()
@@ -101,7 +102,7 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
     grid = sweep_mod.parse_grid(grid_items)
     points = sweep_mod.expand(grid)
     k = sweep_mod.check_max_parallel(max_parallel, len(points))
-    site, compiled, runtime = _compile_points(name, flags, points)
+    site, compiled, runtime = _compile_points(name, flags, points, preflight)
     hetjob = compiled[0][1].plan.is_hetjob
     mode = "hetjobs" if hetjob else "array"
     if dry_run:
@@ -160,7 +161,7 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
             members.append(member)
             plan = request.plan.with_run_dir(str(member.dir))  # compiled once, bound here
             plans.append(plan)
-            files = run_files(request.spec, plan, site, runtime, preflight=preflight).files
+            files = request.rendered(str(member.dir)).files
             if mode == "array":  # the tasks share the sweep's script; each reads its point from the manifest
                 files.pop("job.sbatch")
             for file_name, text in files.items():

@@ -131,3 +131,19 @@ def test_wait_follows_with_one_sacct_per_poll_and_backs_off(fake_slurm):
     # a change (new state, new phase) polls again soon; quiet polls back off
     assert slept == [1.0, 1.0, 1.0, 1.5, 2.25]
     assert run.record()["state"] == "completed"  # the monitor wrote what it saw
+
+
+def test_hetjob_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
+    """A multi-pool sweep is one hetjob per point: point 0's submitted script is the dry
+    run's but for the run id, --preflight included."""
+    distill = str(paths.data_root() / "examples" / "distill")
+    args = ["sweep", distill, "--site", site, "--grid", "rollout_n=4,8", "--max-parallel", "1", "--preflight"]
+    dry = _sf(*args, "--dry-run").stdout
+    assert "--preflight" in dry
+    fake_slurm.set("sbatch", "600\n")
+    out = json.loads(_sf(*args, "--json").stdout)
+    assert out["mode"] == "hetjobs" and len(out["points"]) == 2
+    point0 = runs.open_run(fake_slurm.runs_dir, out["points"][0]["run"])
+    placeholder = pipeline.placeholder_run_dir(str(fake_slurm.runs_dir), "distill")
+    assert point0.read_text("job.sbatch") == dry.replace(placeholder, str(point0.dir))
+    assert len(fake_slurm.calls("sbatch")) == 2
