@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -147,3 +148,14 @@ def test_hetjob_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
     placeholder = pipeline.placeholder_run_dir(str(fake_slurm.runs_dir), "distill")
     assert point0.read_text("job.sbatch") == dry.replace(placeholder, str(point0.dir))
     assert len(fake_slurm.calls("sbatch")) == 2
+
+
+def test_array_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
+    args = ["sweep", GRPO, "--site", site, "--grid", "rollout_n=4,8", "--max-parallel", "1"]
+    dry = _sf(*args, "--dry-run").stdout
+    fake_slurm.set("sbatch", "700\n")
+    out = json.loads(_sf(*args, "--json").stdout)
+    assert out["mode"] == "array"
+    placeholder = pipeline.placeholder_run_dir(str(fake_slurm.runs_dir), "grpo")
+    expected = dry.replace(placeholder, out["sweep_dir"]).replace(Path(placeholder).name.lower(), out["sweep"])
+    assert fake_slurm.submitted_script() == expected
