@@ -69,7 +69,6 @@ class Request:
     warnings: tuple[str, ...] = ()
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
     spec: object = None  # the launcher.spec.MergedSpec it came from
-    preflight: bool = False
 
     @property
     def run_dir(self) -> str:
@@ -105,13 +104,13 @@ def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     return run_request(spec, plan, site, runtime, preflight=preflight)
 
 
-def run_request(spec, plan, site, runtime, *, preflight: bool = False, record: dict | None = None) -> Request:
+def run_request(spec, plan, site, runtime, *, preflight: bool = False) -> Request:
     """The Request of a compiled plan (its run dir the placeholder of its runs dir)."""
     return Request(
         experiment=spec.name, runs_dir=absolute_runs_dir(site.runs_dir),
         render=lambda run_dir: run_files(spec, plan.with_run_dir(run_dir), site, runtime, preflight=preflight),
-        record={"preflight": preflight, "runtime": runtime.to_dict(), **(record or {})},
-        warnings=tuple(plan.warnings), plan=plan, spec=spec, preflight=preflight,
+        record={"preflight": preflight, "runtime": runtime.to_dict()},
+        warnings=tuple(plan.warnings), plan=plan, spec=spec,
         pass_sbatch_env=site.pass_sbatch_env,
     )
 
@@ -152,7 +151,7 @@ def bind(request: Request) -> tuple[runs.Run, bool, Rendered]:
     return run, new, rendered
 
 
-def submit(request: Request, *, extra_args=()) -> Submitted:
+def submit(request: Request) -> Submitted:
     """Create/bind the run, write its files, sbatch the script; the record says
     submitting -> submitted (job id) or submit_failed (the error, re-raised)."""
     from launcher import slurm
@@ -162,7 +161,7 @@ def submit(request: Request, *, extra_args=()) -> Submitted:
         run.add_state(SUBMITTING)
     script = run.path(rendered.script_name)
     try:
-        job_id = slurm.sbatch(script, extra_args=extra_args, pass_env=request.pass_sbatch_env,
+        job_id = slurm.sbatch(script, pass_env=request.pass_sbatch_env,
                               cwd=str(run.dir) if request.sbatch_in_run_dir else None)
     except SlurmError as exc:
         if rendered.entry is not None:
