@@ -18,7 +18,7 @@ import click
 from launcher import monitor, runs, slurm
 from launcher.cli_options import runs_options, runs_root
 from launcher.errors import SlurmError, SpecError
-from launcher.states import RUN_TERMINAL, run_ended
+from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130
 
@@ -348,7 +348,7 @@ def cancel(target, as_json, site_path, runs_dir):
     if job_ids:
         slurm.scancel(job_ids)
     for r in cancelled:
-        r.add_state("cancelled", by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
+        r.add_state(CANCELLED, by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
     if as_json:
         click.echo(json.dumps({"target": run.id, "job_ids": job_ids,
                                "cancelled": [r.id for r in cancelled], "not_running": already}, indent=2))

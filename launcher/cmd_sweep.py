@@ -22,6 +22,7 @@ import click
 from launcher import sweep as sweep_mod
 from launcher.cli_options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
@@ -179,10 +180,10 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
                 m.update(script=str(sweep_run.path("job.sbatch")))
     except Exception as exc:
         for r in [sweep_run, *members]:
-            r.add_state("submit_failed", error=str(exc))
+            r.add_state(SUBMIT_FAILED, error=str(exc))
         raise
     for r in [sweep_run, *members]:
-        r.add_state("submitting")
+        r.add_state(SUBMITTING)
     say_sbatch_env_left_out(site.pass_sbatch_env)
     if mode == "array":
         ok = _submit_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env)
@@ -205,7 +206,7 @@ def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
         array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env)
     except SlurmError as exc:
         for r in [sweep_run, *chosen]:
-            r.add_state("submit_failed", error=str(exc))
+            r.add_state(SUBMIT_FAILED, error=str(exc))
         click.echo(f"sf: slurm error: {exc}", err=True)
         return False
 
@@ -214,7 +215,7 @@ def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
         rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_id": array_id, "indices": indices})
 
     sweep_run.mutate(add_array)
-    sweep_run.add_state("submitted", job_id=array_id, indices=indices)
+    sweep_run.add_state(SUBMITTED, job_id=array_id, indices=indices)
     for m in chosen:
         index = m.raw_record()["sweep"]["index"]
         _point_submitted(m, f"{array_id}_{index}")
@@ -238,7 +239,7 @@ def _point_submitted(member, job_id: str) -> None:
     member.mutate(apply)
     if old_reason:  # the ended attempt's reason is kept in `attempts`; the new one starts clean
         member.write_text(runs.REASON, "")
-    member.add_state("submitted", job_id=job_id)
+    member.add_state(SUBMITTED, job_id=job_id)
 
 
 def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
@@ -252,7 +253,7 @@ def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
             job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
                                   pass_env=pass_env)
         except SlurmError as exc:
-            m.add_state("submit_failed", error=str(exc))
+            m.add_state(SUBMIT_FAILED, error=str(exc))
             click.echo(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}", err=True)
             submitted.append(None)
             ok = False
@@ -265,7 +266,7 @@ def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
         rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_ids": submitted, "indices": indices})
 
     sweep_run.mutate(add)
-    sweep_run.add_state("submitted" if any(submitted) else "submit_failed", job_ids=[j for j in submitted if j])
+    sweep_run.add_state(SUBMITTED if any(submitted) else SUBMIT_FAILED, job_ids=[j for j in submitted if j])
     return ok
 
 
@@ -324,7 +325,7 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
         return
     chosen = [members[i] for i in failed]
     for m in chosen:
-        m.add_state("retrying", by="sf sweep --retry-failed")
+        m.add_state(RETRYING, by="sf sweep --retry-failed")
     pass_env = load_site(site_path).pass_sbatch_env
     say_sbatch_env_left_out(pass_env)
     if mode == "array":

@@ -19,7 +19,7 @@ from pathlib import Path
 from launcher import runs as runs_mod
 from launcher import slurm
 from launcher import states as vocabulary
-from launcher.states import CANCELLING, GONE, RUN_RUNNING, RUN_TERMINAL, run_ended, run_state
+from launcher.states import CANCELLED, CANCELLING, GONE, RUN_RUNNING, RUN_TERMINAL, run_ended, run_state
 
 _STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
 _TOTAL = re.compile(r"Total training steps:\s*(\d+)")
@@ -206,7 +206,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     wants_progress = state in ("running", "completing") or (
         state in RUN_TERMINAL and states is not None)
     step, total = training_progress(run, rec) if wants_progress else (None, None)
-    if state in RUN_RUNNING and rec.get("state") == "cancelled":
+    if state in RUN_RUNNING and rec.get("state") == CANCELLED:
         state = CANCELLING  # sf cancel was sent; sacct lags a second behind
     final = rec.get("final") if states is None and state in RUN_TERMINAL else None
     if final:  # ended before: the record holds what Slurm said then
@@ -266,7 +266,7 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
         return
     new_state = None
     if status.state not in ("unknown", CANCELLING) and status.state != rec.get("state") \
-            and rec.get("state") != "cancelled":  # sf cancel recorded it; sacct may lag
+            and rec.get("state") != CANCELLED:  # sf cancel recorded it; sacct may lag
         new_state = status.state
     ended = status.state in RUN_TERMINAL
     final = None
@@ -282,7 +282,7 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     def apply(r):
         # decided on a read without the lock: re-check, so two `sf status` at once
         # record a change once, and never undo a cancel recorded in between
-        if new_state is not None and r.get("state") not in (new_state, "cancelled"):
+        if new_state is not None and r.get("state") not in (new_state, CANCELLED):
             r["state"] = new_state
             r.setdefault("history", []).append(entry)
         if final is not None and not r.get("final"):

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from launcher.errors import SpecError
+from launcher.states import CREATED
 
 RECORD = "record.json"
 EVENTS = "events.jsonl"
@@ -233,8 +234,8 @@ def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None)
         "experiment": experiment,
         "kind": kind,
         "created": now,
-        "state": "created",
-        "history": [{"state": "created", "time": now}],
+        "state": CREATED,
+        "history": [{"state": CREATED, "time": now}],
         "job_ids": [],
         "requeue_count": 0,
         "exit_reason": None,

@@ -34,8 +34,11 @@ def slurm_done(state: str) -> bool:
 
 # --- run states -------------------------------------------------------------------------
 
-# Written by the login side before Slurm knows the job.
+# Written by the login side before Slurm knows the job (RETRYING: `sf sweep --retry-failed`
+# is about to submit the point again; CANCELLED, a Slurm state too, is also what `sf cancel`
+# records at once).
 CREATED, SUBMITTING, SUBMITTED, SUBMIT_FAILED = "created", "submitting", "submitted", "submit_failed"
+RETRYING, CANCELLED = "retrying", "cancelled"
 # A job squeue no longer lists while accounting is down: ended, but how is unknown. Kept
 # out of RUN_TERMINAL so the overview still asks about it once accounting is back.
 GONE = "gone"
