@@ -111,20 +111,25 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
     _submit(compiled, site, runtime, grid, k, mode, preflight, as_json)
 
 
-def _array(n: int, k: int, sweep_id: str, sweep_dir: str) -> dict:
-    return {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
+def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
+                  sweep_dir: str) -> str:
+    """The one batch script of an array sweep (each task reads its point from the manifest)."""
+    from launcher.pipeline import run_files
+
+    array = {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
+    return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
 def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
     from launcher.pipeline import placeholder_run_dir
-    from launcher.render import array_directive, render_script
+    from launcher.render import array_directive
 
     first = compiled[0][1]
     n = len(compiled)
     if mode == "array":
         sweep_dir = placeholder_run_dir(site.runs_dir, first.experiment)
-        script = render_script(first.plan, site, runtime, preflight=preflight,
-                               array=_array(n, k, Path(sweep_dir).name.lower(), sweep_dir))
+        script = _array_script(first, first.plan, site, runtime, preflight, n, k, Path(sweep_dir).name.lower(),
+                               sweep_dir)
     else:
         script = first.script
     pts = [{"index": i, "params": params, "overrides": list(request.plan.overrides)}
@@ -145,7 +150,6 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
 
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     from launcher import runs
-    from launcher.pipeline import run_files
 
     first = compiled[0][1]
     n = len(compiled)
@@ -173,8 +177,7 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
                 {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
                  "params": compiled[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
                 for i, (m, p) in enumerate(zip(members, plans, strict=True))]))
-            script = run_files(first.spec, plans[0], site, runtime, preflight=preflight,
-                               array=_array(n, k, sweep_run.id, str(sweep_run.dir))).script
+            script = _array_script(first, plans[0], site, runtime, preflight, n, k, sweep_run.id, str(sweep_run.dir))
             sweep_run.write_text("job.sbatch", script)
             for m in members:
                 m.update(script=str(sweep_run.path("job.sbatch")))
