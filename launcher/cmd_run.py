@@ -72,6 +72,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
 
     request = pipeline.prepare_run(name, spec_flags(kwargs), preflight=preflight)
     plan = request.plan
+    say_sbatch_env_left_out(request.pass_sbatch_env)  # what sbatch runs with is part of the request
     if dry_run:
         script = request.script
         if as_json:
@@ -87,7 +88,6 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
-    say_sbatch_env_left_out(request.pass_sbatch_env)
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
     _warn(request.warnings)

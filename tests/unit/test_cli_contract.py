@@ -66,6 +66,9 @@ def test_submit_leaves_sbatch_variables_out_and_says_so_once(site, fake_slurm, m
                     "(they would override the script's #SBATCH lines; the site's slurm.pass_sbatch_env lets "
                     "named ones through)"]
     assert fake_slurm.sbatch_env() == []
+    # the dry run says it too: how sbatch runs is part of what it shows
+    dry = sf("submit", GRPO, "--site", site(), "--dry-run")
+    assert [line for line in dry.stderr.splitlines() if "SBATCH_" in line] == said
     # the site lets a named one through, and only that one
     result = sf("submit", GRPO, "--site", site(pass_sbatch_env=["SBATCH_RESERVATION"]))
     assert result.exit_code == 0, result.output
