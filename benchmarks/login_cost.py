@@ -1,20 +1,33 @@
-"""Benchmark 2: what sf costs on the login node, against `sbatch --test-only`.
+"""Benchmark 2: what sf costs on the login node, against Hydra's own compose and
+`sbatch --test-only`.
 
-    python benchmarks/login_cost.py --work DIR --out FILE [--reps 5]
+    python benchmarks/login_cost.py --work DIR --out FILE [--reps 7] [--no-slurm]
 
 Each command runs as a child process; its wall time is measured around it, its CPU time
-and peak memory (max RSS) come from GNU time (/usr/bin/time). Commands (examples/grpo, the 2-node GRPO example, verl 0.9.1):
+and peak memory (max RSS) come from GNU time (/usr/bin/time). The commands run
+interleaved (one of each per repetition), so a change of load on the host touches all of
+them alike. Commands (examples/grpo, the 2-node GRPO example):
 
   sf --help
   sf validate examples/grpo
-  sf submit examples/grpo --dry-run     (compile + the verl compose check + render)
-  sbatch --test-only <the same script>  (rendered once by `sf render examples/grpo -o DIR`)
+  sf submit examples/grpo --dry-run          spec + compile + the verl compose check + render,
+                                             with an empty compose cache (launcher.verlcache)
+  ... --dry-run (compose remembered)         the same, the check remembered from a run before
+  hydra compose of verl's ppo_trainer        a fresh Python that only composes verl's own
+                                             config with Hydra: the floor of any check
+  sbatch --test-only <the same script>       (unless --no-slurm)
+
+It prints the ratio of the dry run's median wall time to the bare compose's (issue 15's
+target: at most 1.3x). sf runs as `python -m launcher.cli` from this checkout, so the
+tree under test is what is measured whatever `sf` is on PATH.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,16 +39,31 @@ import common  # noqa: E402
 from common import log  # noqa: E402
 
 TIME = "/usr/bin/time"  # GNU time (Debian package `time`)
+SF = [sys.executable, "-m", "launcher.cli"]
+DRY_COLD = "sf submit examples/grpo --dry-run"
+DRY_WARM = "sf submit examples/grpo --dry-run (compose remembered)"
+COMPOSE = "hydra compose of verl's ppo_trainer (fresh Python)"
+TARGET_RATIO = 1.3
+
+# What the verl compose check cannot do with less: start Python, import Hydra, compose.
+COMPOSE_ONLY = """
+import importlib.util, os
+from hydra import compose, initialize_config_dir
+config_dir = os.path.join(list(importlib.util.find_spec("verl").submodule_search_locations)[0], "trainer", "config")
+with initialize_config_dir(config_dir=config_dir, version_base=None):
+    compose(config_name="ppo_trainer")
+"""
 
 
-def measure(argv: list[str]) -> dict:
+def measure(argv: list[str], env: dict | None = None) -> dict:
     """Wall time around the child; its CPU time and peak RSS from GNU time (whose own small
     process is what the child forks from, so the peak is the child's, not this Python's)."""
     fd, path = tempfile.mkstemp(prefix="bx-time-")
     os.close(fd)
     t0 = time.perf_counter()
     proc = subprocess.run([TIME, "-o", path, "-f", "%M %U %S", *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, cwd=common.REPO, stdin=subprocess.DEVNULL, timeout=120)
+                          stderr=subprocess.PIPE, cwd=common.REPO, stdin=subprocess.DEVNULL, timeout=120,
+                          env=env)
     wall = time.perf_counter() - t0
     fields = Path(path).read_text().split()[-3:]
     os.unlink(path)
@@ -48,34 +76,53 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--no-slurm", action="store_true", help="skip sbatch --test-only (no cluster needed)")
     args = p.parse_args(argv)
     work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
     rendered = work / "login-render"
-    common.run([common.SF, "render", "examples/grpo", "-o", str(rendered)], timeout=120)
+    common.run([*SF, "render", "examples/grpo", "-o", str(rendered)], timeout=120)
     script = rendered / "job.sbatch"
+    warm_cache, cold_cache = work / "compose-cache-warm", work / "compose-cache-cold"
+    env_with = {**os.environ, "SF_CACHE_DIR": str(warm_cache)}
+    env_without = {**os.environ, "SF_CACHE_DIR": str(cold_cache)}
     commands = {
-        "sf --help": [common.SF, "--help"],
-        "sf validate examples/grpo": [common.SF, "validate", "examples/grpo"],
-        "sf submit examples/grpo --dry-run": [common.SF, "submit", "examples/grpo", "--dry-run"],
-        "sbatch --test-only (same script)": ["sbatch", "--test-only", str(script)],
+        "sf --help": ([*SF, "--help"], None),
+        "sf validate examples/grpo": ([*SF, "validate", "examples/grpo"], env_without),
+        DRY_COLD: ([*SF, "submit", "examples/grpo", "--dry-run"], env_without),
+        COMPOSE: ([sys.executable, "-c", COMPOSE_ONLY], None),
+        DRY_WARM: ([*SF, "submit", "examples/grpo", "--dry-run"], env_with),
     }
-    result = {"commands": {}, "script": str(script), "reps": args.reps}
-    for name, cmd in commands.items():  # one warm-up each (page cache), not counted
-        measure(cmd)
+    if not args.no_slurm:
+        commands["sbatch --test-only (same script)"] = (["sbatch", "--test-only", str(script)], None)
+    result = {"commands": {}, "script": str(script), "reps": args.reps, "interleaved": True}
+    for cmd, env in commands.values():  # one warm-up each (page cache; fills the warm cache), not counted
+        measure(cmd, env)
     for rep in range(args.reps):
-        for name, cmd in commands.items():
-            row = measure(cmd)
+        for name, (cmd, env) in commands.items():
+            shutil.rmtree(cold_cache, ignore_errors=True)  # the cold runs never find a remembered check
+            row = measure(cmd, env)
             row["rep"] = rep
             result["commands"].setdefault(name, []).append(row)
             if row["rc"] != 0:
                 log(f"{name}: exit {row['rc']}: {row['stderr_tail']}")
         common.save(args.out, result)
+    medians = {name: statistics.median(r["wall_s"] for r in rows) for name, rows in result["commands"].items()}
     for name, rows in result["commands"].items():
         wall = common.summary([r["wall_s"] for r in rows])
         rss = common.summary([r["peak_rss_mb"] for r in rows])
-        log(f"{name:40s} wall median {wall['median']}s [{wall['min']}-{wall['max']}]  peak RSS {rss['median']} MB")
+        log(f"{name:55s} wall median {wall['median']}s [{wall['min']}-{wall['max']}]  peak RSS {rss['median']} MB")
+    result["ratios"] = {
+        "dry_run_vs_compose": round(medians[DRY_COLD] / medians[COMPOSE], 3),
+        "dry_run_remembered_vs_compose": round(medians[DRY_WARM] / medians[COMPOSE], 3),
+        "target": TARGET_RATIO,
+        "load_average": common.load_average(),
+    }
     common.save(args.out, result)
+    for key in ("dry_run_vs_compose", "dry_run_remembered_vs_compose"):
+        ratio = result["ratios"][key]
+        print(f"{key}: {ratio:.2f}x (target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
     return 0
 
 

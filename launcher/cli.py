@@ -2,12 +2,18 @@
 
 Commands live in small modules and are imported only when used, so `sf --help` stays
 fast on a busy login node. Every SpecError ends the command with one line per problem
-on stderr and exit code 2; SlurmError with exit code 1.
+on stderr and exit code 2; SlurmError with exit code 1. With --json, every command also
+prints its errors as one JSON document on stdout, of one shape for all commands:
+
+    {"ok": false, "errors": [{"field": "...", "message": "...", "hint": "..." or null}]}
+
+(`sf validate --json` adds "valid": false, as it always did.)
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import click
@@ -27,12 +33,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("launcher.cmd_monitor:cancel", "Cancel a run or a sweep."),
     "list": ("launcher.cmd_monitor:list_runs", "List runs."),
     "sweep": ("launcher.cmd_sweep:sweep", "Submit a grid of runs as one Slurm job array."),
-    "export": ("launcher.cmd_extra:export", "Merge a verl checkpoint into a Hugging Face folder."),
-    "eval": ("launcher.cmd_extra:eval_cmd", "Evaluate an SFT run and attach the samples to it."),
-    "metrics": ("launcher.cmd_extra:metrics", "Print the key training metrics of a run."),
-    "plot": ("launcher.cmd_extra:plot", "Draw the key training metrics of a run to a PNG."),
-    "doctor": ("launcher.cmd_extra:doctor", "Check the site file against the live cluster."),
+    "export": ("launcher.cmd_export:export", "Merge a verl checkpoint into a Hugging Face folder."),
+    "eval": ("launcher.cmd_export:eval_cmd", "Evaluate an SFT run and attach the samples to it."),
+    "metrics": ("launcher.cmd_metrics:metrics", "Print the key training metrics of a run."),
+    "plot": ("launcher.cmd_metrics:plot", "Draw the key training metrics of a run to a PNG."),
+    "doctor": ("launcher.cmd_doctor:doctor", "Check the site file against the live cluster."),
 }
+
+
+def error_document(errors: list[SpecError], command: str | None = None) -> dict:
+    """The JSON every command prints for its errors with --json."""
+    doc = {"ok": False, "errors": [{"field": e.field, "message": e.message, "hint": _hint(e.message)}
+                                   for e in errors]}
+    if command == "validate":
+        doc["valid"] = False
+    return doc
+
+
+def _hint(message: str) -> str | None:
+    """The fix, where a message says it after its last `; ` (sf's messages are `what; fix`)."""
+    _, sep, fix = message.rpartition("; ")
+    return fix if sep else None
 
 
 class LazyGroup(click.Group):
@@ -51,19 +72,34 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def parse_args(self, ctx, args):
+        # whether the command was asked for JSON, known even when its own parsing fails
+        ctx.meta["sf.json"] = "--json" in (args[: args.index("--")] if "--" in args else args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecErrors as exc:
-            for error in exc.errors:
-                click.echo(f"sf: error: {error}", err=True)
-            sys.exit(exc.exit_code)
-        except SpecError as exc:
-            click.echo(f"sf: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
+        except (SpecErrors, SpecError) as exc:
+            errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
+            self._fail(ctx, errors, exc.exit_code, "sf: error: ")
         except SlurmError as exc:
-            click.echo(f"sf: slurm error: {exc}", err=True)
-            sys.exit(exc.exit_code)
+            self._fail(ctx, [SpecError("slurm", str(exc))], exc.exit_code, "sf: slurm error: ")
+        except click.UsageError as exc:
+            if not ctx.meta.get("sf.json"):
+                raise  # click prints the usage and exits 2
+            param = getattr(exc, "param", None)
+            field = param.opts[0] if param is not None and getattr(param, "opts", None) else "usage"
+            self._fail(ctx, [SpecError(field, exc.format_message())], 2, "sf: error: ")
+
+    @staticmethod
+    def _fail(ctx, errors: list[SpecError], exit_code: int, prefix: str):
+        if ctx.meta.get("sf.json"):
+            click.echo(json.dumps(error_document(errors, ctx.invoked_subcommand), indent=2))
+        for error in errors:
+            shown = error.message if error.field == "slurm" else str(error)
+            click.echo(f"{prefix}{shown}", err=True)
+        sys.exit(exit_code)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,4 +1,5 @@
-"""The spec flags shared by `sf validate`, `sf submit`, `sf render` and `sf sweep`.
+"""Flags shared by commands: the spec flags of `sf validate`, `sf submit`, `sf render` and
+`sf sweep`, and where the run records are (`runs_options`, `runs_root`).
 
     @click.command()
     @click.argument("name")
@@ -11,12 +12,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
-SPEC_FLAG_NAMES = ("model", "train_data", "validation_data", "train_dataset", "profile", "set", "site")
-
 _OPTIONS = (
-    click.option("--model", metavar="PATH_OR_HF_ID", help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
+    click.option("--model", metavar="PATH_OR_HF_ID",
+                 help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
     click.option("--train-data", "train_data", metavar="FILE", multiple=True,
                  help="Training file -> data.train_files (repeatable; relative to --train-dataset when given)."),
     click.option("--validation-data", "validation_data", metavar="FILE", multiple=True,
@@ -50,3 +53,38 @@ def spec_flags(kwargs: dict) -> dict:
         "site": kwargs.pop("site", None),
     }
     return flags
+
+
+# --- where the run records are: the flags of every command that reads or writes them ------
+
+def runs_options(func):
+    """Decorator adding --runs-dir and --site (passed as `runs_dir`, `site_path`)."""
+    func = click.option("--runs-dir", default=None, metavar="DIR",
+                        help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(func)
+    func = click.option("--site", "site_path", default=None, metavar="FILE",
+                        help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ~/.config/sf/site.yaml).")(func)
+    return func
+
+
+def runs_root(site_path: str | None, runs_dir: str | None, site=None) -> Path:
+    """--runs-dir, then $SF_RUNS_DIR, then the site's runs_dir (the site file is read
+    only when needed, unless the caller has it already)."""
+    if runs_dir:
+        return Path(runs_dir).expanduser()
+    if os.environ.get("SF_RUNS_DIR"):
+        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
+    if site is None:
+        from launcher.site import load_site
+
+        site = load_site(site_path)
+    return Path(site.runs_dir)
+
+
+def say_sbatch_env_left_out(passed=()) -> None:
+    """One line naming the SBATCH_* variables sf's sbatch calls leave out (launcher.slurm)."""
+    from launcher.slurm import sbatch_input_variables
+
+    names = sbatch_input_variables(passed=passed)
+    if names:
+        click.echo(f"sf: left out of sbatch's environment: {', '.join(names)} (they would override the script's "
+                   "#SBATCH lines; the site's slurm.pass_sbatch_env lets named ones through)", err=True)

@@ -8,7 +8,6 @@ can be stopped with Ctrl-C (exit 130) without touching the jobs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -17,46 +16,29 @@ from pathlib import Path
 import click
 
 from launcher import monitor, runs, slurm
+from launcher.cli_options import runs_options, runs_root
 from launcher.errors import SlurmError, SpecError
+from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130
-
-
-def _runs_dir(site_path: str | None, runs_dir: str | None) -> Path:
-    """--runs-dir, then $SF_RUNS_DIR, then the site's runs_dir."""
-    if runs_dir:
-        return Path(runs_dir).expanduser()
-    if os.environ.get("SF_RUNS_DIR"):
-        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
-    from launcher.site import load_site
-
-    return Path(load_site(site_path).runs_dir)
 
 
 def complete_run_ids(ctx, param, incomplete):
     """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
     try:
-        root = _runs_dir(ctx.params.get("site_path"), ctx.params.get("runs_dir"))
+        root = runs_root(ctx.params.get("site_path"), ctx.params.get("runs_dir"))
         names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
     except Exception:  # completion must never fail loudly
         return []
     return [n for n in names if n.startswith(incomplete)]
 
 
-def _common(fn):
-    fn = click.option("--runs-dir", default=None, metavar="DIR",
-                      help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(fn)
-    fn = click.option("--site", "site_path", default=None, metavar="FILE",
-                      help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...).")(fn)
-    return fn
-
-
 def _table(headers: list[str], rows: list[list]) -> str:
     rows = [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 
@@ -117,7 +99,7 @@ def _is_point(run: runs.Run) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (one per poll with --watch).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="Runs shown without RUN.")
-@_common
+@runs_options
 def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     """Show where runs are: Slurm state, phase, training step.
 
@@ -125,7 +107,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     asking Slurm). With a SWEEP id: every point. One sacct call per poll however many
     runs and array tasks; falls back to squeue (and says so) without accounting.
     """
-    root = _runs_dir(site_path, runs_dir)
+    root = runs_root(site_path, runs_dir)
     if target:
         watched = [runs.open_run(root, target)]
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
@@ -219,7 +201,7 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
     rec = run.record()
     ids = [only] if only else [str(j) for j in rec.get("job_ids") or []]
     if not ids:
-        return rec.get("state") in runs.TERMINAL_STATES
+        return rec.get("state") in RUN_TERMINAL
     states = slurm.job_states(ids)
     return all(states[j].done for j in ids if j in states) or \
         (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
@@ -239,12 +221,12 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
               help="Seconds between reads with -f.")
 @click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between job-state checks with -f (one sacct call each).")
-@_common
+@runs_options
 def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_every, site_path, runs_dir):
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
-    root = _runs_dir(site_path, runs_dir)
+    root = runs_root(site_path, runs_dir)
     run = runs.open_run(root, run_id)
     rec = run.record()
     array_id, only = None, None
@@ -337,10 +319,10 @@ def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_ev
 @click.command()
 @click.argument("target", metavar="RUN|SWEEP", shell_complete=complete_run_ids)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@_common
+@runs_options
 def cancel(target, as_json, site_path, runs_dir):
     """Cancel every Slurm job of a run, or of every point of a sweep."""
-    root = _runs_dir(site_path, runs_dir)
+    root = runs_root(site_path, runs_dir)
     run = runs.open_run(root, target)
     statuses = monitor.poll([run], runs_dir=root, write_back=False)
     status = statuses[0]
@@ -356,7 +338,7 @@ def cancel(target, as_json, site_path, runs_dir):
         rec = r.record()
         state = st.state if st is not None else member_states.get(r.id, rec.get("state"))
         ids = [str(j) for j in rec.get("job_ids") or []]
-        if not ids or state in runs.TERMINAL_STATES or state == "gone":
+        if not ids or run_ended(state):
             if r is run and status.kind == "sweep" and not ids:
                 continue
             already.append({"run": r.id, "state": state})
@@ -366,7 +348,7 @@ def cancel(target, as_json, site_path, runs_dir):
     if job_ids:
         slurm.scancel(job_ids)
     for r in cancelled:
-        r.add_state("cancelled", by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
+        r.add_state(CANCELLED, by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
     if as_json:
         click.echo(json.dumps({"target": run.id, "job_ids": job_ids,
                                "cancelled": [r.id for r in cancelled], "not_running": already}, indent=2))
@@ -382,10 +364,10 @@ def cancel(target, as_json, site_path, runs_dir):
 @click.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
-@_common
+@runs_options
 def list_runs(as_json, limit, site_path, runs_dir):
     """List runs and sweeps, newest first, from their records (asks Slurm nothing)."""
-    root = _runs_dir(site_path, runs_dir)
+    root = runs_root(site_path, runs_dir)
     items = []
     for run in runs.list_runs(root)[:limit]:
         try:
@@ -403,5 +385,6 @@ def list_runs(as_json, limit, site_path, runs_dir):
         click.echo(f"no runs in {root}")
         return
     click.echo(_table(["RUN", "KIND", "STATE", "JOB", "CREATED", "EXPERIMENT"],
-                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"), ",".join(r.get("job_ids") or []) or "-",
+                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"),
+                        ",".join(r.get("job_ids") or []) or "-",
                         _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))

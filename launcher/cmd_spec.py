@@ -11,9 +11,11 @@ import click
 
 from launcher.cli_options import spec_flags, spec_options
 from launcher.errors import SpecError, SpecErrors
+from launcher.slurm import sbatch_input_variables
 
 _KNOB_BLOCK = {
-    "grpo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n",
+    "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
+             "  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n"),
     "rloo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
     "reinforce-baseline": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
     "remax": "  rollout_n: 1   # ReMax: one sampled response + the greedy baseline\n  actor_lr: 1.0e-6\n",
@@ -49,7 +51,8 @@ def config_text(name: str, method: str, version: str) -> str:
                   "# reward:", "#   function: {path: my_reward.py, name: compute_score}"]
     lines += ["", "# Knobs (each maps to a verl key; `sf schema` lists them):", "knobs:"]
     lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
-    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":", "overrides: []"]
+    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":",
+              "overrides: []"]
     if method == "distillation":
         lines += ["", "spec:", "  resources:", "    pools:",
                   "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
@@ -82,10 +85,10 @@ def _complete_versions(ctx, param, incomplete):
               shell_complete=_complete_versions, help="verl version of the catalog.")
 def new(name, method, framework_version):
     """Create experiments/NAME/config.yaml for a method."""
+    import yaml
+
     from launcher import catalog
     from launcher.spec import NAME_RE, schema_errors
-
-    import yaml
 
     if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
@@ -114,22 +117,20 @@ def new(name, method, framework_version):
     click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
 
 
-def _placeholder_run_dir(site, name: str) -> str:
-    # as long as a real run id's suffix (runs.create_run: 5 characters)
-    return os.path.join(os.path.abspath(site.runs_dir), f"{name}-XXXXX")
-
-
 def check(name: str, flags: dict, run_dir: str | None = None):
-    """load_spec + compile_plan + verlcheck. Returns (spec, plan, site); raises SpecErrors."""
+    """load_spec + compile_plan + the verl compose check (remembered when clean:
+    launcher.verlcache). Returns (spec, plan, site); raises SpecErrors."""
     from launcher.compile import compile_plan
+    from launcher.pipeline import placeholder_run_dir
     from launcher.site import load_site
     from launcher.spec import load_spec
-    from launcher.verlcheck import check_overrides, version_note
+    from launcher.verlcache import checked_overrides
+    from launcher.verlcheck import version_note
 
     site = load_site(flags.get("site"))
     spec = load_spec(name, flags, site)
-    plan = compile_plan(spec, site, run_dir or _placeholder_run_dir(site, spec.name))
-    errors = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name))
+    errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
     if errors:
         raise SpecErrors(errors)
     note = version_note(plan.framework_version)
@@ -138,6 +139,20 @@ def check(name: str, flags: dict, run_dir: str | None = None):
 
         plan = replace(plan, warnings=plan.warnings + (note,))
     return spec, plan, site
+
+
+def _sbatch_env_warnings(site) -> list[str]:
+    """One warning per SBATCH_* variable set here: sbatch reads them as options that
+    override the script's #SBATCH lines."""
+    out = []
+    for name in sbatch_input_variables():
+        if name in site.pass_sbatch_env:
+            out.append(f"{name}={os.environ[name]} is set and the site passes it to sbatch "
+                       "(slurm.pass_sbatch_env): it overrides the script's #SBATCH lines")
+        else:
+            out.append(f"{name}={os.environ[name]} is set: sbatch would let it override the script's #SBATCH "
+                       "lines; sf submit leaves it out of its sbatch call")
+    return out
 
 
 def _flat(values: dict, prefix: str = ""):
@@ -158,16 +173,10 @@ def validate(name, as_json, **kwargs):
 
     Exit 0 when valid, 2 when not (one line per problem on stderr).
     """
-    flags = spec_flags(kwargs)
-    try:
-        spec, plan, _site = check(name, flags)
-    except (SpecError, SpecErrors) as exc:
-        if as_json:
-            errs = exc.errors if isinstance(exc, SpecErrors) else [exc]
-            click.echo(json.dumps({"valid": False, "errors": [{"field": e.field, "message": e.message} for e in errs]}, indent=2))
-        raise
+    spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli prints them (as JSON too)
     if as_json:
         out = {
+            "ok": True,
             "valid": True,
             "experiment": plan.experiment,
             "method": f"verl/{plan.method}",
@@ -178,9 +187,10 @@ def validate(name, as_json, **kwargs):
             "sources": list(plan.sources),
             "entry": list(plan.entry),
             "argv": plan.argv(),
-            "pools": [{"name": p.name, "series": p.series, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
-                       "het_group": p.het_group, "roles": list(p.roles)} for p in plan.pools],
-            "warnings": list(plan.warnings),
+            "pools": plan.to_dict()["pools"],
+            "warnings": list(plan.warnings) + _sbatch_env_warnings(site),
+            "sbatch_env": [{"name": name, "value": os.environ[name], "passed": name in site.pass_sbatch_env}
+                           for name in sbatch_input_variables()],
         }
         click.echo(json.dumps(out, indent=2))
         return
@@ -190,12 +200,13 @@ def validate(name, as_json, **kwargs):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
     click.echo("pools:")
     for p in plan.pools:
-        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} roles={','.join(p.roles)}")
+        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "
+                   f"roles={','.join(p.roles)}")
     click.echo("entry: " + " ".join(plan.entry))
     click.echo("overrides:")
     for ov, source in zip(plan.overrides, plan.sources):
         click.echo(f"  {ov}    [{source}]")
-    for w in plan.warnings:
+    for w in [*plan.warnings, *_sbatch_env_warnings(site)]:
         click.echo(f"sf: warning: {w}", err=True)
 
 

@@ -14,27 +14,27 @@ dependencies (multi-pool hetjobs, at most K at once). See launcher.sweep for the
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
-import yaml
 
 from launcher import sweep as sweep_mod
-from launcher.cli_options import spec_flags, spec_options
+from launcher.cli_options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
 
 
-def _compile_points(name: str, flags: dict, points: list[dict]):
-    """(site, [(params, spec, plan)], runtime) with placeholder run dirs; SpecErrors naming
-    every bad point."""
+def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
+    """(site, [(params, request)], runtime): every point compiled once (its overrides
+    checked against verl) into a launcher.pipeline Request with a placeholder run dir;
+    SpecErrors naming every bad point."""
     from launcher.compile import compile_plan
+    from launcher.pipeline import placeholder_run_dir, run_request
     from launcher.runtime import resolve_runtime
     from launcher.site import load_site
     from launcher.spec import load_spec
-    from launcher.verlcheck import check_overrides
+    from launcher.verlcache import checked_overrides
 
     site = load_site(flags.get("site"))
     compiled, errors = [], []
@@ -42,9 +42,8 @@ def _compile_points(name: str, flags: dict, points: list[dict]):
         where = f"point {index} ({sweep_mod.label(params)})"
         try:
             spec = load_spec(name, sweep_mod.point_flags(flags, params), site)
-            placeholder = os.path.join(os.path.abspath(site.runs_dir), f"{spec.name}-XXXXX")
-            plan = compile_plan(spec, site, placeholder)
-            bad = check_overrides(plan.config_name, plan.overrides, plan.framework_version)
+            plan = compile_plan(spec, site, placeholder_run_dir(site.runs_dir, spec.name))
+            bad = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
             if bad:
                 raise SpecErrors(bad)
         except SpecErrors as exc:
@@ -62,26 +61,8 @@ def _compile_points(name: str, flags: dict, points: list[dict]):
             raise SpecError(f"point {index} ({sweep_mod.label(params)})",
                             "changes the pools (nodes, GPUs or het groups); a sweep's points must share one shape")
     runtime = resolve_runtime(first.framework, first.framework_version, site)
-    return site, compiled, runtime
-
-
-def _write_point_files(run, spec, plan) -> None:
-    from launcher.render import overrides_text
-
-    run.write_text("spec.yaml", yaml.safe_dump({"name": spec.name, "exp_dir": spec.exp_dir, "values": spec.values,
-                                                "provenance": spec.provenance}, sort_keys=False))
-    run.write_json("plan.json", plan.to_dict())
-    run.write_text("overrides.txt", overrides_text(plan))
-
-
-def _runs_root(site_path: str | None, runs_dir: str | None) -> Path:
-    if runs_dir:
-        return Path(runs_dir).expanduser()
-    if os.environ.get("SF_RUNS_DIR"):
-        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
-    from launcher.site import load_site
-
-    return Path(load_site(site_path).runs_dir)
+    return site, [(params, run_request(spec, plan, site, runtime, preflight=preflight))
+                  for params, spec, plan in compiled], runtime
 
 
 @click.command()
@@ -122,94 +103,95 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
     grid = sweep_mod.parse_grid(grid_items)
     points = sweep_mod.expand(grid)
     k = sweep_mod.check_max_parallel(max_parallel, len(points))
-    site, compiled, runtime = _compile_points(name, flags, points)
-    hetjob = compiled[0][2].is_hetjob
+    site, compiled, runtime = _compile_points(name, flags, points, preflight)
+    hetjob = compiled[0][1].plan.is_hetjob
     mode = "hetjobs" if hetjob else "array"
     if dry_run:
         return _dry_run(compiled, site, runtime, k, mode, preflight, as_json)
     _submit(compiled, site, runtime, grid, k, mode, preflight, as_json)
 
 
-def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
-    from launcher.render import array_directive, render_script
+def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
+                  sweep_dir: str) -> str:
+    """The one batch script of an array sweep (each task reads its point from the manifest)."""
+    from launcher.pipeline import run_files
 
-    plan0 = compiled[0][2]
+    array = {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
+    return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
+
+
+def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
+    from launcher.pipeline import placeholder_run_dir
+    from launcher.render import array_directive
+
+    first = compiled[0][1]
     n = len(compiled)
     if mode == "array":
-        script = render_script(plan0, site, runtime, preflight=preflight,
-                               array={"size": n, "max_parallel": k, "sweep_id": f"{_slug(plan0.experiment)}-xxxxx",
-                                      "sweep_dir": os.path.join(os.path.abspath(site.runs_dir),
-                                                                f"{_slug(plan0.experiment)}-XXXXX")})
+        sweep_dir = placeholder_run_dir(site.runs_dir, first.experiment)
+        script = _array_script(first, first.plan, site, runtime, preflight, n, k, Path(sweep_dir).name.lower(),
+                               sweep_dir)
     else:
-        script = render_script(plan0, site, runtime, preflight=preflight)
-    pts = [{"index": i, "params": params, "overrides": list(plan.overrides)}
-           for i, (params, _spec, plan) in enumerate(compiled)]
+        script = first.script
+    pts = [{"index": i, "params": params, "overrides": list(request.plan.overrides)}
+           for i, (params, request) in enumerate(compiled)]
     if as_json:
-        click.echo(json.dumps({"experiment": plan0.experiment, "mode": mode, "points": pts, "max_parallel": k,
+        click.echo(json.dumps({"experiment": first.experiment, "mode": mode, "points": pts, "max_parallel": k,
                                "array": array_directive(n, k) if mode == "array" else None,
                                "preflight": preflight, "script": script,
-                               "warnings": sorted({w for _, _, p in compiled for w in p.warnings})}, indent=2))
+                               "warnings": sorted({w for _, r in compiled for w in r.warnings})}, indent=2))
         return
     click.echo(script, nl=False)
-    click.echo(f"sf: dry run: {n} points as {'one job array ' + array_directive(n, k) if mode == 'array' else f'{n} hetjobs, at most {k} at once'}",
-               err=True)
+    shape = f"one job array {array_directive(n, k)}" if mode == "array" else f"{n} hetjobs, at most {k} at once"
+    click.echo(f"sf: dry run: {n} points as {shape}", err=True)
     for p in pts:
         click.echo(f"sf:   point {p['index']}: {sweep_mod.label(p['params'])}", err=True)
     click.echo("sf: dry run: nothing written, nothing submitted", err=True)
 
 
-def _slug(name: str) -> str:
-    from launcher.runs import _slug as slug
-
-    return slug(name)
-
-
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     from launcher import runs
-    from launcher.compile import compile_plan
-    from launcher.render import render_script
 
-    plan0 = compiled[0][2]
+    first = compiled[0][1]
     n = len(compiled)
-    sweep_run = runs.create_run(site.runs_dir, plan0.experiment, kind="sweep", mode=mode,
+    sweep_run = runs.create_run(first.runs_dir, first.experiment, kind="sweep", mode=mode,
                                 grid=[{"key": key, "values": values} for key, values in grid],
-                                points=[{"index": i, "params": params} for i, (params, _s, _p) in enumerate(compiled)],
+                                points=[{"index": i, "params": params} for i, (params, _r) in enumerate(compiled)],
                                 max_parallel=k, preflight=preflight, runtime=runtime.to_dict(), members=[],
                                 submissions=[])
     members, plans = [], []
     try:
-        for index, (params, spec, plan) in enumerate(compiled):
-            member = runs.create_run(site.runs_dir, spec.name, sweep={"id": sweep_run.id, "index": index},
+        for index, (params, request) in enumerate(compiled):
+            member = runs.create_run(request.runs_dir, request.experiment, sweep={"id": sweep_run.id, "index": index},
                                      params=params, preflight=preflight, runtime=runtime.to_dict(), attempts=[])
             members.append(member)
-            plan = replace(compile_plan(spec, site, str(member.dir)), warnings=plan.warnings)
+            plan = request.plan.with_run_dir(str(member.dir))  # compiled once, bound here
             plans.append(plan)
-            _write_point_files(member, spec, plan)
+            files = request.rendered(str(member.dir)).files
+            if mode == "array":  # the tasks share the sweep's script; each reads its point from the manifest
+                files.pop("job.sbatch")
+            for file_name, text in files.items():
+                member.write_text(file_name, text)
         sweep_run.update(members=[m.id for m in members])
         if mode == "array":
             sweep_run.write_json("manifest.json", sweep_mod.manifest(sweep_run.id, [
                 {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
                  "params": compiled[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
-                for i, (m, p) in enumerate(zip(members, plans))]))
-            script = render_script(plans[0], site, runtime, preflight=preflight,
-                                   array={"size": n, "max_parallel": k, "sweep_dir": str(sweep_run.dir),
-                                          "sweep_id": sweep_run.id})
+                for i, (m, p) in enumerate(zip(members, plans, strict=True))]))
+            script = _array_script(first, plans[0], site, runtime, preflight, n, k, sweep_run.id, str(sweep_run.dir))
             sweep_run.write_text("job.sbatch", script)
             for m in members:
                 m.update(script=str(sweep_run.path("job.sbatch")))
-        else:
-            for m, p in zip(members, plans):
-                m.write_text("job.sbatch", render_script(p, site, runtime, preflight=preflight))
     except Exception as exc:
         for r in [sweep_run, *members]:
-            r.add_state("submit_failed", error=str(exc))
+            r.add_state(SUBMIT_FAILED, error=str(exc))
         raise
     for r in [sweep_run, *members]:
-        r.add_state("submitting")
+        r.add_state(SUBMITTING)
+    say_sbatch_env_left_out(site.pass_sbatch_env)
     if mode == "array":
-        ok = _submit_array(sweep_run, members, list(range(n)), n, k)
+        ok = _submit_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env)
     else:
-        ok = _submit_hetjobs(sweep_run, members, k)
+        ok = _submit_hetjobs(sweep_run, members, k, site.pass_sbatch_env)
     for warning in sorted({w for p in plans for w in p.warnings}):
         click.echo(f"sf: warning: {warning}", err=True)
     _report(sweep_run, members, mode, k, as_json, retry=False)
@@ -217,17 +199,17 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
         sys.exit(1)
 
 
-def _submit_array(sweep_run, members, indices, n, k) -> bool:
+def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
     from launcher import runs, slurm
     from launcher.render import array_directive
 
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
     try:
-        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra)
+        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env)
     except SlurmError as exc:
         for r in [sweep_run, *chosen]:
-            r.add_state("submit_failed", error=str(exc))
+            r.add_state(SUBMIT_FAILED, error=str(exc))
         click.echo(f"sf: slurm error: {exc}", err=True)
         return False
 
@@ -236,7 +218,7 @@ def _submit_array(sweep_run, members, indices, n, k) -> bool:
         rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_id": array_id, "indices": indices})
 
     sweep_run.mutate(add_array)
-    sweep_run.add_state("submitted", job_id=array_id, indices=indices)
+    sweep_run.add_state(SUBMITTED, job_id=array_id, indices=indices)
     for m in chosen:
         index = m.raw_record()["sweep"]["index"]
         _point_submitted(m, f"{array_id}_{index}")
@@ -260,10 +242,10 @@ def _point_submitted(member, job_id: str) -> None:
     member.mutate(apply)
     if old_reason:  # the ended attempt's reason is kept in `attempts`; the new one starts clean
         member.write_text(runs.REASON, "")
-    member.add_state("submitted", job_id=job_id)
+    member.add_state(SUBMITTED, job_id=job_id)
 
 
-def _submit_hetjobs(sweep_run, members, k) -> bool:
+def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
     from launcher import runs, slurm
 
     submitted: list[str | None] = []
@@ -271,9 +253,10 @@ def _submit_hetjobs(sweep_run, members, k) -> bool:
     for i, m in enumerate(members):
         dep = sweep_mod.dependency_for(i, submitted, k)
         try:
-            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [])
+            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
+                                  pass_env=pass_env)
         except SlurmError as exc:
-            m.add_state("submit_failed", error=str(exc))
+            m.add_state(SUBMIT_FAILED, error=str(exc))
             click.echo(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}", err=True)
             submitted.append(None)
             ok = False
@@ -286,7 +269,7 @@ def _submit_hetjobs(sweep_run, members, k) -> bool:
         rec.setdefault("submissions", []).append({"time": runs.utc_now(), "job_ids": submitted, "indices": indices})
 
     sweep_run.mutate(add)
-    sweep_run.add_state("submitted" if any(submitted) else "submit_failed", job_ids=[j for j in submitted if j])
+    sweep_run.add_state(SUBMITTED if any(submitted) else SUBMIT_FAILED, job_ids=[j for j in submitted if j])
     return ok
 
 
@@ -316,8 +299,9 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
 
 def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     from launcher import monitor, runs
+    from launcher.site import load_site
 
-    root = _runs_root(site_path, runs_dir)
+    root = runs_root(site_path, runs_dir)
     sweep_run = runs.open_run(root, sweep_id)
     rec = sweep_run.record()
     if rec.get("kind") != "sweep":
@@ -332,7 +316,8 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     if not failed:
         states = ", ".join(f"{p['index']}: {p['state']}" for p in status.points)
         if as_json:
-            click.echo(json.dumps({"sweep": sweep_run.id, "retried": [], "points": status.points}, default=str, indent=2))
+            click.echo(json.dumps({"sweep": sweep_run.id, "retried": [], "points": status.points},
+                                  default=str, indent=2))
         else:
             click.echo(f"sweep {sweep_run.id}: no failed points ({states})")
         return
@@ -343,11 +328,13 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
         return
     chosen = [members[i] for i in failed]
     for m in chosen:
-        m.add_state("retrying", by="sf sweep --retry-failed")
+        m.add_state(RETRYING, by="sf sweep --retry-failed")
+    pass_env = load_site(site_path).pass_sbatch_env
+    say_sbatch_env_left_out(pass_env)
     if mode == "array":
-        ok = _submit_array(sweep_run, [members[i] for i in sorted(members)], failed, len(members), k)
+        ok = _submit_array(sweep_run, [members[i] for i in sorted(members)], failed, len(members), k, pass_env)
     else:
-        ok = _submit_hetjobs(sweep_run, chosen, k)
+        ok = _submit_hetjobs(sweep_run, chosen, k, pass_env)
     _report(sweep_run, chosen, mode, k, as_json, retry=True)
     if not ok:
         sys.exit(1)

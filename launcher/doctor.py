@@ -90,7 +90,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
             continue
         members = [n for n in nodes if series.partition in (n.get("Partitions") or "").split(",")]
         if not members:
-            checks.append(Check(what, FAIL, f"partition {series.partition} has no nodes", "fix slurm.conf or the series"))
+            checks.append(Check(what, FAIL, f"partition {series.partition} has no nodes",
+                                "fix slurm.conf or the series"))
             continue
         problems: dict[str, list[str]] = {}
         want_mem = mem_mb(series.mem_per_node)
@@ -98,7 +99,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
             name = node.get("NodeName", "?")
             gpus = gres_gpus(node.get("Gres", ""), series.gres_name)
             if gpus != series.gpus_per_node:
-                problems.setdefault(f"has {gpus} {series.gres_name} GRES, the series says {series.gpus_per_node}", []).append(name)
+                problem = f"has {gpus} {series.gres_name} GRES, the series says {series.gpus_per_node}"
+                problems.setdefault(problem, []).append(name)
             cpus = int(node.get("CPUTot") or 0)
             if cpus and cpus < series.cpus_per_node:
                 problems.setdefault(f"has {cpus} CPUs, the series asks {series.cpus_per_node}", []).append(name)
@@ -132,20 +134,21 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 def _test_script(site, series) -> str:
     """A one-node batch script for `sbatch --test-only`. Its values are checked like the
-    training job's header (launcher.render): a bad site value is a SpecError, not a line."""
-    from launcher import render as r
+    training job's header (launcher.sbatch_values): a bad site value is a SpecError, not a line."""
+    from launcher import sbatch_values
 
-    r._check(r._ACCOUNTISH, series.partition, f"site.series.{series.name}.partition", "letters, digits and ._- only")
-    r._check(r._GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _ and - only")
-    r._int(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", minimum=1)
-    r._int(series.gpus_per_node, f"site.series.{series.name}.gpus_per_node", minimum=0)
+    where = f"site.series.{series.name}"
+    sbatch_values.account(series.partition, f"{where}.partition")
+    sbatch_values.gres_name(series.gres_name, f"{where}.gres_name")
+    sbatch_values.whole(series.cpus_per_node, f"{where}.cpus_per_node", minimum=1)
+    sbatch_values.whole(series.gpus_per_node, f"{where}.gpus_per_node", minimum=0)
     if series.mem_per_node:
-        r._check(r._MEM, series.mem_per_node, f"site.series.{series.name}.mem_per_node", "a number with K, M, G or T, e.g. 64G")
+        sbatch_values.mem(series.mem_per_node, f"{where}.mem_per_node")
     if series.constraint:
-        r._check(r._CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint", "a Slurm constraint expression")
+        sbatch_values.constraint(series.constraint, f"{where}.constraint")
     for field, value in (("site.slurm.account", site.account), ("site.slurm.qos", site.qos)):
         if value:
-            r._check(r._ACCOUNTISH, value, field, "letters, digits and ._- only")
+            sbatch_values.account(value, field)
     lines = ["#!/bin/bash", f"#SBATCH --partition={series.partition}", "#SBATCH --nodes=1",
              "#SBATCH --time=00:01:00", f"#SBATCH --cpus-per-task={series.cpus_per_node}"]
     if series.gpu_directive == "gpus-per-node":
@@ -166,9 +169,7 @@ def _test_script(site, series) -> str:
 def check_sbatch(site) -> list[Check]:
     """`sbatch --test-only` a whole node of every series, with the site's account and qos."""
     from launcher import slurm
-    from launcher.errors import SlurmError
-
-    from launcher.errors import SpecError
+    from launcher.errors import SlurmError, SpecError
 
     checks = []
     for series in site.series.values():
@@ -266,7 +267,8 @@ def check_paths(site) -> list[Check]:
             checks.append(Check(f"dataset root {root}", FAIL, "missing" if not p.exists() else "not readable",
                                 f"create it or remove it from dataset_roots in {site.path}"))
     if not site.dataset_roots:
-        checks.append(Check("dataset roots", WARN, "the site lists none (platform datasets OWNER/NAME@VERSION will not resolve)",
+        checks.append(Check("dataset roots", WARN,
+                            "the site lists none (platform datasets OWNER/NAME@VERSION will not resolve)",
                             f"add dataset_roots to {site.path}"))
     runs = Path(site.runs_dir)
     try:
@@ -279,7 +281,8 @@ def check_paths(site) -> list[Check]:
                             f"set runs_dir in {site.path} to a shared folder every user can write"))
     lo, hi = (tuple(site.ray.port_range) + (0, 0))[:2]
     if not (1024 <= int(lo) < int(hi) <= 65535) or int(hi) - int(lo) < 100:
-        checks.append(Check("ray.port_range", FAIL, f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
+        checks.append(Check("ray.port_range", FAIL,
+                            f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
                             f"fix ray.port_range in {site.path}"))
     else:
         checks.append(Check("ray.port_range", OK, f"{lo}-{hi}"))

@@ -1,17 +1,12 @@
 """Export (verl checkpoint -> Hugging Face folder) and SFT evaluation jobs.
 
-Login side (imports of launcher.* are done inside the functions):
+Login side, pure:
   - `find_actor_dir(path, fmt)` checks a checkpoint's layout and says what is wrong;
   - `merge_argv(...)` is verl's merge command (`python -m verl.model_merger merge`);
   - `render_export(...)` / `render_eval(...)` render templates/export.sbatch.j2 and
-    templates/eval.sbatch.j2 (pure: text out).
+    templates/eval.sbatch.j2 (text out; their shared header is templates/_one_node_job.j2).
 
-Job side: `python export.py evaluate ...` (run with runpy by the eval job, on the verl
-runtime's Python, so this file imports only the standard library at module level).
-It loads the exported model with transformers, and for every validation sample (the
-run's own SFT data: a messages list whose last assistant turn is the reference, or
-prompt/response columns) computes the reference's token NLL (what verl's val/loss is)
-and a greedy generation, and writes samples.jsonl and summary.json.
+The eval job's own step is launcher/injob/evaluate.py.
 
 verl checkpoint layout (verl/trainer/ppo/ray_trainer.py `_save_checkpoint`,
 verl/model_merger/*.py):
@@ -29,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +129,8 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
     if (root / TRACKER).is_file():
         text = (root / TRACKER).read_text().strip()
         if not text.isdigit():
-            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; pass a global_step_N dir instead")
+            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; "
+                              "pass a global_step_N dir instead")
         step = int(text)
         step_dir = root / f"global_step_{step}"
         if not step_dir.is_dir():
@@ -229,22 +224,21 @@ def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: s
 
 
 def check_resources(res: JobResources) -> JobResources:
-    """Refuse header values that could break out of their #SBATCH line (same patterns as
-    the training job's header in launcher.render); a SpecError names the field."""
-    from launcher import render as r
+    """Refuse header values that could break out of their #SBATCH line (the checkers of
+    the training job's header, launcher.sbatch_values); a SpecError names the field."""
+    from launcher import sbatch_values
 
-    r._check(r._NAME, res.job_name, "job name", "letters, digits and ._- only")
-    r._check(re.compile(r"^/[A-Za-z0-9._/+%-]*$"), res.log_path, "log path",
-             "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
-    r._check(r._TIME, res.time, "--time", "use HH:MM:SS, MM or D-HH:MM")
+    sbatch_values.name(res.job_name, "job name")
+    sbatch_values.log_path(res.log_path, "log path")
+    sbatch_values.time_limit(res.time, "--time")
     for field, value in (("--partition", res.partition), ("slurm.account", res.account), ("slurm.qos", res.qos)):
         if value is not None:
-            r._check(r._ACCOUNTISH, value, field, "letters, digits and ._- only")
+            sbatch_values.account(value, field)
     if res.mem is not None:
-        r._check(r._MEM, res.mem, "mem_per_node", "a number with K, M, G or T, e.g. 64G")
-    r._check(r._GRES, res.gres_name, "gres_name", "letters, digits, _ and - only")
-    r._int(res.gpus, "--gpus")
-    r._int(res.cpus, "cpus", minimum=1)
+        sbatch_values.mem(res.mem, "mem_per_node")
+    sbatch_values.gres_name(res.gres_name, "gres_name")
+    sbatch_values.whole(res.gpus, "--gpus")
+    sbatch_values.whole(res.cpus, "cpus", minimum=1)
     return res
 
 
@@ -262,16 +256,26 @@ def _one_line(**values) -> None:
             raise SpecError(field.replace("_", "-"), f"{str(value)!r} holds a line break; use a plain path")
 
 
+def _render(template: str, *, res: JobResources, setup: list[str], env: dict, run_dir: str, kind: str,
+            ended: dict, **values) -> str:
+    """One of the one-node job templates; `kind`_started/_ended phases go to the run's
+    events (`ended`: what the ended phase carries besides rc)."""
+    return _env().get_template(template).render(
+        res=check_resources(res), setup=list(setup), env=dict(env), run_dir=run_dir, kind=kind,
+        ended=[f"{key}={shlex.quote(str(value))}" for key, value in ended.items()], **values)
+
+
 def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt: Checkpoint, target_dir: str,
-                  sf_python: str, run_dir: str | None, export_id: str, extra=(), wrap=_same) -> str:
+                  sf_python: str, run_dir: str, export_id: str, extra=(), wrap=_same) -> str:
     """`wrap(argv)` turns a `python ...` argv into how it runs on the runtime (the venv's
     python, `apptainer exec ...`, an srun step with a pyxis image)."""
     _one_line(checkpoint=ckpt.actor_dir, target=target_dir, run_dir=run_dir, export_id=export_id)
-    return _env().get_template("export.sbatch.j2").render(
-        res=check_resources(res), setup=list(setup), env=dict(env), ckpt=ckpt, target_dir=target_dir,
-        merge=wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)),
-        sf_python=sf_python, run_dir=run_dir, export_id=export_id,
-    )
+    return _render("export.sbatch.j2", res=res, setup=setup, env=env, run_dir=run_dir, kind="export",
+                   ended={"export_id": export_id}, sf_python=sf_python, export_id=export_id, ckpt=ckpt,
+                   target_dir=target_dir, merge=wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)))
+
+
+EVALUATE_PY = Path(__file__).resolve().parent / "injob" / "evaluate.py"
 
 
 def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str, eval_id: str,
@@ -279,153 +283,16 @@ def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str,
                 options: dict, wrap=_same) -> str:
     _one_line(run_dir=run_dir, eval_id=eval_id, out_dir=out_dir, model=model_dir, validation_data=data,
               checkpoint=ckpt.actor_dir if ckpt else None)
+    # by path, with runpy: the runtime's Python need not have sf, and the file's folder
+    # must not become sys.path[0]
     evaluate = ["python", "-c",
                 "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
-                str(Path(__file__).resolve()), "evaluate", "--model", model_dir, "--data", data,
-                "--out", out_dir]
+                str(EVALUATE_PY), "--model", model_dir, "--data", data, "--out", out_dir]
     for key, value in options.items():
         if value is not None:
             evaluate += [f"--{key.replace('_', '-')}", str(value)]
-    return _env().get_template("eval.sbatch.j2").render(
-        res=check_resources(res), setup=list(setup), env=dict(env), run_dir=run_dir, eval_id=eval_id, out_dir=out_dir,
-        model_dir=model_dir, data=data, ckpt=ckpt,
-        merge=wrap(merge_argv(ckpt, model_dir, python="python")) if ckpt else None,
-        evaluate=wrap(evaluate), sf_python=sf_python,
-    )
-
-
-# --- job side: evaluation -------------------------------------------------------------
-
-def read_rows(path: str) -> list[dict]:
-    """Rows of a parquet, jsonl or json file (a list of objects)."""
-    p = Path(path)
-    if p.suffix == ".parquet":
-        import pandas  # the verl runtime has it (verl requires pandas and pyarrow)
-
-        return pandas.read_parquet(p).to_dict(orient="records")
-    text = p.read_text()
-    if p.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    data = json.loads(text)
-    return data if isinstance(data, list) else data.get("data", [])
-
-
-def _plain(value):
-    """numpy arrays / scalars from parquet -> plain Python."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def split_sample(row: dict, messages_key: str, prompt_key: str, response_key: str):
-    """-> (prompt messages, reference text). verl's SFT data is a messages list (the
-    reference is the last assistant turn) or a prompt/response pair."""
-    row = _plain(row)
-    messages = row.get(messages_key)
-    if isinstance(messages, list) and messages:
-        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
-        if last is None:
-            raise ValueError(f"sample has no assistant turn in {messages_key!r}")
-        return messages[:last], str(messages[last].get("content", ""))
-    if prompt_key in row and response_key in row:
-        prompt = row[prompt_key]
-        if isinstance(prompt, list):
-            return prompt, str(row[response_key])
-        return [{"role": "user", "content": str(prompt)}], str(row[response_key])
-    raise ValueError(f"sample has neither {messages_key!r} nor {prompt_key!r}/{response_key!r}: keys {sorted(row)}")
-
-
-def _prompt_ids(tokenizer, messages) -> list[int]:
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
-    text = "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages) + "\nassistant: "
-    return tokenizer(text, add_special_tokens=True)["input_ids"]
-
-
-def evaluate(model_dir: str, data: str, out_dir: str, *, messages_key="messages", prompt_key="prompt",
-             response_key="response", max_samples=64, max_new_tokens=128) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32 if device == "cpu" else "auto")
-    model.to(device).eval()
-    rows = read_rows(data)[: max_samples if max_samples and max_samples > 0 else None]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    total_nll, total_tokens, exact = 0.0, 0, 0
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as handle:
-        for index, row in enumerate(rows):
-            prompt, reference = split_sample(row, messages_key, prompt_key, response_key)
-            prompt_ids = _prompt_ids(tokenizer, prompt)
-            ref_ids = tokenizer(reference, add_special_tokens=False)["input_ids"]
-            if tokenizer.eos_token_id is not None:
-                ref_ids = ref_ids + [tokenizer.eos_token_id]
-            ids = torch.tensor([prompt_ids + ref_ids], device=device)
-            with torch.no_grad():
-                logits = model(ids).logits[0, len(prompt_ids) - 1: -1].float()
-                nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt_ids):], reduction="sum").item()
-                generated = model.generate(
-                    torch.tensor([prompt_ids], device=device), max_new_tokens=max_new_tokens, do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-                )[0, len(prompt_ids):]
-            text = tokenizer.decode(generated, skip_special_tokens=True)
-            match = text.strip() == reference.strip()
-            exact += match
-            total_nll += nll
-            total_tokens += len(ref_ids)
-            handle.write(json.dumps({
-                "index": index, "prompt": prompt, "reference": reference, "generated": text,
-                "nll": nll, "tokens": len(ref_ids), "loss": nll / max(len(ref_ids), 1), "exact_match": match,
-            }, ensure_ascii=False) + "\n")
-    summary = {
-        "model": model_dir, "data": data, "samples": len(rows), "device": device,
-        "val_loss": total_nll / max(total_tokens, 1), "exact_match": exact / max(len(rows), 1),
-        "max_new_tokens": max_new_tokens, "samples_file": str(out / "samples.jsonl"),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
-
-
-def _main(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="export.py", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="op", required=True)
-    ev = sub.add_parser("evaluate", help="evaluate an HF model on SFT validation samples")
-    ev.add_argument("--model", required=True)
-    ev.add_argument("--data", required=True)
-    ev.add_argument("--out", required=True)
-    ev.add_argument("--messages-key", default="messages")
-    ev.add_argument("--prompt-key", default="prompt")
-    ev.add_argument("--response-key", default="response")
-    ev.add_argument("--max-samples", type=int, default=64)
-    ev.add_argument("--max-new-tokens", type=int, default=128)
-    chk = sub.add_parser("check", help="check a checkpoint layout")
-    chk.add_argument("path")
-    chk.add_argument("--checkpoint-format", default=None)
-    args = parser.parse_args(argv)
-    if args.op == "check":
-        try:
-            print(json.dumps(find_actor_dir(args.path, args.checkpoint_format).__dict__))
-        except LayoutError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    summary = evaluate(args.model, args.data, args.out, messages_key=args.messages_key,
-                       prompt_key=args.prompt_key, response_key=args.response_key,
-                       max_samples=args.max_samples, max_new_tokens=args.max_new_tokens)
-    print(json.dumps(summary))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    return _render("eval.sbatch.j2", res=res, setup=setup, env=env, run_dir=run_dir, kind="eval",
+                   ended={"eval_id": eval_id, "out": out_dir}, sf_python=sf_python, eval_id=eval_id,
+                   out_dir=out_dir, model_dir=model_dir, data=data, ckpt=ckpt,
+                   merge=wrap(merge_argv(ckpt, model_dir, python="python")) if ckpt else None,
+                   evaluate=wrap(evaluate))

@@ -197,13 +197,15 @@ def format_table(run_id: str, summary: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"run {run_id}: {summary['steps']} steps"]
     for n, row in enumerate(rows):
-        lines.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
+        cells = (c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
+        lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     if len(rows) == 1:
         lines.append("(none of the key series is logged yet: " + ", ".join(KEY_SERIES) + ")")
     if "gen_share_of_step" in summary:
-        lines.append(f"generation takes {summary['gen_share_of_step'] * 100:.1f}% of step time (timing_s/gen / timing_s/step)")
+        lines.append(f"generation takes {summary['gen_share_of_step'] * 100:.1f}% of step time "
+                     "(timing_s/gen / timing_s/step)")
     return "\n".join(lines)
 
 
@@ -233,7 +235,7 @@ def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
     if out.suffix.lower() != ".png":
         raise SpecError("-o", f"{out} must end in .png")
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), squeeze=False, sharex=True)
-    for ax, (panel_title, keys) in zip(axes[:, 0], panels):
+    for ax, (panel_title, keys) in zip(axes[:, 0], panels, strict=True):
         for key in keys:
             points = metrics.series[key]
             style = "o-" if len(points) < 30 else "-"

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from launcher import runs as runs_mod
 from launcher import slurm
+from launcher import states as vocabulary
+from launcher.states import CANCELLED, CANCELLING, GONE, RUN_RUNNING, RUN_TERMINAL, run_ended, run_state
 
 _STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
 _TOTAL = re.compile(r"Total training steps:\s*(\d+)")
@@ -27,30 +29,6 @@ LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 TAIL_BYTES = 128 * 1024
 HEAD_BYTES = 64 * 1024
 MAX_PROGRESS_FILES = 4
-
-# Phase names the job writes (launcher.injob), and how status shows them.
-PHASE_LABELS = {
-    "allocated": "allocated",
-    "head_up": "ray head up",
-    "ray_head_up": "ray head up",
-    "nodes_joined": "ray up",
-    "all_nodes_joined": "ray up",
-    "all_joined": "ray up",
-    "bringup": "starting ray",
-    "barrier": "waiting for nodes",
-    "requeue_refused": "requeue refused (bound reached)",
-    "ray_up": "ray up",
-    "barrier_ok": "ray up",
-    "driver_started": "driver started",
-    "training_started": "training",
-    "checkpoint": "checkpoint saved",
-    "requeued": "requeued",
-    "preflight_done": "preflight done",
-    "preflight_running": "preflight running",
-    "ended": "ended",
-    "failed": "failed",
-}
-
 
 @dataclass
 class RunStatus:
@@ -168,17 +146,6 @@ def training_progress(run: runs_mod.Run, rec: dict) -> tuple[int | None, int | N
     return step, total or _total_from_plan(run, rec)
 
 
-def latest_phase(phases: list[dict]) -> str | None:
-    """The newest job-level phase (per-node events `node_*` are detail, not progress)."""
-    for event in reversed(phases):
-        name = str(event.get("phase", ""))
-        if name and not name.startswith("node_"):
-            if name == "driver_started" and event.get("what") == "preflight":
-                return "preflight_running"
-            return name
-    return None
-
-
 # --- states ----------------------------------------------------------------------------
 
 def _active_ids(rec: dict) -> list[str]:
@@ -197,15 +164,15 @@ def _progress_line(state: str, job: slurm.JobState | None, phase: str | None,
         reason = job.reason if job and job.reason and job.reason != "None" else ""
         requeued = " after requeue" if rec.get("requeue_count") else ""
         return f"queued{requeued}" + (f" ({reason})" if reason else "")
-    if state in ("running", "completing", "configuring"):
+    if state in RUN_RUNNING:
         if step is not None:
             return f"step {step}/{total}" if total else f"step {step}"
         if phase:
-            return PHASE_LABELS.get(phase, phase.replace("_", " "))
+            return vocabulary.phase_label(phase)
         return "allocated"
     if state == "requeued":
         return "requeued"
-    if step is not None and state in runs_mod.TERMINAL_STATES:
+    if step is not None and state in RUN_TERMINAL:
         return f"{state} at step {step}" + (f"/{total}" if total else "")
     return state
 
@@ -219,7 +186,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
             job = states.get(job_ids[0])
         else:
             parts = [states[j] for j in job_ids if j in states]
-            job = slurm._aggregate(",".join(job_ids), parts, "group") if parts else None
+            job = slurm.aggregate(",".join(job_ids), parts, "group") if parts else None
         for job_id in job_ids:
             js = states.get(job_id)
             if js is None:
@@ -230,18 +197,18 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
                     jobs[part] = states[part].to_dict()
     state = rec.get("state", "created")
     if job is not None and not job.missing:
-        state = job.state.lower()
+        state = run_state(job.state)
     elif job is not None and job.missing and states is not None and states.source == "squeue" \
-            and state not in runs_mod.TERMINAL_STATES:
-        state = "gone"
+            and state not in RUN_TERMINAL:
+        state = GONE
     phases = rec.get("phases") or []
-    phase = latest_phase(phases)
+    phase = vocabulary.latest_phase(phases)
     wants_progress = state in ("running", "completing") or (
-        state in runs_mod.TERMINAL_STATES and states is not None)
+        state in RUN_TERMINAL and states is not None)
     step, total = training_progress(run, rec) if wants_progress else (None, None)
-    if state in ("running", "completing", "configuring") and rec.get("state") == "cancelled":
-        state = "cancelling"  # sf cancel was sent; sacct lags a second behind
-    final = rec.get("final") if states is None and state in runs_mod.TERMINAL_STATES else None
+    if state in RUN_RUNNING and rec.get("state") == CANCELLED:
+        state = CANCELLING  # sf cancel was sent; sacct lags a second behind
+    final = rec.get("final") if states is None and state in RUN_TERMINAL else None
     if final:  # ended before: the record holds what Slurm said then
         step, total = final.get("step"), final.get("total_steps")
     # Slurm's reason is a pending reason; sacct keeps the last one (BeginTime after a
@@ -257,7 +224,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
         phase=phase, step=step, total_steps=total, requeue_count=int(rec.get("requeue_count") or 0),
         exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
-        jobs=jobs, done=state in runs_mod.TERMINAL_STATES or state == "gone" or not job_ids,
+        jobs=jobs, done=run_ended(state) or not job_ids,
         source=states.source if states is not None else None,
     )
 
@@ -280,7 +247,7 @@ def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunS
             # a task between its pending range row and its own row (sacct lag) is pending
             unseen = "pending" if array is not None and not array.done else "unknown"
             points.append({"index": index, "job_id": f"{array_id}_{index}",
-                           "state": s.state.lower() if s else unseen,
+                           "state": run_state(s.state) if s else unseen,
                            "elapsed": s.elapsed if s else "", "nodes": s.nodelist if s else "",
                            "exit_code": s.exit_code if s else ""})
     for member in members:
@@ -298,10 +265,10 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     if status.slurm_state is None:
         return
     new_state = None
-    if status.state not in ("unknown", "cancelling") and status.state != rec.get("state") \
-            and rec.get("state") != "cancelled":  # sf cancel recorded it; sacct may lag
+    if status.state not in ("unknown", CANCELLING) and status.state != rec.get("state") \
+            and rec.get("state") != CANCELLED:  # sf cancel recorded it; sacct may lag
         new_state = status.state
-    ended = status.state in runs_mod.TERMINAL_STATES
+    ended = status.state in RUN_TERMINAL
     final = None
     if ended and not rec.get("final"):
         final = {"slurm_state": status.slurm_state, "nodes": status.nodes, "elapsed": status.elapsed,
@@ -315,7 +282,7 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     def apply(r):
         # decided on a read without the lock: re-check, so two `sf status` at once
         # record a change once, and never undo a cancel recorded in between
-        if new_state is not None and r.get("state") not in (new_state, "cancelled"):
+        if new_state is not None and r.get("state") not in (new_state, CANCELLED):
             r["state"] = new_state
             r.setdefault("history", []).append(entry)
         if final is not None and not r.get("final"):
@@ -357,9 +324,9 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                     except (OSError, ValueError):
                         pass
     ids = []
-    for run, rec in records.items():
+    for rec in records.values():
         state = rec.get("state")
-        if skip_ended and state in runs_mod.TERMINAL_STATES and state != "preempted":
+        if skip_ended and state in RUN_TERMINAL and state != "preempted":
             continue
         for job_id in _active_ids(rec):
             if job_id not in ids:
@@ -398,7 +365,7 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                 for p in status.points:
                     counts[p["state"]] = counts.get(p["state"], 0) + 1
                 status.progress = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                status.done = all(p["state"] in runs_mod.TERMINAL_STATES or p["state"] == "gone"
+                status.done = all(run_ended(p["state"])
                                   for p in status.points)
         out.append(status)
     return out

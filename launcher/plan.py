@@ -1,13 +1,16 @@
 """The Plan: everything compile decides, and everything render and the job need.
 
 compile.compile_plan(spec, site, run_dir) -> Plan is pure; render.render_script(plan, site)
--> str is pure. The Plan is also written into the run directory (plan.json) so the job
-and `sf status` read the same facts the login node decided.
+-> str is pure. A plan is compiled once, against a placeholder run dir, and bound to its
+real run dir by `with_run_dir` once the run exists (launcher.pipeline). It is written into
+the run directory (plan.json), which `sf status`, `sf eval` and the sweep manifest read;
+the job itself still gets its pools and settings as arguments of the batch script
+(`launcher.injob supervise --pool ...`), rendered from this same Plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,20 @@ class Plan:
 
     def argv(self) -> list[str]:
         return [*self.entry, *self.overrides]
+
+    def with_run_dir(self, run_dir: str) -> "Plan":
+        """The same plan in another run dir: every path under the old one moves along
+        (the checkpoint dir, the overrides that name it, the environment)."""
+        old = self.run_dir
+
+        def moved(text: str) -> str:
+            return text.replace(old, run_dir)
+
+        return replace(
+            self, run_dir=run_dir, checkpoint_dir=moved(self.checkpoint_dir),
+            overrides=tuple(moved(o) for o in self.overrides),
+            env=tuple((key, moved(value)) for key, value in self.env),
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -18,25 +18,19 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import paths
+from launcher import paths, sbatch_values
 from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.runtime import Runtime
 
 TEMPLATE = "job.sbatch.j2"
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_ACCOUNTISH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_TIME = re.compile(r"^(?:\d+-\d{1,2}(?::\d{2}){0,2}|\d{1,6}(?::\d{2}){0,2}|UNLIMITED|INFINITE)$")
-_MEM = re.compile(r"^\d+[KMGT]?$")
-_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*:!,-]{1,200}$")
-_GRES = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")  # on #SBATCH lines: no spaces, %, #, quotes
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Values of the supervisor's arguments (shell words, checked like #SBATCH values).
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,32}$")
 _PREFIX = re.compile(r"^\d{1,3}(?:\.\d{1,3}){1,2}$")
 _POOL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _ROLE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_SWEEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
 
 
 def quote(value) -> str:
@@ -61,39 +55,18 @@ def quote(value) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def _check(pattern: re.Pattern, value, field: str, what: str) -> str:
-    text = str(value)
-    if not pattern.fullmatch(text):
-        raise SpecError(field, f"{text!r} cannot go into the batch script: {what}")
-    return text
-
-
-def _int(value, field: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(field, f"{value!r} must be a whole number >= {minimum}")
-    return value
-
-
-def _sbatch_path(path: str, field: str) -> str:
-    return _check(_PATH, path, field, "an absolute path of letters, digits and ._/+- only "
-                  "(no spaces, %, # or quotes); choose another runs_dir")
-
-
-_SWEEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
-
-
 def array_directive(size: int, max_parallel: int | None = None, indices=None) -> str:
     """`--array=0-(size-1)%K`, or `--array=2,5%K` for some indices (a retry). Pure."""
-    size = _int(size, "sweep.points", 1)
+    size = sbatch_values.whole(size, "sweep.points", 1)
     if indices is None:
         spec = f"0-{size - 1}" if size > 1 else "0"
     else:
-        idx = sorted({_int(i, "sweep.index", 0) for i in indices})
+        idx = sorted({sbatch_values.whole(i, "sweep.index", 0) for i in indices})
         if not idx or idx[-1] >= size:
             raise SpecError("sweep.index", f"array indices {idx} must lie within 0-{size - 1}")
         spec = ",".join(str(i) for i in idx)
     if max_parallel is not None:
-        spec += f"%{_int(max_parallel, '--max-parallel', 1)}"
+        spec += f"%{sbatch_values.whole(max_parallel, '--max-parallel', 1)}"
     return f"--array={spec}"
 
 
@@ -105,49 +78,46 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     s = plan.slurm
     d: list[str] = []
     if first:
-        d.append("--job-name=" + _check(_NAME, f"sf-{plan.experiment}", "experiment",
-                                        "use letters, digits and ._- only (at most 97 characters)"))
+        d.append("--job-name=" + sbatch_values.name(f"sf-{plan.experiment}", "experiment"))
         if array:
             # each task's output moves to its point's run dir once the script knows it
-            log = _sbatch_path(array["sweep_dir"], "sweep_dir") + "/logs/slurm-%A_%a.out"
+            log = sbatch_values.path(array["sweep_dir"], "sweep_dir") + "/logs/slurm-%A_%a.out"
             d.append(array_directive(array["size"], array.get("max_parallel")))
         else:
-            log = _sbatch_path(plan.run_dir, "run_dir") + "/logs/slurm-%j.out"
+            log = sbatch_values.path(plan.run_dir, "run_dir") + "/logs/slurm-%j.out"
         d += [f"--output={log}", f"--error={log}"]
         if s.requeue:
-            lead = _int(s.signal_lead_s, "slurm.signal_lead_s", 1)
+            lead = sbatch_values.whole(s.signal_lead_s, "slurm.signal_lead_s", 1)
             d += ["--requeue", f"--signal=B:USR1@{lead}", "--open-mode=append"]
         else:
             d.append("--no-requeue")
     account = s.account or site.account
     qos = s.qos or site.qos
     if account:
-        d.append("--account=" + _check(_ACCOUNTISH, account, "slurm.account", "letters, digits and ._- only"))
+        d.append("--account=" + sbatch_values.account(account, "slurm.account"))
     if qos:
-        d.append("--qos=" + _check(_ACCOUNTISH, qos, "slurm.qos", "letters, digits and ._- only"))
-    d.append("--time=" + _check(_TIME, s.time or site.time, "slurm.time",
-                                "use minutes, HH:MM:SS or D-HH:MM:SS"))
+        d.append("--qos=" + sbatch_values.account(qos, "slurm.qos"))
+    d.append("--time=" + sbatch_values.time_limit(s.time or site.time, "slurm.time"))
     partition = s.partition or series.partition
-    d.append("--partition=" + _check(_ACCOUNTISH, partition, "slurm.partition", "letters, digits and ._- only"))
-    d.append(f"--nodes={_int(pool.nodes, f'pools.{pool.name}.nodes', 1)}")
+    d.append("--partition=" + sbatch_values.account(partition, "slurm.partition"))
+    d.append(f"--nodes={sbatch_values.whole(pool.nodes, f'pools.{pool.name}.nodes', 1)}")
     d.append("--ntasks-per-node=1")
-    gpus = _int(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
+    gpus = sbatch_values.whole(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
     if gpus:
         if series.gpu_directive == "gpus-per-node":
             d.append(f"--gpus-per-node={gpus}")
         elif series.gpu_directive == "gres":
-            name = _check(_GRES, series.gres_name, f"site.series.{series.name}.gres_name", "letters, digits, _-")
+            name = sbatch_values.gres_name(series.gres_name, f"site.series.{series.name}.gres_name")
             d.append(f"--gres={name}:{gpus}")
         else:
             raise SpecError(f"site.series.{series.name}.gpu_directive",
                             f"{series.gpu_directive!r} is not gres or gpus-per-node")
     if series.constraint:
-        d.append("--constraint=" + _check(_CONSTRAINT, series.constraint, f"site.series.{series.name}.constraint",
-                                          "features joined by & | , only; no spaces"))
-    d.append(f"--cpus-per-task={_int(series.cpus_per_node, f'site.series.{series.name}.cpus_per_node', 1)}")
+        d.append("--constraint=" + sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint"))
+    cpus = sbatch_values.whole(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", 1)
+    d.append(f"--cpus-per-task={cpus}")
     if series.mem_per_node:
-        d.append("--mem=" + _check(_MEM, series.mem_per_node, f"site.series.{series.name}.mem_per_node",
-                                   "a size such as 64G"))
+        d.append("--mem=" + sbatch_values.mem(series.mem_per_node, f"site.series.{series.name}.mem_per_node"))
     if s.exclusive:
         d.append("--exclusive")
     return d
@@ -157,7 +127,7 @@ def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
     lines = []
     for source, pairs in (("site.env", site.env), ("runtime.env", runtime.env), ("env", plan.env)):
         for key, value in pairs:
-            _check(_ENV_KEY, key, f"{source}.{key}", "environment names are letters, digits and _")
+            sbatch_values.env_key(key, f"{source}.{key}")
             lines.append(f"export {key}={quote(value)}")
     return lines
 
@@ -182,31 +152,35 @@ def _sf_root() -> str | None:
 def _supervise_args(plan: Plan, site, array: dict | None = None) -> list[str]:
     ray = site.ray
     if ray.address_method not in ("loopback", "interface", "hostname"):
-        raise SpecError("site.ray.node_address.method", f"{ray.address_method!r} is not loopback, interface or hostname")
+        raise SpecError("site.ray.node_address.method",
+                        f"{ray.address_method!r} is not loopback, interface or hostname")
     args = ["--run-dir", '"$SF_RUN_DIR"', "--launcher", quote(plan.launcher),
             "--config-name", quote(plan.config_name)]
     for pool in plan.pools:
-        _check(_POOL, pool.name, "pools.name", "a letter then letters, digits, _ or -")
-        roles = "+".join(_check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-") for r in pool.roles)
+        sbatch_values.check(_POOL, pool.name, "pools.name", "a letter then letters, digits, _ or -")
+        roles = "+".join(sbatch_values.check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-")
+                         for r in pool.roles)
         spec = f"{pool.name}:{int(pool.nodes)}:{int(pool.gpus_per_node)}:{int(pool.het_group)}"
         args += ["--pool", quote(spec + (f":{roles}" if roles else ""))]
     args += ["--address-method", ray.address_method,
-             "--address-prefix", _check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix", "like 127.0.0")]
+             "--address-prefix", sbatch_values.check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix",
+                                                     "like 127.0.0")]
     if ray.interface:
-        args += ["--interface", _check(_IFACE, ray.interface, "site.ray.node_address.interface", "an interface name")]
+        args += ["--interface", sbatch_values.check(_IFACE, ray.interface, "site.ray.node_address.interface",
+                                                    "an interface name")]
     lo, hi = (int(p) for p in ray.port_range)
     if not (1024 <= lo < hi <= 65535):
         raise SpecError("site.ray.port_range", f"{lo}-{hi} must lie within 1024-65535")
     args += ["--port-range", f"{lo}-{hi}", "--temp-root", quote(ray.temp_root),
-             "--barrier-timeout", str(_int(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1)),
+             "--barrier-timeout", str(sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1)),
              "--runtime", '"$SF_RUNTIME"']
     if (site.raw.get("ray") or {}).get("dashboard"):
         args.append("--dashboard")
-    max_requeues = _int(plan.slurm.max_requeues, "slurm.max_requeues", 0)
+    max_requeues = sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0)
     args += ["--max-requeues", str(max_requeues)]
     if plan.slurm.requeue:
         # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick)
-        args += ["--requeue-lead", str(_int(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30)]
+        args += ["--requeue-lead", str(sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30)]
     if array:  # run dir, checkpoint dir, paths and overrides of the task's point
         args += ["--manifest", '"$SF_MANIFEST"', "--task", '"$SF_TASK"']
         return args
@@ -244,11 +218,11 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         if plan.is_hetjob:
             raise SpecError("sweep", "Slurm has no arrays of heterogeneous jobs: a multi-pool sweep is "
                             "submitted as one hetjob per point")
-        array = {"size": _int(array.get("size"), "sweep.points", 1),
+        array = {"size": sbatch_values.whole(array.get("size"), "sweep.points", 1),
                  "max_parallel": array.get("max_parallel"),
-                 "sweep_dir": quote(_sbatch_path(str(array["sweep_dir"]), "sweep_dir")),
+                 "sweep_dir": quote(sbatch_values.path(str(array["sweep_dir"]), "sweep_dir")),
                  "raw_sweep_dir": str(array["sweep_dir"]),
-                 "sweep_id": _check(_SWEEP_ID, array.get("sweep_id", "sweep"), "sweep.id", "a run id")}
+                 "sweep_id": sbatch_values.check(_SWEEP_ID, array.get("sweep_id", "sweep"), "sweep.id", "a run id")}
         array_directive(array["size"], array["max_parallel"])  # checked before anything renders
     if not plan.pools:
         raise SpecError("pools", "the plan has no pools")
@@ -260,11 +234,11 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     if not plan.entry:
         raise SpecError("entry", "the plan has no entry command")
     components = []
+    header_array = array and {**array, "sweep_dir": array["raw_sweep_dir"]}  # the unquoted dir
     for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
         components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
-                           "gpus": pool.gpus_per_node, "series": _check(_NAME, pool.series, "pools.series", "a name"),
-                           "directives": _pool_directives(plan, pool, site, first=index == 0,
-                                                          array=array and {**array, "sweep_dir": array["raw_sweep_dir"]})})
+                           "gpus": pool.gpus_per_node, "series": sbatch_values.name(pool.series, "pools.series"),
+                           "directives": _pool_directives(plan, pool, site, first=index == 0, array=header_array)})
     supervise = _supervise_args(plan, site, array)
     if preflight:
         supervise.append("--preflight")
@@ -274,12 +248,12 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     text = env.get_template(TEMPLATE).render(
         components=components,
         sf_version=launcher.__version__,
-        experiment=plan.experiment, method=_check(_NAME, plan.method, "method", "a name"),
-        framework=_check(_NAME, plan.framework, "framework", "a name"),
-        framework_version=_check(_NAME, plan.framework_version, "framework_version", "a version"),
+        experiment=plan.experiment, method=sbatch_values.name(plan.method, "method"),
+        framework=sbatch_values.name(plan.framework, "framework"),
+        framework_version=sbatch_values.name(plan.framework_version, "framework_version"),
         script_name="job.sbatch",
         run_dir=quote(plan.run_dir),
-        max_requeues=_int(plan.slurm.max_requeues, "slurm.max_requeues", 0),
+        max_requeues=sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),
         requeue=plan.slurm.requeue, signal_lead_s=plan.slurm.signal_lead_s,
         env_lines=_env_lines(plan, site, runtime),
         runtime_label=f"{runtime.framework} {runtime.version}, {runtime.kind}",
@@ -287,7 +261,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         sf_root=quote(root) if root else None,
         host_python=quote(runtime.host_python()),
         runtime_json=quote(json.dumps(runtime.to_dict(), separators=(",", ":"))),
-        launcher=_check(_NAME, plan.launcher, "launcher", "ray or torchrun"),
+        launcher=sbatch_values.name(plan.launcher, "launcher"),
         entry=[quote(a) for a in plan.entry],
         overrides=[quote(o) for o in plan.overrides],
         array=array,

@@ -26,8 +26,9 @@ record.json holds:
     ({"id", "index"} when the run is a point of a sweep, else None), members (sweep only:
     run ids of its points when they are separate runs).
 
-States written by the login node: created -> submitted | submit_failed; the monitor then
-records what Slurm says (pending, running, completed, failed, cancelled, timeout, ...).
+States written by the login node: created -> submitting -> submitted | submit_failed; the
+monitor then records what Slurm says (pending, running, completed, failed, cancelled,
+timeout, ...). The names, and which of them are final, are launcher.states'.
 
 Concurrency: every change of record.json is a read-modify-write under an exclusive
 fcntl lock on `.record.lock` in the run directory, and every file is written to a temp
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from launcher.errors import SpecError
+from launcher.states import CREATED
 
 RECORD = "record.json"
 EVENTS = "events.jsonl"
@@ -63,26 +65,21 @@ SUBDIRS = ("logs", "checkpoints")
 
 _B32 = "abcdefghijklmnopqrstuvwxyz234567"
 _SUFFIX_LEN = 5
-_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-
-TERMINAL_STATES = frozenset(
-    {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory",
-     "boot_fail", "deadline", "preempted", "submit_failed", "revoked"}
-)
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _slug(experiment: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", experiment.lower()).strip("-")[:40].strip("-")
-    return slug or "run"
+def slug(experiment: str) -> str:
+    """The experiment part of a run id: lower case letters, digits and dashes."""
+    text = re.sub(r"[^a-z0-9]+", "-", experiment.lower()).strip("-")[:40].strip("-")
+    return text or "run"
 
 
 def new_run_id(experiment: str) -> str:
     """`<experiment slug>-<5 lowercase base32 chars>` (32**5 = 33M suffixes per name)."""
-    return f"{_slug(experiment)}-" + "".join(secrets.choice(_B32) for _ in range(_SUFFIX_LEN))
+    return f"{slug(experiment)}-" + "".join(secrets.choice(_B32) for _ in range(_SUFFIX_LEN))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -237,8 +234,8 @@ def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None)
         "experiment": experiment,
         "kind": kind,
         "created": now,
-        "state": "created",
-        "history": [{"state": "created", "time": now}],
+        "state": CREATED,
+        "history": [{"state": CREATED, "time": now}],
         "job_ids": [],
         "requeue_count": 0,
         "exit_reason": None,

@@ -63,6 +63,9 @@ class Site:
     dataset_roots: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # exported in every job
     modules: tuple[str, ...] = ()  # `module load` in every job
+    # SBATCH_* variables sf passes on to its sbatch calls (all others are left out: they
+    # would override the script's #SBATCH lines without a word)
+    pass_sbatch_env: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -98,6 +101,13 @@ def _whole(value, field: str, path: str) -> int:
     return value
 
 
+def _sbatch_names(names, path: str) -> tuple[str, ...]:
+    if isinstance(names, str) or not all(isinstance(n, str) and re.fullmatch(r"SBATCH_[A-Z0-9_]+", n) for n in names):
+        raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
+                        "e.g. [SBATCH_RESERVATION]")
+    return tuple(names)
+
+
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping")
@@ -120,8 +130,10 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         _whole(value, f"site.{name}", path)
     port_range = ray.get("port_range", (20000, 59999))
     if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
-            and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range) and port_range[0] < port_range[1]):
-        raise SpecError("site.ray.port_range", f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range)
+            and port_range[0] < port_range[1]):
+        raise SpecError("site.ray.port_range",
+                        f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
     return Site(
         name=data.get("name", Path(path).stem),
         path=path,
@@ -145,6 +157,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
         env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
         modules=tuple(data.get("modules", ())),
+        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path),
         raw=data,
     )
 
@@ -170,7 +183,8 @@ def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
         if nodes < 1:
             raise SpecError("--profile", f"{text!r} asks for no nodes; use at least 1")
         if gpus > series.gpus_per_node:
-            raise SpecError("--profile", f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
+            raise SpecError("--profile",
+                            f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
         return name, nodes, gpus
     if gpus <= series.gpus_per_node:
         return name, 1, gpus

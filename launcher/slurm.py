@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
+from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()
 DEFAULT_TIMEOUT_S = 60
@@ -36,19 +37,6 @@ SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Start", "End", "Elapse
 SQUEUE_FORMAT = "%i|%j|%T|%M|%N|%r|%S|%l|%V"
 SQUEUE_FIELDS = ("JobID", "JobName", "State", "Elapsed", "NodeList", "Reason", "Start",
                  "Timelimit", "Submit")
-
-ACTIVE_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
-                 "SUSPENDED", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                 "RESV_DEL_HOLD", "PENDING", "STOPPED", "SPECIAL_EXIT", "UNKNOWN")
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
-                   "GONE")
-# Aggregation order: the first state any part has wins.
-_ACTIVE_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
-                 "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED", "REQUEUE_FED",
-                 "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD", "PENDING", "UNKNOWN")
-_FAIL_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIMEOUT", "DEADLINE",
-               "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
 
 _ACCOUNTING_DOWN = re.compile(
     r"accounting storage is disabled|slurmdbd|Connection refused|"
@@ -69,7 +57,7 @@ def _bin(name: str) -> str:
 
 
 def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check: bool = True,
-         input: str | None = None) -> subprocess.CompletedProcess:
+         input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     argv = [str(a) for a in argv]
     name = Path(argv[0]).name
     argv[0] = _bin(argv[0])
@@ -77,7 +65,7 @@ def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check
     CALLS["total"] += 1
     shown = " ".join([name, *argv[1:]])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         raise SlurmError(f"`{shown}`: {name} not found; is Slurm installed and on PATH "
@@ -98,7 +86,7 @@ def _error_text(shown: str, proc: subprocess.CompletedProcess) -> str:
 
 def parse_sbatch_parsable(stdout: str) -> str:
     """`123` or `123;cluster` -> `123`."""
-    lines = [l for l in (stdout or "").strip().splitlines() if l.strip()]
+    lines = [line for line in (stdout or "").strip().splitlines() if line.strip()]
     if not lines:
         raise SlurmError("sbatch --parsable printed no job id")
     job_id = lines[-1].split(";")[0].strip()
@@ -107,17 +95,31 @@ def parse_sbatch_parsable(stdout: str) -> str:
     return job_id
 
 
-def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S) -> str:
+def sbatch_input_variables(environ=None, passed=()) -> list[str]:
+    """The SBATCH_* variables set in `environ` (default: ours) that sbatch would read as
+    options, overriding the script's #SBATCH lines, less those `passed` on purpose."""
+    environ = os.environ if environ is None else environ
+    return sorted(name for name in environ if name.startswith("SBATCH_") and name not in passed)
+
+
+def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S, pass_env=()) -> str:
     """Submit a batch script; returns the job id (leader id for a hetjob, array id for an
-    array)."""
-    proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout)
+    array). sbatch runs without our SBATCH_* variables but those in `pass_env`: the script
+    says what the job asks for."""
+    proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout,
+                env=_sbatch_env(pass_env))
     return parse_sbatch_parsable(proc.stdout)
 
 
-def sbatch_test_only(script_path, *, extra_args=(), cwd=None) -> str:
+def _sbatch_env(pass_env) -> dict:
+    left_out = set(sbatch_input_variables(passed=pass_env))
+    return {name: value for name, value in os.environ.items() if name not in left_out}
+
+
+def sbatch_test_only(script_path, *, extra_args=(), cwd=None, pass_env=()) -> str:
     """`sbatch --test-only`: validates the script against the cluster, submits nothing.
     Returns Slurm's message (e.g. "Job 12 to start at ... on nodes dev1")."""
-    proc = _run(["sbatch", "--test-only", *extra_args, str(script_path)], cwd=cwd)
+    proc = _run(["sbatch", "--test-only", *extra_args, str(script_path)], cwd=cwd, env=_sbatch_env(pass_env))
     return ((proc.stderr or "") + (proc.stdout or "")).strip().removeprefix("sbatch: ").strip()
 
 
@@ -171,26 +173,19 @@ def hostnames(nodelist: str) -> list[str]:
     return [h.strip() for h in proc.stdout.split() if h.strip()]
 
 
+def _joined(value) -> str:
+    """A node list given as a list -> `a,b`; anything else as text."""
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+
+
 def srun_argv(argv, *, het_group=None, nodes=None, ntasks=None, ntasks_per_node=None,
               nodelist=None, exclude=None, overlap=False, kill_on_bad_exit=True,
               extra=()) -> list[str]:
-    cmd = ["srun"]
-    if het_group is not None:
-        cmd.append(f"--het-group={het_group}")
-    if nodes is not None:
-        cmd.append(f"--nodes={nodes}")
-    if ntasks is not None:
-        cmd.append(f"--ntasks={ntasks}")
-    if ntasks_per_node is not None:
-        cmd.append(f"--ntasks-per-node={ntasks_per_node}")
-    if nodelist:
-        cmd.append(f"--nodelist={nodelist if isinstance(nodelist, str) else ','.join(nodelist)}")
-    if exclude:
-        cmd.append(f"--exclude={exclude if isinstance(exclude, str) else ','.join(exclude)}")
-    if overlap:
-        cmd.append("--overlap")
-    if kill_on_bad_exit:
-        cmd.append("--kill-on-bad-exit=1")
+    valued = (("--het-group", het_group), ("--nodes", nodes), ("--ntasks", ntasks),
+              ("--ntasks-per-node", ntasks_per_node), ("--nodelist", nodelist or None),
+              ("--exclude", exclude or None))
+    cmd = ["srun"] + [f"{flag}={_joined(value)}" for flag, value in valued if value is not None]
+    cmd += [flag for flag, on in (("--overlap", overlap), ("--kill-on-bad-exit=1", kill_on_bad_exit)) if on]
     cmd.extend(str(e) for e in extra)
     cmd.extend(str(a) for a in argv)
     return cmd
@@ -235,12 +230,10 @@ class JobState:
 
     @property
     def done(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return slurm_done(self.state)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["done"] = self.done
-        return data
+        return {**asdict(self), "done": self.done}
 
 
 class JobStates(dict):
@@ -324,19 +317,20 @@ def aggregate_state(states: list[str]) -> str:
     any part is active (RUNNING before PENDING); when all ended COMPLETED only if all
     completed, else the worst end (NODE_FAIL, ..., FAILED, TIMEOUT, CANCELLED)."""
     states = [normalize_state(s) for s in states] or ["UNKNOWN"]
-    active = [s for s in states if s not in TERMINAL_STATES]
+    active = [s for s in states if s not in SLURM_TERMINAL]
     if active:
-        for candidate in _ACTIVE_ORDER:
+        for candidate in AGGREGATE_ACTIVE_ORDER:
             if candidate in active:
                 return candidate
         return active[0]
-    for candidate in _FAIL_ORDER:
+    for candidate in AGGREGATE_END_ORDER:
         if candidate in states:
             return candidate
     return states[0]
 
 
-def _aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
+def aggregate(job_id: str, parts: list[JobState], kind: str) -> JobState:
+    """One JobState for `parts` (a hetjob's components, an array's tasks, a run's jobs)."""
     parts = sorted(parts, key=lambda p: _sort_key(p.job_id))
     first = parts[0]
     starts = [p.start for p in parts if p.start and p.start[:1].isdigit()]
@@ -396,7 +390,7 @@ def resolve(requested: list[str], rows: dict[str, JobState]) -> dict[str, JobSta
         if task is None and het is None and by_base.get(base):
             parts = by_base[base]
             kind = "hetjob" if any("+" in p.job_id for p in parts) else "array"
-            out[job_id] = _aggregate(job_id, parts, kind)
+            out[job_id] = aggregate(job_id, parts, kind)
         elif job_id not in out:
             out[job_id] = JobState(job_id=job_id, state="UNKNOWN", missing=True)
     return out

@@ -94,7 +94,7 @@ def expand(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
         n *= len(values)
     if n > MAX_POINTS:
         raise SpecError("--grid", f"{n} points; at most {MAX_POINTS} in one sweep (split it)")
-    return [dict(zip(keys, combo)) for combo in itertools.product(*[v for _, v in grid])]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*[v for _, v in grid])]
 
 
 def point_sets(params: dict[str, str]) -> list[str]:

@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-TERMINAL = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-    "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-}
+from launcher.states import SLURM_TERMINAL as TERMINAL  # sf's one table of states
 
 
 @dataclass

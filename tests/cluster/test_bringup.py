@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.states import slurm_done
+
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED"}
 
 
 def sf(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
@@ -51,7 +52,7 @@ def wait_terminal(job_id: str, timeout: float = 180) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = job_state(job_id)
-        if state in TERMINAL:
+        if slurm_done(state):
             return state
         time.sleep(1)
     pytest.fail(f"job {job_id} did not end within {timeout}s")

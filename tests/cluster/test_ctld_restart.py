@@ -72,7 +72,8 @@ def test_status_survives_slurmctld_restart(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while True:  # both points running with their driver started
-            dirs = [Path(p["run_dir"]) for p in json.loads((Path(out["sweep_dir"]) / "manifest.json").read_text())["points"]]
+            manifest = json.loads((Path(out["sweep_dir"]) / "manifest.json").read_text())
+            dirs = [Path(p["run_dir"]) for p in manifest["points"]]
             if all((d / "driver-args.txt").exists() for d in dirs):
                 break
             assert time.monotonic() < deadline, "points did not start"

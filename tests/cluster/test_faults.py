@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import REPO, SF, job_state, phase, phases, test_site, wait_terminal

@@ -172,7 +172,7 @@ echo "done on $SLURMD_NODENAME"
         took = time.monotonic() - started
         assert proc.returncode == 0, proc.stderr
         lines = proc.stdout.splitlines()
-        assert [l for l in lines if l.startswith("tick")] == [f"tick {i}" for i in range(1, 9)]
+        assert [line for line in lines if line.startswith("tick")] == [f"tick {i}" for i in range(1, 9)]
         assert lines[-1].startswith("done on dev")
         state = sfslurm.job_states([job_id])[job_id].state
         assert state in ("COMPLETED", "COMPLETING") or state == "RUNNING" and took < 120

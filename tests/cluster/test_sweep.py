@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from launcher.states import run_ended
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import REPO, sf  # noqa: E402
 
@@ -40,7 +42,6 @@ sleep "${SF_TEST_SLEEP:-4}"
 echo "test driver: done (rollout.n=$n)"
 """
 
-TERMINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "gone"}
 
 
 def experiment(tmp_path: Path, name: str, pools: list[dict], roles: dict | None = None,
@@ -89,7 +90,7 @@ def poll_until_done(sweep_id: str, timeout: float, touch: bool = False) -> list:
         (status,) = monitor.poll([run], runs_dir=root)
         polls += 1
         assert slurm.CALLS["sacct"] == 1 and slurm.CALLS["total"] == 1, dict(slurm.CALLS)
-        if status.points and all(p["state"] in TERMINAL for p in status.points):
+        if status.points and all(run_ended(p["state"]) for p in status.points):
             return status, polls
         if touch and any(p["state"] == "pending" for p in status.points):
             # hetjobs start only from the backfill scheduler; touching the partition wakes it

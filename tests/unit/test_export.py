@@ -116,7 +116,8 @@ def test_export_bad_checkpoint_is_one_line_exit_2(env):
 def test_export_render(env):
     actor = fsdp_layout(env["tmp"] / "ckpt", step=5, world=2)
     res = CliRunner().invoke(main, ["export", "my-grpo", "--checkpoint", str(env["tmp"] / "ckpt"),
-                                    "--checkpoint-format", "verl-fsdp", "--dry-run", "--target", str(env["tmp"] / "hf")])
+                                    "--checkpoint-format", "verl-fsdp", "--dry-run",
+                                    "--target", str(env["tmp"] / "hf")])
     assert res.exit_code == 0, res.output
     script = res.output
     assert script.startswith("#!/bin/bash\n")
@@ -126,7 +127,8 @@ def test_export_render(env):
     merge = (f"{env['venv']}/bin/python -m verl.model_merger merge --backend fsdp "
              f"--local_dir {actor} --target_dir {env['tmp'] / 'hf'}")
     assert merge in script.splitlines()
-    assert "record_phase" in script and "export_started" in script
+    # phases recorded the way the training job records them
+    assert "-m launcher.injob phase" in script and "export_started" in script and "trap sf_ended EXIT" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     assert not env["root"].exists() or not any(env["root"].iterdir())  # dry run records nothing
 
@@ -183,6 +185,35 @@ def test_export_render_megatron_asks_a_gpu(env):
     assert "/x-XXXXX/exports/global_step_2" in res.output
 
 
+@pytest.mark.parametrize("merger_rc", [0, 3])
+def test_export_job_records_started_and_ended_phases(tmp_path, merger_rc):
+    """The rendered export script, run by bash with a stand-in merger: its phases land in
+    the run's events.jsonl (through `python -m launcher.injob phase`), the ended one with
+    the script's exit code, on success and on failure."""
+    import sys
+
+    from launcher import export as ex
+    from launcher.site import load_site
+
+    actor = fsdp_layout(tmp_path / "ckpt", step=5, world=1)
+    run = runs.create_run(tmp_path / "runs", "x")
+    target = run.dir / "exports" / "global_step_5"
+    stand_in = ("import pathlib, sys; t = pathlib.Path(sys.argv[1]); t.mkdir(parents=True, exist_ok=True); "
+                "(t / 'config.json').write_text('{}'); sys.exit(int(sys.argv[2]))")
+    res = ex.resources_for(load_site(str(Path(__file__).resolve().parents[2] / "site" / "dev.yaml")),
+                           job_name="sf-export-x", log_path=f"{run.dir}/logs/e-%j.out", gpus=0)
+    script = ex.render_export(res=res, setup=[], env={}, ckpt=find_actor_dir(actor), target_dir=str(target),
+                              sf_python=sys.executable, run_dir=str(run.dir), export_id="export-1",
+                              wrap=lambda argv: [sys.executable, "-c", stand_in, str(target), str(merger_rc)])
+    path = run.write_text("export-1.sbatch", script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=run.dir)
+    assert proc.returncode == merger_rc, proc.stderr
+    events = runs.read_phases(run.dir)
+    assert [e["phase"] for e in events] == ["export_started", "export_ended"]
+    assert events[0]["export_id"] == "export-1" and events[0]["target"] == str(target)
+    assert events[1]["rc"] == str(merger_rc) and events[1]["export_id"] == "export-1"
+
+
 def _sft_run(root: Path, val: Path) -> runs.Run:
     run = runs.create_run(root, "my-sft")
     run.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1",
@@ -192,7 +223,8 @@ def _sft_run(root: Path, val: Path) -> runs.Run:
 
 def test_eval_render(env):
     val = env["tmp"] / "val.jsonl"
-    val.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}) + "\n")
+    sample = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    val.write_text(json.dumps(sample) + "\n")
     run = _sft_run(env["root"], val)
     fsdp_layout(run.checkpoints_dir, step=3, world=1)
     res = CliRunner().invoke(main, ["eval", "my-sft", "--run-id", run.id, "--dry-run"])
@@ -247,8 +279,36 @@ def test_export_and_eval_local_for_real(env, tiny_checkpoint):
     assert res.exit_code == 0, res.output
     [ev] = sft.record()["evals"]
     assert ev["state"] == "completed"
-    samples = [json.loads(l) for l in Path(ev["samples"]).read_text().splitlines()]
+    samples = [json.loads(line) for line in Path(ev["samples"]).read_text().splitlines()]
     assert [s["reference"] for s in samples] == ["three", "the answer is four"]
     assert all(s["tokens"] > 0 and s["nll"] > 0 for s in samples)
     summary = json.loads(Path(ev["summary"]).read_text())
     assert summary["samples"] == 2 and summary["val_loss"] > 0
+
+
+def test_export_local_runs_the_request_and_records_it(env, monkeypatch):
+    """`sf export --local` with a stand-in runtime whose python plays verl's merger: the
+    script runs here, the export is listed (completed) in a new run, its phases recorded."""
+    fake = env["tmp"] / "fake-rt"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "activate").write_text("")
+    merger = fake / "bin" / "python"
+    merger.write_text('#!/bin/sh\n# verl.model_merger merge ... --target_dir DIR\n'
+                      'while [ $# -gt 0 ]; do [ "$1" = --target_dir ] && t="$2"; shift; done\n'
+                      'mkdir -p "$t" && echo "{}" > "$t/config.json"\n')
+    merger.chmod(0o755)
+    registry = env["tmp"] / "fake-runtimes.yaml"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {fake}}}\n')
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(registry))
+    fsdp_layout(env["tmp"] / "ckpt", step=4, world=1)
+    res = CliRunner().invoke(main, ["export", "tiny", "--checkpoint", str(env["tmp"] / "ckpt"),
+                                    "--checkpoint-format", "verl-fsdp", "--framework-version", "0.9.1", "--local"])
+    assert res.exit_code == 0, res.output
+    [run] = runs.list_runs(env["root"])
+    rec = run.record()
+    [exp] = rec["exports"]
+    assert exp["state"] == "completed" and exp["rc"] == 0 and exp["target"] == f"{run.dir}/exports/global_step_4"
+    assert f"exported {env['tmp'] / 'ckpt'}/global_step_4/actor -> {exp['target']}" in res.output
+    assert (Path(exp["target"]) / "config.json").is_file() and Path(exp["log"]).is_file()
+    assert [p["phase"] for p in rec["phases"]] == ["export_started", "export_ended"]
+    assert rec["task"] == "export" and rec["phases"][-1]["rc"] == "0"

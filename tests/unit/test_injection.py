@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +18,6 @@ from launcher.errors import SpecError
 from launcher.plan import Pool, SlurmOptions
 from launcher.render import render_script
 from launcher.runtime import runtime_from_entry
-
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, directives, make_plan
@@ -135,7 +134,8 @@ def test_pool_and_role_names_refused(value):
         render_script(make_plan(pools=(Pool("train", "fake", 1, 4, 0, (value,)),)), SITE, VENV)
 
 
-@pytest.mark.parametrize("field,value", [("constraint", "a b"), ("constraint", "a\n#SBATCH --x"), ("mem_per_node", "4G;id"),
+@pytest.mark.parametrize("field,value", [("constraint", "a b"), ("constraint", "a\n#SBATCH --x"),
+                                         ("mem_per_node", "4G;id"),
                                          ("gres_name", "gpu 1"), ("partition", "train\n#SBATCH --x")])
 def test_site_series_fields_refused(field, value):
     series = replace(SITE.series["fake"], **{field: value})
@@ -173,11 +173,13 @@ def test_cli_refuses_with_exit_2_and_quotes_set(tmp_path):
     env = {**os.environ, "FORGE_IMAGE_VERL": "/opt/verl.sif"}
     sf = [os.path.join(os.path.dirname(__import__("sys").executable), "sf")]
     exp = str(paths.data_root() / "examples" / "grpo")
-    proc = subprocess.run([*sf, "submit", exp, "--dry-run", "--site", str(bad)], capture_output=True, text=True, env=env)
+    proc = subprocess.run([*sf, "submit", exp, "--dry-run", "--site", str(bad)], capture_output=True, text=True,
+                          env=env)
     assert proc.returncode == 2 and "slurm.account" in proc.stderr, proc.stderr
     canary = tmp_path / "pwned"
     proc = subprocess.run([*sf, "submit", exp, "--dry-run", "--site", str(good),
-                           "--set", f"trainer.experiment_name='$(touch {canary})'"], capture_output=True, text=True, env=env)
+                           "--set", f"trainer.experiment_name='$(touch {canary})'"],
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     values = _check_inert(proc.stdout, tmp_path, directives(proc.stdout))
     assert f"trainer.experiment_name='$(touch {canary})'" in values

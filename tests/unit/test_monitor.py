@@ -3,51 +3,18 @@ binaries (SF_SLURM_BIN_DIR) and run records in a temp dir."""
 from __future__ import annotations
 
 import json
-import stat
 import threading
 import time
 
-import pytest
 from click.testing import CliRunner
 
-from launcher import monitor, runs, slurm
+from launcher import monitor, runs, slurm, states
 from launcher.cli import main
 
 
-@pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "calls.log"
-    for name in ("sacct", "squeue", "scancel"):
-        path = bindir / name
-        path.write_text(f"""#!/bin/sh
-echo "{name} $*" >> "{log}"
-[ -f "{bindir}/{name}.out" ] && cat "{bindir}/{name}.out"
-[ -f "{bindir}/{name}.err" ] && cat "{bindir}/{name}.err" >&2
-exit $(cat "{bindir}/{name}.rc" 2>/dev/null || echo 0)
-""")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(bindir))
-    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
-
-    class Fake:
-        runs_dir = tmp_path / "runs"
-
-        def set(self, name, out="", err="", rc=0):
-            (bindir / f"{name}.out").write_text(out)
-            (bindir / f"{name}.err").write_text(err)
-            (bindir / f"{name}.rc").write_text(str(rc))
-
-        def calls(self, name=None):
-            lines = log.read_text().splitlines() if log.exists() else []
-            return [l for l in lines if name is None or l.split()[0] == name]
-
-    return Fake()
-
-
 def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
-    return f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}|2026-11-29T10:59:59|00:10:00\n"
+    return (f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}"
+            "|2026-11-29T10:59:59|00:10:00\n")
 
 
 def _submitted(root, name, *job_ids, **fields):
@@ -106,7 +73,7 @@ def test_progress_from_phases_before_training(fake_slurm):
     fake_slurm.set("sacct", _row("40", "RUNNING"))
     assert monitor.poll([run])[0].progress == "allocated"
     runs.record_phase(run.dir, "allocated")
-    runs.record_phase(run.dir, "all_nodes_joined")
+    runs.record_phase(run.dir, "all_joined")
     assert monitor.poll([run])[0].progress == "ray up"
     run.update(total_steps=5)
     (run.dir / "logs" / "slurm-40.out").write_text("(TaskRunner) step:3 - a:1\n")
@@ -150,7 +117,8 @@ def test_array_sweep_points_from_one_call(fake_slurm):
     sweep.add_state("submitted")
     sweep.set_job_ids(["70"])
     fake_slurm.set("sacct", _row("70_0", "COMPLETED") + _row("70_1", "RUNNING") +
-                   _row("70_2", "RUNNING") + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
+                   _row("70_2", "RUNNING")
+                   + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
     status = monitor.poll([sweep])[0]
     assert len(fake_slurm.calls("sacct")) == 1
     assert [p["state"] for p in status.points] == ["completed", "running", "running", "pending", "pending", "pending"]
@@ -192,12 +160,7 @@ def test_status_cli_table_json_and_unknown_run(fake_slurm):
 def test_status_watch_redraws_until_done(fake_slurm):
     run = _submitted(fake_slurm.runs_dir, "grpo", "91")
     fake_slurm.set("sacct", _row("91", "RUNNING"))
-
-    def finish():
-        time.sleep(0.6)
-        fake_slurm.set("sacct", _row("91", "COMPLETED"))
-
-    threading.Thread(target=finish).start()
+    fake_slurm.set("sacct", _row("91", "COMPLETED"), from_call=3)
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2", "--json"])
     assert result.exit_code == 0
     docs = [json.loads(line) for line in result.output.splitlines()]
@@ -298,18 +261,18 @@ def test_logs_print_tail_list_and_errors(fake_slurm):
     assert fake_slurm.calls() == []
 
 
-def test_logs_follow_until_job_ends(fake_slurm):
+def test_logs_follow_until_job_ends(fake_slurm, wait_for):
     run = _submitted(fake_slurm.runs_dir, "grpo", "150")
     log = run.dir / "logs" / "slurm-150.out"
     fake_slurm.set("sacct", _row("150", "RUNNING"))
 
     def job():
-        time.sleep(0.3)
+        # written while `sf logs -f` follows: after its first job-state check
+        wait_for(lambda: fake_slurm.calls("sacct"), timeout=10, interval=0.05, what="the first sacct call")
         with open(log, "a") as f:
             for i in range(5):
                 f.write(f"tick {i}\n")
                 f.flush()
-                time.sleep(0.1)
             f.write("last words without newline")
         fake_slurm.set("sacct", _row("150", "COMPLETED"))
 
@@ -338,17 +301,13 @@ def test_watch_rides_out_an_unreachable_controller(fake_slurm):
     run = _submitted(fake_slurm.runs_dir, "grpo", "170")
     fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
     fake_slurm.set("squeue", "", "squeue: error: Unable to contact slurm controller\n", 1)
-
-    def recover():
-        time.sleep(0.5)
-        fake_slurm.set("sacct", _row("170", "COMPLETED"))
-
-    threading.Thread(target=recover).start()
+    fake_slurm.set("sacct", _row("170", "COMPLETED"), from_call=3)  # back on the third poll
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2"])
     assert result.exit_code == 0, result.output
     assert "slurm unreachable" in result.output and "completed" in result.output
+    assert len(fake_slurm.calls("sacct")) == 3  # two failed polls, then the answer
     # without --watch the same failure is exit 1
-    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
+    fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1, from_call=4)
     assert CliRunner().invoke(main, ["status", run.id]).exit_code == 1
 
 
@@ -374,9 +333,9 @@ def test_sweep_members_listed_in_the_record(fake_slurm):
 def test_latest_phase_ignores_per_node_events():
     phases = [{"phase": "allocated"}, {"phase": "node_started", "node": "dev2"}, {"phase": "head_up"},
               {"phase": "all_joined"}, {"phase": "node_started", "node": "dev3"}]
-    assert monitor.latest_phase(phases) == "all_joined"
-    assert monitor.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
-    assert monitor.latest_phase([{"phase": "node_exit"}]) is None
+    assert states.latest_phase(phases) == "all_joined"
+    assert states.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
+    assert states.latest_phase([{"phase": "node_exit"}]) is None
 
 
 def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
@@ -429,11 +388,12 @@ def test_overview_hides_sweep_points_and_list_marks_them(fake_slurm):
     result = CliRunner().invoke(main, ["status"])
     assert sweep.id in result.output and point.id not in result.output
     listed = CliRunner().invoke(main, ["list"]).output
-    assert any(point.id in l and " point " in l for l in listed.splitlines())
+    assert any(point.id in line and " point " in line for line in listed.splitlines())
 
 
 def _status_loop(run_dir, n):
-    from launcher import monitor as m, runs as r
+    from launcher import monitor as m
+    from launcher import runs as r
     for _ in range(n):
         m.poll([r.Run(run_dir)])
 

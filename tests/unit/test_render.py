@@ -8,13 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from launcher import paths
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.render import overrides_text, quote, render_script
 from launcher.runtime import Runtime
 from launcher.site import load_site
-
-from launcher import paths
 
 SITE = load_site(str(paths.site_dir() / "dev.yaml"))
 VENV = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt/verl-0.9.1",
@@ -33,7 +32,8 @@ def make_plan(**kw) -> Plan:
 
 
 def het_plan(**kw) -> Plan:
-    return make_plan(pools=(Pool("train", "fake", 2, 4, 0, ("actor",)), Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))), **kw)
+    return make_plan(pools=(Pool("train", "fake", 2, 4, 0, ("actor",)),
+                            Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))), **kw)
 
 
 def directives(script: str) -> list[list[str]]:
@@ -108,9 +108,11 @@ def test_runtime_kinds_in_script():
     script = render_script(make_plan(), SITE, pyx)
     runtime = json.loads(re.search(r"^SF_RUNTIME='(.*)'$", script, re.M).group(1))
     assert runtime["kind"] == "pyxis" and runtime["image"] == "/img/verl.sqsh"
-    assert Runtime.from_dict(runtime).srun_flags() == ["--container-image=/img/verl.sqsh", "--container-mounts=/data:/data"]
+    assert Runtime.from_dict(runtime).srun_flags() == ["--container-image=/img/verl.sqsh",
+                                                       "--container-mounts=/data:/data"]
     app = Runtime(framework="verl", version="0.9.1", kind="apptainer", image="/img/v.sif", mounts=("/data",))
-    assert app.wrap(["python3", "-V"]) == ["apptainer", "exec", "--nv", "--bind", "/data", "/img/v.sif", "python3", "-V"]
+    assert app.wrap(["python3", "-V"]) == ["apptainer", "exec", "--nv", "--bind", "/data", "/img/v.sif",
+                                           "python3", "-V"]
 
 
 def test_unknown_series_and_bad_groups():
@@ -126,5 +128,6 @@ def test_overrides_text_one_per_line():
 
 def test_quote_control_characters():
     assert "\n" not in quote("a\nb")
-    out = subprocess.run(["bash", "-c", f"printf %s {quote(chr(10).join(['x', '#SBATCH --y']))}"], capture_output=True, text=True)
+    out = subprocess.run(["bash", "-c", f"printf %s {quote(chr(10).join(['x', '#SBATCH --y']))}"],
+                         capture_output=True, text=True)
     assert out.stdout == "x\n#SBATCH --y"

@@ -3,7 +3,6 @@
 with its squeue fallback (fake Slurm binaries through SF_SLURM_BIN_DIR)."""
 from __future__ import annotations
 
-import stat
 import subprocess
 
 import pytest
@@ -150,38 +149,7 @@ def test_sacct_argv_asks_base_ids_once():
     assert "--allocations" in argv and "--parsable2" in argv and "--noheader" in argv
 
 
-# --- fake binaries -----------------------------------------------------------------------
-
-@pytest.fixture
-def fake_slurm(tmp_path, monkeypatch):
-    """SF_SLURM_BIN_DIR with scripts that log their argv and print canned output from
-    <dir>/<cmd>.out, <cmd>.err, exit with <cmd>.rc."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "calls.log"
-    for name in ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun"):
-        path = bindir / name
-        path.write_text(f"""#!/bin/sh
-echo "{name} $*" >> "{log}"
-[ -f "{bindir}/{name}.out" ] && cat "{bindir}/{name}.out"
-[ -f "{bindir}/{name}.err" ] && cat "{bindir}/{name}.err" >&2
-exit $(cat "{bindir}/{name}.rc" 2>/dev/null || echo 0)
-""")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(bindir))
-
-    class Fake:
-        dir = bindir
-
-        def set(self, name, out="", err="", rc=0):
-            (bindir / f"{name}.out").write_text(out)
-            (bindir / f"{name}.err").write_text(err)
-            (bindir / f"{name}.rc").write_text(str(rc))
-
-        def calls(self):
-            return log.read_text().splitlines() if log.exists() else []
-
-    return Fake()
+# --- against the fake Slurm commands (tests/unit/conftest.py) ----------------------------
 
 
 def test_job_states_one_sacct_call_for_everything(fake_slurm):
@@ -251,7 +219,8 @@ def test_failures_carry_command_and_stderr(fake_slurm, tmp_path):
 
 
 def test_sbatch_test_only_returns_message(fake_slurm, tmp_path):
-    fake_slurm.set("sbatch", "", "sbatch: Job 12 to start at 2026-11-29T11:00:00 using 4 processors on nodes dev1 in partition train\n")
+    fake_slurm.set("sbatch", "", "sbatch: Job 12 to start at 2026-11-29T11:00:00 using 4 processors "
+                   "on nodes dev1 in partition train\n")
     assert slurm.sbatch_test_only(tmp_path / "x").startswith("Job 12 to start")
 
 

@@ -16,7 +16,6 @@ from launcher.render import array_directive, render_script
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
 
-
 # --- grid -----------------------------------------------------------------------------------
 
 def test_parse_and_expand_grid_last_key_fastest():

@@ -1,109 +1,36 @@
-"""`sf export`, `sf eval`, `sf metrics`, `sf plot`, `sf doctor`.
+"""`sf export` and `sf eval`: one-node jobs on the verl runtime, recorded in a run.
 
-export and eval render a one-node batch script from templates/ (launcher.export), submit
-it with launcher.slurm.sbatch (or run it here with --local) and record it in the run
-through launcher.runs: an export or eval of a training run is listed in that run's
-record (`exports` / `evals`) and its phases are timestamped into the run's events.
+Each builds a launcher.pipeline Request (rendered from templates/export.sbatch.j2 or
+templates/eval.sbatch.j2 by launcher.export), which --dry-run prints, --local runs here
+with bash, and otherwise pipeline.submit sends. An export or eval of a training run is
+listed in that run's record (`exports` / `evals`) and its phases are timestamped into the
+run's events; an export of a bare checkpoint gets a run record of its own (task "export").
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from launcher.errors import SlurmError, SpecError
-
-
-def _common(fn):
-    fn = click.option("--runs-dir", default=None, metavar="DIR",
-                      help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(fn)
-    fn = click.option("--site", "site_path", default=None, metavar="FILE",
-                      help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ~/.config/sf/site.yaml).")(fn)
-    return fn
-
-
-def _site(site_path):
-    from launcher.site import load_site
-
-    return load_site(site_path)
-
-
-def _runs_dir(site, runs_dir: str | None) -> Path:
-    if runs_dir:
-        return Path(runs_dir).expanduser()
-    if os.environ.get("SF_RUNS_DIR"):
-        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
-    return Path(site.runs_dir)
-
-
-def _open(site_path, runs_dir, run_id):
-    from launcher import runs
-
-    site = _site(site_path) if not (runs_dir or os.environ.get("SF_RUNS_DIR")) else None
-    root = Path(runs_dir).expanduser() if runs_dir else (
-        Path(os.environ["SF_RUNS_DIR"]).expanduser() if os.environ.get("SF_RUNS_DIR") else Path(site.runs_dir))
-    return runs.open_run(root, run_id)
+from launcher.cli_options import runs_options, runs_root, say_sbatch_env_left_out
+from launcher.errors import SpecError
 
 
 def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
-# --- metrics and plot ------------------------------------------------------------------
-
-@click.command("metrics")
-@click.argument("run_id", metavar="RUN")
-@click.option("--json", "as_json", is_flag=True, help="Print the series as JSON.")
-@_common
-def metrics(run_id, as_json, site_path, runs_dir):
-    """Print the key training metrics of RUN (from verl's file logger).
-
-    \b
-    Series: critic/score/mean, val-core/*/reward/mean*, timing_s/gen and timing_s/step,
-    response_length/mean, actor/pg_loss, critic/vf_loss (train/loss, val/loss for SFT).
-    """
-    from launcher import metrics as m
-
-    run = _open(site_path, runs_dir, run_id)
-    data = m.load_run_metrics(run.dir, run.id)
-    if as_json:
-        click.echo(json.dumps(m.to_json(run.id, data), indent=2))
-    else:
-        click.echo(m.format_table(run.id, m.summarize(data)))
-
-
-@click.command("plot")
-@click.argument("run_id", metavar="RUN")
-@click.option("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write.")
-@_common
-def plot(run_id, output, site_path, runs_dir):
-    """Draw the key training metrics of RUN to a PNG (needs matplotlib: sf[plots])."""
-    from launcher import metrics as m
-
-    run = _open(site_path, runs_dir, run_id)
-    data = m.load_run_metrics(run.dir, run.id)
-    path = m.plot(data, output, title=f"{run.id} ({data.steps} steps)")
-    click.echo(f"wrote {path}")
-
-
-# --- export and eval: shared ------------------------------------------------------------
-
 def _runtime_parts(site, version: str):
-    """(setup lines, env, argv wrapper) for one-node jobs on the verl runtime."""
+    """(runtime, setup lines, env, argv wrapper) for one-node jobs on the verl runtime."""
+    from launcher import sbatch_values
     from launcher.runtime import resolve_runtime
 
     rt = resolve_runtime("verl", version, site)
-    import shlex
-
-    from launcher import render
-
     setup = []
     if site.modules:
         setup.append("module load " + " ".join(shlex.quote(m) for m in site.modules))
@@ -111,7 +38,7 @@ def _runtime_parts(site, version: str):
     env = dict(site.env)
     env.update(dict(rt.env))
     for key in env:  # keys are written bare into `export KEY=...`
-        render._check(render._ENV_KEY, key, f"env.{key}", "letters, digits and _ only, not starting with a digit")
+        sbatch_values.env_key(key, f"env.{key}")
 
     def wrap(argv):
         argv = list(argv)
@@ -135,8 +62,9 @@ def _published_versions(site) -> list[str]:
     except (OSError, yaml.YAMLError):
         return []
     table = data.get("verl") if isinstance(data, dict) else None
-    return sorted((str(v) for v in table), key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.]", v)]) \
-        if isinstance(table, dict) else []
+    if not isinstance(table, dict):
+        return []
+    return sorted((str(v) for v in table), key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.]", v)])
 
 
 def _framework_version(site, run, explicit: str | None) -> str:
@@ -160,55 +88,24 @@ def _checkpoint(path, fmt):
         raise SpecError("--checkpoint", str(exc)) from None
 
 
-def _run_local(script: Path, log: Path) -> int:
-    """Run the rendered script here with bash (#SBATCH lines are comments to bash)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as handle:
-        proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=str(script.parent))
-        for chunk in iter(lambda: proc.stdout.readline(), b""):
-            handle.write(chunk)
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-        return proc.wait()
+def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
+    """--dry-run: print the script. --local: run it here (exit 1 on failure). Else submit.
+    Returns (run, job id or None, rendered), or None after a dry run."""
+    from launcher import pipeline
 
-
-def _run_here(run, key: str, entry: dict, script: Path, what: str) -> None:
-    """--local: run the job script here, recording it under record[key]; exit 1 on failure."""
-    log = run.logs_dir / f"{entry['id']}-local.out"
-    _append(run, key, {**entry, "job_id": None, "state": "running", "log": str(log)})
-    rc = _run_local(script, log)
-    _append(run, key, {}, match=entry["id"], state="completed" if rc == 0 else "failed", rc=rc)
-    if rc != 0:
-        click.echo(f"sf: {what} failed (exit {rc}); log: {log}", err=True)
-        sys.exit(1)
-
-
-def _submit(run, key: str, entry: dict, script: Path, log_path: str) -> str:
-    """Submit the job script, recording it under record[key] (submit_failed when sbatch fails)."""
-    from launcher import slurm
-
-    try:
-        job_id = slurm.sbatch(script, cwd=str(run.dir))
-    except SlurmError as exc:
-        _append(run, key, {**entry, "job_id": None, "state": "submit_failed", "error": str(exc)})
-        raise
-    _append(run, key, {**entry, "job_id": job_id, "state": "submitted", "log": log_path.replace("%j", job_id)})
-    return job_id
-
-
-def _append(run, key: str, entry: dict, match: str | None = None, **update):
-    """Add `entry` to record[key] (a list), or update the entry whose id is `match`."""
-    def apply(rec):
-        items = rec.setdefault(key, [])
-        if match is None:
-            items.append(entry)
-            return
-        for item in items:
-            if item.get("id") == match:
-                item.update(update)
-
-    run.mutate(apply)
+    if dry_run:
+        click.echo(request.script, nl=False)
+        return None
+    if not local:
+        say_sbatch_env_left_out(request.pass_sbatch_env)
+    if local:
+        run, rendered, rc, log = pipeline.run_here(request)
+        if rc != 0:
+            click.echo(f"sf: {what} failed (exit {rc}); log: {log}", err=True)
+            sys.exit(1)
+        return run, None, rendered
+    sent = pipeline.submit(request)
+    return sent.run, sent.job_id, sent.rendered
 
 
 # --- export ---------------------------------------------------------------------------
@@ -224,11 +121,12 @@ def _append(run, key: str, entry: dict, match: str | None = None, **update):
               help="Hugging Face folder to write (default: <run>/exports/global_step_N).")
 @click.option("--local", is_flag=True, help="Run the merge here instead of as a Slurm job.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit and record nothing.")
-@click.option("--framework-version", default=None, metavar="V", help="verl runtime (default: the run's, else the newest published).")
+@click.option("--framework-version", default=None, metavar="V",
+              help="verl runtime (default: the run's, else the newest published).")
 @click.option("--partition", default=None, help="Partition (default: the site's default series').")
 @click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", help="Time limit (default: the site's).")
 @click.option("--gpus", type=int, default=None, help="GPUs for the job (default: 0 for FSDP, 1 for Megatron).")
-@_common
+@runs_options
 def export(name, checkpoint, fmt, target, local, dry_run, framework_version, partition, time_limit, gpus,
            site_path, runs_dir):
     """Merge a verl checkpoint into a Hugging Face folder with verl's model merger.
@@ -241,15 +139,18 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
     """
     from launcher import export as ex
     from launcher import runs
+    from launcher.pipeline import Rendered, Request, absolute_runs_dir
+    from launcher.site import load_site
 
-    site = _site(site_path)
-    root = _runs_dir(site, runs_dir)
+    site = load_site(site_path)
+    root = runs_root(site_path, runs_dir, site)
     run = None
     try:
         run = runs.open_run(root, name)
     except SpecError:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-            raise SpecError("NAME", f"{name!r} is neither a run nor an experiment name (letters, digits, ._-)") from None
+            raise SpecError("NAME", f"{name!r} is neither a run nor an experiment name "
+                            "(letters, digits, ._-)") from None
     if checkpoint is None:
         if run is None:
             raise SpecError("--checkpoint", f"{name} is not a run of {root}; pass --checkpoint PATH "
@@ -258,51 +159,39 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
     ckpt = _checkpoint(checkpoint, fmt)
     version = _framework_version(site, run, framework_version)
     rt, setup, env, wrap = _runtime_parts(site, version)
-
     export_id = f"export-{_stamp()}"
     step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
+    script_name = f"{export_id}.sbatch"
 
-    def render_for(run_dir: str):
+    def render(run_dir: str) -> Rendered:
         target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
         if (Path(target_dir) / "config.json").is_file():
-            raise SpecError("--target", f"{target_dir} already holds a model (config.json); pass another --target or remove it")
+            raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
+                            "pass another --target or remove it")
         res = ex.resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
                                gpus=gpus if gpus is not None else (1 if ckpt.backend == "megatron" else 0),
                                partition=partition, time=time_limit)
         script = ex.render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
                                   sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap)
-        return target_dir, res, script
+        entry = {"id": export_id, "checkpoint": ckpt.actor_dir, "format": ckpt.fmt, "step": ckpt.step,
+                 "target": target_dir, "script": f"{run_dir}/{script_name}",
+                 "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
+        return Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
 
-    if run is None:
-        # Everything is checked with a placeholder dir first: bad input leaves no record.
-        target_dir, res, script = render_for(f"{root}/{name}-XXXXX")
-        if dry_run:
-            click.echo(script, nl=False)
-            return
-        run = runs.create_run(root, name, task="export", framework_version=version)
-    target_dir, res, script = render_for(str(run.dir))
-    if dry_run:
-        click.echo(script, nl=False)
+    request = Request(experiment=name, runs_dir=absolute_runs_dir(root), render=render, run=run,
+                      record={"task": "export", "framework_version": version}, entry_key="exports",
+                      sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
+    request.rendered()  # every check, against the placeholder dir: bad input leaves no record
+    sent = _send(request, dry_run=dry_run, local=local, what="export")
+    if sent is None:
         return
-    path = run.write_text(f"{export_id}.sbatch", script)
-    entry = {"id": export_id, "checkpoint": ckpt.actor_dir, "format": ckpt.fmt, "step": ckpt.step,
-             "target": target_dir, "script": str(path), "runtime": f"verl {version} ({rt.kind})",
-             "submitted": runs.utc_now()}
-    if local:
-        _run_here(run, "exports", entry, path, "export")
+    run, job_id, rendered = sent
+    target_dir = rendered.entry["target"]
+    if job_id is None:
         click.echo(f"exported {ckpt.actor_dir} -> {target_dir}")
         return
-    try:
-        job_id = _submit(run, "exports", entry, path, res.log_path)
-    except SlurmError as exc:
-        if run.raw_record().get("task") == "export":
-            run.add_state("submit_failed", error=str(exc))
-        raise
-    if (run.raw_record().get("task") == "export") and not run.raw_record().get("job_ids"):
-        run.set_job_ids([job_id])
-        run.add_state("submitted", job_id=job_id)
     click.echo(f"submitted export job {job_id} (run {run.id}): {ckpt.actor_dir} -> {target_dir}")
-    click.echo(f"log: {res.log_path.replace('%j', job_id)}")
+    click.echo(f"log: {rendered.log_path.replace('%j', job_id)}")
 
 
 # --- eval -----------------------------------------------------------------------------
@@ -326,14 +215,16 @@ def _first_file(value: str | None) -> str | None:
 
 @click.command("eval")
 @click.argument("name", metavar="NAME|RUN")
-@click.option("--run-id", default=None, metavar="RUN", help="Training run to attach the samples to (default: NAME|RUN).")
+@click.option("--run-id", default=None, metavar="RUN",
+              help="Training run to attach the samples to (default: NAME|RUN).")
 @click.option("--model", "model", default=None, metavar="DIR", help="A Hugging Face model folder to evaluate.")
 @click.option("--checkpoint", default=None, metavar="PATH",
               help="A verl checkpoint to merge first (default: the run's latest checkpoint).")
 @click.option("--checkpoint-format", "fmt", type=click.Choice(["verl-fsdp", "verl-megatron"]), default=None)
 @click.option("--validation-data", "data", default=None, metavar="FILE",
               help="parquet/jsonl of SFT samples (default: the run's data.val_files).")
-@click.option("--messages-key", default=None, help="Column of chat messages (default: the run's data.messages_key, else messages).")
+@click.option("--messages-key", default=None,
+              help="Column of chat messages (default: the run's data.messages_key, else messages).")
 @click.option("--max-samples", type=int, default=64, show_default=True)
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--gpus", type=int, default=1, show_default=True)
@@ -342,7 +233,7 @@ def _first_file(value: str | None) -> str | None:
 @click.option("--framework-version", default=None, metavar="V")
 @click.option("--partition", default=None)
 @click.option("--time", "time_limit", default=None, metavar="HH:MM:SS")
-@_common
+@runs_options
 def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_samples, max_new_tokens, gpus, local,
              dry_run, framework_version, partition, time_limit, site_path, runs_dir):
     """Evaluate an SFT model on validation samples and attach them to the training run.
@@ -356,15 +247,18 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
     """
     from launcher import export as ex
     from launcher import runs
+    from launcher.pipeline import Rendered, Request, absolute_runs_dir
+    from launcher.site import load_site
 
-    site = _site(site_path)
-    root = _runs_dir(site, runs_dir)
+    site = load_site(site_path)
+    root = runs_root(site_path, runs_dir, site)
     try:
         run = runs.open_run(root, run_id or name)
     except SpecError as exc:
         if run_id:
             raise
-        raise SpecError("--run-id", f"sf eval attaches samples to a training run: pass --run-id RUN ({exc.message})") from None
+        raise SpecError("--run-id", f"sf eval attaches samples to a training run: pass --run-id RUN "
+                        f"({exc.message})") from None
     plan = run.read_json("plan.json")
     if plan and plan.get("method") not in (None, "sft"):
         raise SpecError("RUN", f"run {run.id} is a {plan.get('method')} run; sf eval is for SFT runs "
@@ -395,37 +289,18 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
     script = ex.render_eval(res=res, setup=setup, env=env, run_dir=str(run.dir), eval_id=eval_id, out_dir=out_dir,
                             model_dir=model_dir, data=data, ckpt=ckpt, sf_python=sys.executable, options=options,
                             wrap=wrap)
-    if dry_run:
-        click.echo(script, nl=False)
-        return
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    path = run.write_text(f"evals/{eval_id}/eval.sbatch", script)
     entry = {"id": eval_id, "model": model_dir, "checkpoint": ckpt.actor_dir if ckpt else None, "data": data,
              "out": out_dir, "samples": f"{out_dir}/samples.jsonl", "summary": f"{out_dir}/summary.json",
              "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
-    if local:
-        _run_here(run, "evals", entry, path, "eval")
+    script_name = f"evals/{eval_id}/eval.sbatch"
+    rendered = Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
+    # the run exists: nothing is left to bind
+    request = Request(experiment=run.id, runs_dir=absolute_runs_dir(root), render=lambda _run_dir: rendered,
+                      run=run, entry_key="evals", sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
+    sent = _send(request, dry_run=dry_run, local=local, what="eval")
+    if sent is None:
+        return
+    if sent[1] is None:
         click.echo(f"eval {eval_id} of run {run.id}: {out_dir}/summary.json")
         return
-    job_id = _submit(run, "evals", entry, path, res.log_path)
-    click.echo(f"submitted eval job {job_id} for run {run.id}; samples will be in {out_dir}/samples.jsonl")
-
-
-# --- doctor ---------------------------------------------------------------------------
-
-@click.command("doctor")
-@click.option("--site", "site_path", default=None, metavar="FILE", help="Site file to check (default: as sf finds it).")
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-def doctor(site_path, as_json):
-    """Check the site file against the live cluster and say what to fix.
-
-    Exit 0 when every check passes, 1 otherwise.
-    """
-    from launcher import doctor as dr
-
-    checks = dr.run_checks(site_path)
-    if as_json:
-        click.echo(json.dumps({"ok": dr.all_ok(checks), "checks": [c.to_dict() for c in checks]}, indent=2))
-    else:
-        click.echo(dr.format_checks(checks))
-    sys.exit(0 if dr.all_ok(checks) else 1)
+    click.echo(f"submitted eval job {sent[1]} for run {run.id}; samples will be in {out_dir}/samples.jsonl")

@@ -1,0 +1,222 @@
+"""One request from spec to job: prepared once, shown by the dry run, sent by `submit`.
+
+    request = prepare_run(name, flags, preflight=False)   # spec -> ONE compile -> Request
+    request.script                                         # what `--dry-run` prints
+    submitted = submit(request)                            # the run record, sbatch, the job id
+
+A Request holds everything decided before Slurm is asked, rendered against a placeholder
+run dir `<runs_dir>/<slug>-XXXXX` (never a real id: ids are lower case). `submit` creates
+the run (or uses the run the request belongs to, for export/eval), renders the same
+request with the real run dir bound in, writes its files and calls sbatch: the submitted
+script is the dry run's with the run id filled in (tests/cluster/test_pipeline.py).
+
+`sf submit`, `sf render`, `sf sweep` (one request per point), `sf export` and `sf eval`
+(launcher.cmd_export builds their requests) all go through here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from launcher import runs
+from launcher.errors import SlurmError
+from launcher.states import SUBMIT_FAILED, SUBMITTED, SUBMITTING
+
+PLACEHOLDER_ID = "XXXXX"  # as long as a real id's suffix (runs.new_run_id), but upper case
+
+
+def placeholder_run_dir(runs_dir: str, experiment: str) -> str:
+    """Where a run of `experiment` will be, but for its 5-character id suffix."""
+    return os.path.join(absolute_runs_dir(runs_dir), f"{runs.slug(experiment)}-{PLACEHOLDER_ID}")
+
+
+def absolute_runs_dir(runs_dir: str) -> str:
+    return os.path.abspath(os.path.expanduser(str(runs_dir)))
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a request becomes for one run dir."""
+
+    files: dict[str, str]  # path relative to the run dir -> text
+    script_name: str  # which of the files is the batch script
+    entry: dict | None = None  # export/eval: the item the run's record lists under Request.entry_key
+    log_path: str | None = None  # the job's output (may hold %j)
+
+    @property
+    def script(self) -> str:
+        return self.files[self.script_name]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prepared submission. `render(run_dir)` is pure and cheap (the compile happened
+    before); it is called once for the dry run and once for the bound run dir."""
+
+    experiment: str
+    runs_dir: str  # absolute
+    render: Callable[[str], Rendered]
+    record: dict = field(default_factory=dict)  # fields of the new run's record
+    run: runs.Run | None = None  # the run it belongs to when that exists (export/eval of a run)
+    entry_key: str | None = None  # record list of export/eval jobs: "exports" | "evals"
+    sbatch_in_run_dir: bool = False  # sbatch's working directory: the run dir (else the caller's)
+    pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
+    warnings: tuple[str, ...] = ()
+    plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
+    spec: object = None  # the launcher.spec.MergedSpec it came from
+
+    @property
+    def run_dir(self) -> str:
+        """The run dir the dry run shows: the real one when the run exists already."""
+        return str(self.run.dir) if self.run else placeholder_run_dir(self.runs_dir, self.experiment)
+
+    def rendered(self, run_dir: str | None = None) -> Rendered:
+        return self.render(run_dir or self.run_dir)
+
+    @property
+    def script(self) -> str:
+        """The batch script exactly as `submit` sends it, but for the run id."""
+        return self.rendered().script
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run: runs.Run
+    job_id: str
+    rendered: Rendered
+
+
+# --- training runs ------------------------------------------------------------------------
+
+def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
+    """spec -> compile (once, checked against verl) -> runtime -> a Request for `sf submit`.
+    SpecError(s) on any problem; nothing is written."""
+    from launcher.cmd_spec import check
+    from launcher.runtime import resolve_runtime
+
+    spec, plan, site = check(name, flags)
+    runtime = resolve_runtime(plan.framework, plan.framework_version, site)
+    return run_request(spec, plan, site, runtime, preflight=preflight)
+
+
+def run_request(spec, plan, site, runtime, *, preflight: bool = False) -> Request:
+    """The Request of a compiled plan (its run dir the placeholder of its runs dir)."""
+    return Request(
+        experiment=spec.name, runs_dir=absolute_runs_dir(site.runs_dir),
+        render=lambda run_dir: run_files(spec, plan.with_run_dir(run_dir), site, runtime, preflight=preflight),
+        record={"preflight": preflight, "runtime": runtime.to_dict()},
+        warnings=tuple(plan.warnings), plan=plan, spec=spec,
+        pass_sbatch_env=site.pass_sbatch_env,
+    )
+
+
+def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict | None = None) -> Rendered:
+    """A training run's files: spec.yaml, plan.json, overrides.txt and job.sbatch."""
+    import json
+
+    import yaml
+
+    from launcher.render import overrides_text, render_script
+
+    script = render_script(plan, site, runtime, preflight=preflight, array=array)
+    return Rendered(files={
+        "spec.yaml": yaml.safe_dump({"name": spec.name, "exp_dir": spec.exp_dir, "values": spec.values,
+                                     "provenance": spec.provenance}, sort_keys=False),
+        "plan.json": json.dumps(plan.to_dict(), indent=2, default=str) + "\n",
+        "overrides.txt": overrides_text(plan),
+        "job.sbatch": script,
+    }, script_name="job.sbatch")
+
+
+# --- sending ------------------------------------------------------------------------------
+
+def bind(request: Request) -> tuple[runs.Run, bool, Rendered]:
+    """The run of the request (created now unless it exists) and the request rendered for
+    it, its files written. A failure to render records submit_failed on a new run."""
+    new = request.run is None
+    run = request.run or runs.create_run(request.runs_dir, request.experiment, **request.record)
+    try:
+        rendered = request.rendered(str(run.dir))
+    except Exception as exc:
+        if new:
+            run.add_state(SUBMIT_FAILED, error=str(exc))
+        raise
+    for name, text in rendered.files.items():
+        run.write_text(name, text)
+    return run, new, rendered
+
+
+def submit(request: Request) -> Submitted:
+    """Create/bind the run, write its files, sbatch the script; the record says
+    submitting -> submitted (job id) or submit_failed (the error, re-raised)."""
+    from launcher import slurm
+
+    run, new, rendered = bind(request)
+    if new:
+        run.add_state(SUBMITTING)
+    script = run.path(rendered.script_name)
+    try:
+        job_id = slurm.sbatch(script, pass_env=request.pass_sbatch_env,
+                              cwd=str(run.dir) if request.sbatch_in_run_dir else None)
+    except SlurmError as exc:
+        if rendered.entry is not None:
+            list_entry(run, request.entry_key, {**rendered.entry, "job_id": None, "state": SUBMIT_FAILED,
+                                                "error": str(exc)})
+        if new:
+            run.add_state(SUBMIT_FAILED, error=str(exc))
+        raise
+    if rendered.entry is not None:
+        list_entry(run, request.entry_key, {**rendered.entry, "job_id": job_id, "state": SUBMITTED,
+                                            "log": (rendered.log_path or "").replace("%j", job_id)})
+    if new:
+        run.set_job_ids([job_id])
+        run.add_state(SUBMITTED, job_id=job_id)
+    return Submitted(run=run, job_id=job_id, rendered=rendered)
+
+
+def run_here(request: Request) -> tuple[runs.Run, Rendered, int, Path]:
+    """--local: bind the request and run its script here with bash (#SBATCH lines are
+    comments to bash), listed in the record like a submitted job.
+    (run, what was rendered for it, exit code, log)."""
+    run, _new, rendered = bind(request)
+    entry = rendered.entry or {"id": Path(rendered.script_name).stem}
+    log = run.logs_dir / f"{entry['id']}-local.out"
+    list_entry(run, request.entry_key, {**entry, "job_id": None, "state": "running", "log": str(log)})
+    rc = _stream(run.path(rendered.script_name), log)
+    list_entry(run, request.entry_key, {}, match=entry["id"], state="completed" if rc == 0 else "failed", rc=rc)
+    return run, rendered, rc, log
+
+
+def _stream(script: Path, log: Path) -> int:
+    """Run `bash script` in its folder; its output goes to `log` and to our stdout."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=str(script.parent))
+        for chunk in iter(proc.stdout.readline, b""):
+            handle.write(chunk)
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+        return proc.wait()
+
+
+def list_entry(run: runs.Run, key: str | None, entry: dict, match: str | None = None, **update) -> None:
+    """Add `entry` to record[key] (a list), or update the item whose id is `match`."""
+    if key is None:
+        return
+
+    def apply(rec):
+        items = rec.setdefault(key, [])
+        if match is None:
+            items.append(entry)
+            return
+        for item in items:
+            if item.get("id") == match:
+                item.update(update)
+
+    run.mutate(apply)

@@ -1,0 +1,115 @@
+"""One vocabulary of states and phases, shared by the monitor, `sf submit --wait`, the
+run records and (later) the in-job supervisor. Standard library only, so the job side
+can import it on any runtime's Python.
+
+Three kinds of names:
+  - Slurm job states (upper case, as sacct/squeue print them), plus GONE: sf's own name
+    for a job that squeue no longer lists while accounting is down;
+  - run states (lower case), the state a run record holds: the login side's own
+    (created, submitting, submitted, submit_failed) and Slurm's state lowered;
+  - phases, the events the job appends to events.jsonl (launcher.runs.record_phase).
+    Only phases something emits are listed here; `status` labels them.
+"""
+
+from __future__ import annotations
+
+# --- Slurm job states -------------------------------------------------------------------
+
+SLURM_TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                  "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
+                  "GONE")
+# Aggregating a hetjob's components or an array's tasks into one state: the first state
+# any part has wins (running before pending; the worst end first).
+AGGREGATE_ACTIVE_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING",
+                          "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                          "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD", "PENDING", "UNKNOWN")
+AGGREGATE_END_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIMEOUT", "DEADLINE",
+                       "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
+
+
+def slurm_done(state: str) -> bool:
+    """True once Slurm says the job has ended (GONE included)."""
+    return state in SLURM_TERMINAL
+
+
+# --- run states -------------------------------------------------------------------------
+
+# Written by the login side before Slurm knows the job (RETRYING: `sf sweep --retry-failed`
+# is about to submit the point again; CANCELLED, a Slurm state too, is also what `sf cancel`
+# records at once).
+CREATED, SUBMITTING, SUBMITTED, SUBMIT_FAILED = "created", "submitting", "submitted", "submit_failed"
+RETRYING, CANCELLED = "retrying", "cancelled"
+# A job squeue no longer lists while accounting is down: ended, but how is unknown. Kept
+# out of RUN_TERMINAL so the overview still asks about it once accounting is back.
+GONE = "gone"
+# `sf cancel` was sent and Slurm still reports the job running (sacct lags a second).
+CANCELLING = "cancelling"
+
+RUN_TERMINAL = frozenset(s.lower() for s in SLURM_TERMINAL if s != "GONE") | {SUBMIT_FAILED}
+RUN_RUNNING = ("running", "completing", "configuring")
+
+
+def run_state(slurm_state: str) -> str:
+    """The run state for a Slurm state: Slurm's name, lower case."""
+    return slurm_state.lower()
+
+
+def run_ended(state: str) -> bool:
+    """True when a run in `state` will not change by itself any more (gone included)."""
+    return state in RUN_TERMINAL or state == GONE
+
+
+# --- phases the job emits ---------------------------------------------------------------
+
+# launcher/injob/supervise.py (batch step), in the order a start goes through them.
+ALLOCATED = "allocated"
+RESTARTED = "restarted"  # a start after a requeue
+WALL_TIME = "wall_time"  # the job's end time exported to verl
+HEAD_UP = "head_up"
+ALL_JOINED = "all_joined"  # the barrier passed
+DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
+ENDED = "ended"
+# templates/job.sbatch.j2 (the USR1 trap)
+REQUEUED = "requeued"
+REQUEUE_REFUSED = "requeue_refused"
+# launcher/injob/node.py: per node, detail rather than progress
+NODE_STARTED, NODE_EXIT, NODE_SKIPPED = "node_started", "node_exit", "node_skipped"
+NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED)
+# templates/export.sbatch.j2 and templates/eval.sbatch.j2
+EXPORT_STARTED, EXPORT_ENDED = "export_started", "export_ended"
+EVAL_STARTED, EVAL_ENDED = "eval_started", "eval_ended"
+
+# Not emitted: how status names a driver_started whose `what` is preflight.
+PREFLIGHT_RUNNING = "preflight_running"
+
+PHASE_LABELS = {
+    ALLOCATED: "allocated",
+    RESTARTED: "restarted after requeue",
+    WALL_TIME: "starting ray",
+    HEAD_UP: "ray head up",
+    ALL_JOINED: "ray up",
+    DRIVER_STARTED: "driver started",
+    PREFLIGHT_RUNNING: "preflight running",
+    ENDED: "ended",
+    REQUEUED: "requeued",
+    REQUEUE_REFUSED: "requeue refused (bound reached)",
+    EXPORT_STARTED: "exporting",
+    EXPORT_ENDED: "export ended",
+    EVAL_STARTED: "evaluating",
+    EVAL_ENDED: "eval ended",
+}
+
+
+def phase_label(phase: str) -> str:
+    return PHASE_LABELS.get(phase, phase.replace("_", " "))
+
+
+def latest_phase(events: list[dict]) -> str | None:
+    """The newest job-level phase of events.jsonl (per-node events are detail)."""
+    for event in reversed(events):
+        name = str(event.get("phase", ""))
+        if name and name not in NODE_PHASES and not name.startswith("node_"):
+            if name == DRIVER_STARTED and event.get("what") == "preflight":
+                return PREFLIGHT_RUNNING
+            return name
+    return None

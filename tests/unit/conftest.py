@@ -1,0 +1,74 @@
+"""Fixtures of the unit tests. `fake_slurm`: the one fake of Slurm's commands."""
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+FAKE_COMMANDS = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun")
+
+# A fake command: logs its argv, keeps the last script sbatch was given (and the SBATCH_*
+# variables it saw), and answers from
+# <cmd>.out / .err / .rc, or from <cmd>.from<K>.* once it is called for the K-th time or
+# later (the largest such K wins), so a test scripts a change of state by call count
+# instead of sleeping before flipping a file.
+_FAKE = """#!/bin/sh
+echo "{name} $*" >> "{log}"
+if [ "{name}" = sbatch ]; then
+  for last in "$@"; do :; done
+  cp "$last" "{bindir}/sbatch.script" 2>/dev/null || true
+  env | grep '^SBATCH_' | sort > "{bindir}/sbatch.env" || true
+fi
+n=$(grep -c "^{name} " "{log}")
+prefix="{bindir}/{name}"
+k=$n
+while [ "$k" -gt 0 ]; do
+  if [ -f "{bindir}/{name}.from$k.rc" ]; then prefix="{bindir}/{name}.from$k"; break; fi
+  k=$((k - 1))
+done
+[ -f "$prefix.out" ] && cat "$prefix.out"
+[ -f "$prefix.err" ] && cat "$prefix.err" >&2
+exit $(cat "$prefix.rc" 2>/dev/null || echo 0)
+"""
+
+
+class FakeSlurm:
+    """Slurm's commands as scripts in a folder (SF_SLURM_BIN_DIR points launcher.slurm at
+    it); run records under `runs_dir` ($SF_RUNS_DIR)."""
+
+    def __init__(self, root):
+        self.dir = root / "bin"
+        self.log = root / "calls.log"
+        self.runs_dir = root / "runs"
+        self.dir.mkdir()
+        for name in FAKE_COMMANDS:
+            path = self.dir / name
+            path.write_text(_FAKE.format(name=name, log=self.log, bindir=self.dir))
+            path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+    def set(self, name, out="", err="", rc=0, from_call: int | None = None):
+        """What `name` prints and returns (from its `from_call`-th call on, when given)."""
+        prefix = f"{name}.from{from_call}" if from_call else name
+        (self.dir / f"{prefix}.out").write_text(out)
+        (self.dir / f"{prefix}.err").write_text(err)
+        (self.dir / f"{prefix}.rc").write_text(str(rc))
+
+    def calls(self, name=None) -> list[str]:
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [line for line in lines if name is None or line.split()[0] == name]
+
+    def sbatch_env(self) -> list[str]:
+        """The SBATCH_* variables (NAME=value) the last sbatch call ran with."""
+        return (self.dir / "sbatch.env").read_text().splitlines()
+
+    def submitted_script(self) -> str:
+        """The script of the last sbatch call, as sbatch read it."""
+        return (self.dir / "sbatch.script").read_text()
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("SF_SLURM_BIN_DIR", str(fake.dir))
+    monkeypatch.setenv("SF_RUNS_DIR", str(fake.runs_dir))
+    return fake

@@ -1,0 +1,142 @@
+"""What every command promises: SBATCH_* input variables never silently override a
+script (issue 11 item 6), and --json means errors as JSON too, one shape for all (item 7).
+Against the fake Slurm commands of tests/unit/conftest.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from launcher import paths
+from launcher.cli import main
+
+GRPO = str(paths.data_root() / "examples" / "grpo")
+
+
+@pytest.fixture
+def site(tmp_path, fake_slurm, monkeypatch):
+    def write(**slurm):
+        data = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
+        data["runs_dir"] = str(fake_slurm.runs_dir)
+        data["slurm"].update(slurm)
+        path = tmp_path / "site.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return str(path)
+
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
+    for name in [n for n in __import__("os").environ if n.startswith("SBATCH_")]:
+        monkeypatch.delenv(name)
+    return write
+
+
+def sf(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+# --- SBATCH_* input variables ---------------------------------------------------------------
+
+def test_validate_names_every_sbatch_variable(site, monkeypatch):
+    path = site()
+    monkeypatch.setenv("SBATCH_PARTITION", "teach")
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "5")
+    result = sf("validate", GRPO, "--site", path)
+    assert result.exit_code == 0
+    warned = [line for line in result.stderr.splitlines() if "SBATCH_" in line]
+    assert len(warned) == 2 and "SBATCH_PARTITION=teach" in warned[0] and "SBATCH_TIMELIMIT=5" in warned[1]
+    assert all("override the script's #SBATCH lines" in line for line in warned)
+    doc = json.loads(sf("validate", GRPO, "--site", path, "--json").stdout)
+    assert [v["name"] for v in doc["sbatch_env"]] == ["SBATCH_PARTITION", "SBATCH_TIMELIMIT"]
+    assert not any(v["passed"] for v in doc["sbatch_env"])
+    monkeypatch.delenv("SBATCH_PARTITION")
+    monkeypatch.delenv("SBATCH_TIMELIMIT")
+    assert "SBATCH_" not in sf("validate", GRPO, "--site", path).stderr
+
+
+def test_submit_leaves_sbatch_variables_out_and_says_so_once(site, fake_slurm, monkeypatch):
+    fake_slurm.set("sbatch", "31\n")
+    monkeypatch.setenv("SBATCH_PARTITION", "teach")
+    monkeypatch.setenv("SBATCH_ACCOUNT", "other")
+    monkeypatch.setenv("SBATCH_RESERVATION", "maint")
+    result = sf("submit", GRPO, "--site", site())
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "SBATCH_" in line]
+    assert said == ["sf: left out of sbatch's environment: SBATCH_ACCOUNT, SBATCH_PARTITION, SBATCH_RESERVATION "
+                    "(they would override the script's #SBATCH lines; the site's slurm.pass_sbatch_env lets "
+                    "named ones through)"]
+    assert fake_slurm.sbatch_env() == []
+    # the dry run says it too: how sbatch runs is part of what it shows
+    dry = sf("submit", GRPO, "--site", site(), "--dry-run")
+    assert [line for line in dry.stderr.splitlines() if "SBATCH_" in line] == said
+    # the site lets a named one through, and only that one
+    result = sf("submit", GRPO, "--site", site(pass_sbatch_env=["SBATCH_RESERVATION"]))
+    assert result.exit_code == 0, result.output
+    assert fake_slurm.sbatch_env() == ["SBATCH_RESERVATION=maint"]
+    assert "SBATCH_ACCOUNT, SBATCH_PARTITION (" in result.stderr
+
+
+def test_sweep_leaves_sbatch_variables_out(site, fake_slurm, monkeypatch):
+    fake_slurm.set("sbatch", "32\n")
+    monkeypatch.setenv("SBATCH_QOS", "high")
+    result = sf("sweep", GRPO, "--site", site(), "--grid", "rollout_n=4,8")
+    assert result.exit_code == 0, result.output
+    assert "left out of sbatch's environment: SBATCH_QOS" in result.stderr
+    assert fake_slurm.sbatch_env() == []
+
+
+def test_bad_pass_sbatch_env_is_one_line(site):
+    result = sf("validate", GRPO, "--site", site(pass_sbatch_env="SBATCH_QOS"))
+    assert result.exit_code == 2 and result.stderr.startswith("sf: error: site.slurm.pass_sbatch_env:")
+
+
+# --- --json: errors as JSON, one shape ------------------------------------------------------
+
+def _error_doc(result, exit_code=2):
+    assert result.exit_code == exit_code, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["errors"]
+    for error in doc["errors"]:
+        assert set(error) == {"field", "message", "hint"} and error["field"] and error["message"]
+    return doc
+
+
+def test_json_errors_one_shape_for_every_command(site, fake_slurm):
+    path = site()
+    # a bad spec value
+    doc = _error_doc(sf("submit", GRPO, "--site", path, "--set", "rollout_n=0", "--json"))
+    assert any("rollout_n" in e["field"] + e["message"] for e in doc["errors"])
+    doc = _error_doc(sf("sweep", GRPO, "--site", path, "--grid", "rollout_n", "--json"))
+    assert doc["errors"][0]["field"] == "--grid"
+    # an unknown run
+    doc = _error_doc(sf("status", "nope-abcde", "--json"))
+    assert doc["errors"][0]["field"] == "run"
+    _error_doc(sf("cancel", "nope-abcde", "--json"))
+    _error_doc(sf("metrics", "nope-abcde", "--json"))
+    # click's own usage errors: a missing argument, a bad value
+    doc = _error_doc(sf("submit", "--json"))
+    assert "NAME" in doc["errors"][0]["message"]
+    doc = _error_doc(sf("status", "--json", "--limit", "zero"))
+    assert doc["errors"][0]["field"] == "--limit"
+    # validate keeps its `valid` key, in the same shape
+    doc = _error_doc(sf("validate", GRPO, "--site", path, "--set", "rollout_n=0", "--json"))
+    assert doc["valid"] is False
+
+
+def test_json_slurm_error_exit_1(site, fake_slurm):
+    fake_slurm.set("sbatch", "", "sbatch: error: Invalid account\n", 1)
+    doc = _error_doc(sf("submit", GRPO, "--site", site(), "--json"), exit_code=1)
+    assert doc["errors"][0]["field"] == "slurm" and "Invalid account" in doc["errors"][0]["message"]
+
+
+def test_hint_is_the_fix_after_the_last_semicolon():
+    from launcher.cli import error_document
+    from launcher.errors import SpecError
+
+    doc = error_document([SpecError("a", "x is wrong; use y"), SpecError("b", "no fix here")])
+    assert [e["hint"] for e in doc["errors"]] == ["use y", None]
+
+
+def test_without_json_errors_stay_lines_on_stderr(site):
+    result = sf("submit", GRPO, "--site", site(), "--set", "rollout_n=0")
+    assert result.exit_code == 2 and result.stdout == "" and result.stderr.startswith("sf: error: ")

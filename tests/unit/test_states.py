@@ -1,0 +1,59 @@
+"""launcher.states: the one vocabulary. A phase has a label only if something emits it, and
+every phase the job emits is named there."""
+from __future__ import annotations
+
+import re
+
+from launcher import paths, slurm, states
+
+ROOT = paths.data_root()
+# How phases are emitted: Supervisor.record("x", ...), runs.record_phase(dir, "x", ...),
+# `sf_phase x ...` in the templates (kind_started / {{ kind }}_ended in the one-node header).
+_EMIT = re.compile(r"""(?:\.record\(|record_phase\([^,]+,\s*)"([a-z_]+)"|sf_phase ([a-z_]+|\{\{ kind \}\}_[a-z]+)""")
+
+
+def emitted_phases() -> set[str]:
+    found = set()
+    sources = [*(ROOT / "launcher" / "injob").glob("*.py"), *(ROOT / "templates").glob("*.j2")]
+    for path in sources:
+        for match in _EMIT.finditer(path.read_text()):
+            name = match.group(1) or match.group(2)
+            if "{{ kind }}" in name:
+                found |= {name.replace("{{ kind }}", kind) for kind in ("export", "eval")}
+            else:
+                found.add(name)
+    return found
+
+
+def test_every_label_is_of_an_emitted_phase():
+    emitted = emitted_phases()
+    assert {"allocated", "head_up", "all_joined", "driver_started", "ended", "requeued"} <= emitted
+    assert {"export_started", "export_ended", "eval_started", "eval_ended"} <= emitted
+    derived = {states.PREFLIGHT_RUNNING}  # driver_started with what=preflight
+    assert set(states.PHASE_LABELS) - derived <= emitted
+    assert emitted - set(states.NODE_PHASES) <= set(states.PHASE_LABELS)
+
+
+def test_run_terminal_is_slurm_terminal_lowered_plus_submit_failed():
+    assert states.RUN_TERMINAL == {s.lower() for s in states.SLURM_TERMINAL if s != "GONE"} | {"submit_failed"}
+    assert states.run_ended("gone") and not states.run_ended("running") and states.run_ended("timeout")
+    assert slurm.JobState("1", "NODE_FAIL").done and not slurm.JobState("1", "REQUEUED").done
+
+
+def test_latest_phase_and_labels():
+    events = [{"phase": "allocated"}, {"phase": "node_started"}, {"phase": "driver_started", "what": "preflight"}]
+    assert states.phase_label(states.latest_phase(events)) == "preflight running"
+    assert states.latest_phase(events[:2]) == "allocated"
+    assert states.phase_label("something_new") == "something new"
+
+
+def test_states_imports_the_standard_library_only():
+    """The in-job supervisor runs on the runtime's Python: the vocabulary must import there."""
+    import ast
+    import sys
+
+    tree = ast.parse((ROOT / "launcher" / "states.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

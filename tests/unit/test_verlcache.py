@@ -1,0 +1,62 @@
+"""launcher.verlcache: a clean compose check is remembered; anything that could change the
+answer (the overrides, verl's config files) composes again; failures are never remembered."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from launcher import verlcache, verlcheck
+
+GOOD = ("actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=16")
+BAD = ("actor_rollout_ref.rollout.name=vllm", "trainer.no_such_key=1")
+
+
+@pytest.fixture
+def composes(monkeypatch, tmp_path):
+    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = verlcheck.check_overrides
+
+    def counting(config_name, overrides, version=None):
+        calls.append(tuple(overrides))
+        return real(config_name, overrides, version)
+
+    monkeypatch.setattr(verlcheck, "check_overrides", counting)
+    return calls
+
+
+def test_clean_result_is_remembered(composes):
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
+    assert composes == [GOOD]
+    assert verlcache.checked_overrides("ppo_trainer", GOOD[::-1]) == []  # order matters to Hydra
+    assert verlcache.checked_overrides("sft_trainer_engine", ()) == [] and len(composes) == 3
+
+
+def test_errors_compose_every_time(composes):
+    for _ in range(2):
+        [error] = verlcache.checked_overrides("ppo_trainer", BAD)
+        assert error.field == "trainer.no_such_key"
+    assert composes == [BAD, BAD]
+
+
+def test_a_changed_verl_config_composes_again(composes, tmp_path, monkeypatch):
+    copy = tmp_path / "config"
+    shutil.copytree(verlcheck.verl_config_dir(), copy)
+    monkeypatch.setattr(verlcheck, "verl_config_dir", lambda: str(copy))
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == [] and len(composes) == 1
+    target = copy / "ppo_trainer.yaml"
+    os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 10**9))
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == [] and len(composes) == 2
+
+
+def test_unusable_cache_dir_still_checks(composes, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SF_CACHE_DIR", str(blocker))  # a file: the cache folder cannot exist
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
+    assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
+    assert len(composes) == 2
