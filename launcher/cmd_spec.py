@@ -204,7 +204,7 @@ def validate(name, as_json, **kwargs):
                    f"roles={','.join(p.roles)}")
     click.echo("entry: " + " ".join(plan.entry))
     click.echo("overrides:")
-    for ov, source in zip(plan.overrides, plan.sources):
+    for ov, source in zip(plan.overrides, plan.sources, strict=True):
         click.echo(f"  {ov}    [{source}]")
     for w in [*plan.warnings, *_sbatch_env_warnings(site)]:
         click.echo(f"sf: warning: {w}", err=True)

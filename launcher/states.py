@@ -74,7 +74,8 @@ REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
 # launcher/injob/node.py: per node, detail rather than progress
 NODE_STARTED, NODE_EXIT, NODE_SKIPPED = "node_started", "node_exit", "node_skipped"
-NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED)
+NODE_STOPPED = "node_stopped"  # the job is done: the supervisor asked the node to stop Ray
+NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED)
 # templates/export.sbatch.j2 and templates/eval.sbatch.j2
 EXPORT_STARTED, EXPORT_ENDED = "export_started", "export_ended"
 EVAL_STARTED, EVAL_ENDED = "eval_started", "eval_ended"

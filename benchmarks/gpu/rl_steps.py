@@ -56,7 +56,7 @@ def lost_steps(per_attempt: list[list[int]]) -> list[int]:
     """Completed steps each restart had to redo or skipped: the next attempt should start at
     the last logged step + 1 (0 = nothing lost; > 0 redone; < 0 skipped)."""
     out = []
-    for before, after in zip(per_attempt, per_attempt[1:]):
+    for before, after in zip(per_attempt, per_attempt[1:], strict=False):
         if before and after:
             out.append(max(before) + 1 - min(after))
     return out
@@ -73,6 +73,11 @@ def phases(run_dir: str) -> list[dict]:
                 item["pools"] = event.get("pools")
             out.append(item)
     return out
+
+
+def checkpoints(run_dir: str) -> list[str]:
+    names = (os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "global_step_*")))
+    return sorted(names, key=lambda name: int(name.rsplit("_", 1)[1]))
 
 
 def metric(rows: list[dict], key: str) -> dict[int, float]:
@@ -95,8 +100,7 @@ def run_summary(run_dir: str) -> dict:
            "lost_steps_per_requeue": lost_steps(steps), "phases": phases(run_dir),
            "step_time_s": metric(all_rows, "timing_s/step"),
            "max_memory_allocated_gb": max(metric(all_rows, MEMORY).values(), default=None),
-           "checkpoints": sorted((os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "global_step_*"))),
-                                 key=lambda name: int(name.rsplit("_", 1)[1]))}
+           "checkpoints": checkpoints(run_dir)}
     for key in ("actor/distillation/loss", "critic/score/mean", "actor/pg_loss"):
         values = metric(all_rows, key)
         if values:
@@ -135,9 +139,10 @@ def compare(grpo: dict, logs: str) -> dict:
         low, high = bootstrap_ratio(a, b)
         out.update(sf_mean_s=statistics.fmean(a), bare_mean_s=statistics.fmean(b),
                    ratio=statistics.fmean(a) / statistics.fmean(b), ratio_95ci=[low, high],
-                   per_step_ratio_median=statistics.median(x / y for x, y in zip(a, b)))
+                   per_step_ratio_median=statistics.median(x / y for x, y in zip(a, b, strict=True)))
     t_sf, t_bare = read_text(os.path.join(logs, "grpo-t0.txt")), read_text(os.path.join(logs, "bare-t0.txt"))
-    s_sf, s_bare = first_stamp(os.path.join(logs, "grpo-stamps.jsonl")), first_stamp(os.path.join(logs, "bare-stamps.jsonl"))
+    s_sf = first_stamp(os.path.join(logs, "grpo-stamps.jsonl"))
+    s_bare = first_stamp(os.path.join(logs, "bare-stamps.jsonl"))
     if t_sf and s_sf:
         out["sf_submit_to_first_step_s"] = round(s_sf - float(t_sf), 1)
     if t_bare and s_bare:

@@ -53,10 +53,9 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth
+from launcher.injob import auth, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
-from launcher.injob import topology
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
