@@ -42,6 +42,8 @@ KEY_SERIES: tuple[str, ...] = (
     "response_length/mean",
     "actor/pg_loss",
     "critic/vf_loss",
+    # on-policy distillation (verl logs it beside a pg_loss that stays near 0)
+    "actor/distillation/loss",
     # SFT (verl.trainer.sft_trainer logs these)
     "train/loss",
     "val/loss",
@@ -52,7 +54,7 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward", ("critic/score/mean", "val-core/*/reward/mean*")),
     ("time per step (s)", ("timing_s/step", "timing_s/gen")),
     ("response length", ("response_length/mean",)),
-    ("loss", ("actor/pg_loss", "critic/vf_loss", "train/loss", "val/loss")),
+    ("loss", ("actor/pg_loss", "actor/distillation/loss", "critic/vf_loss", "train/loss", "val/loss")),
 )
 
 

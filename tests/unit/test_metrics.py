@@ -154,3 +154,18 @@ def test_plot_needs_png_suffix(run, tmp_path):
     pytest.importorskip("matplotlib")
     res = CliRunner().invoke(main, ["plot", run.id, "-o", str(tmp_path / "x.jpg")])
     assert res.exit_code == 2 and "must end in .png" in res.output
+
+
+def test_distillation_loss_is_a_key_series(tmp_path, monkeypatch):
+    """A distillation run logs actor/distillation/loss (the pg_loss beside it stays near 0):
+    `sf metrics` shows it and `sf plot` draws it in the loss panel, without asking."""
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path))
+    r = runs.create_run(tmp_path, "my-distill")
+    (r.dir / "metrics").mkdir(parents=True, exist_ok=True)
+    rows = [{"step": s, "data": {"actor/pg_loss": 1e-9, "actor/distillation/loss": 0.23 - 0.01 * s}} for s in (1, 2, 3)]
+    (r.dir / "metrics" / "attempt-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    data = m.read_metrics(r.dir)
+    assert "actor/distillation/loss" in data.key_series()
+    assert "actor/distillation/loss" in dict(m.PANELS)["loss"]
+    res = CliRunner().invoke(main, ["metrics", r.id])
+    assert res.exit_code == 0 and "actor/distillation/loss" in res.output, res.output
