@@ -117,6 +117,18 @@ def new(name, method, framework_version):
     click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
 
 
+def _runtime_defaults(spec, site) -> dict:
+    """The published runtime's default overrides ({verl config name: lines}); none when no
+    runtime is published here (`sf validate` works without one; `sf submit` then refuses)."""
+    from launcher.errors import SpecError
+    from launcher.runtime import resolve_runtime
+
+    try:
+        return dict(resolve_runtime("verl", spec.framework_version or "0.9.1", site).overrides)
+    except SpecError:
+        return {}
+
+
 def check(name: str, flags: dict, run_dir: str | None = None):
     """load_spec + compile_plan + the verl compose check (remembered when clean:
     launcher.verlcache). Returns (spec, plan, site); raises SpecErrors."""
@@ -129,7 +141,8 @@ def check(name: str, flags: dict, run_dir: str | None = None):
 
     site = load_site(flags.get("site"))
     spec = load_spec(name, flags, site)
-    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name))
+    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name),
+                        runtime_overrides=_runtime_defaults(spec, site))
     errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
     if errors:
         raise SpecErrors(errors)

@@ -29,8 +29,10 @@ DEFAULT_ROLES = ("actor", "rollout", "ref")
 class Ctx:
     """What the rules read and write while one spec compiles."""
 
-    def __init__(self, spec: MergedSpec, method: catalog.Method, site: Site, run_dir: str):
+    def __init__(self, spec: MergedSpec, method: catalog.Method, site: Site, run_dir: str,
+                 runtime_overrides: dict | None = None):
         self.spec = spec
+        self.runtime_overrides = runtime_overrides or {}  # config name -> the runtime's defaults
         self.values = spec.values
         self.method = method
         self.site = site
@@ -281,8 +283,9 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     )
 
 
-def compile_plan(spec: MergedSpec, site: Site, run_dir: str) -> Plan:
-    """Compile a merged spec into a Plan, or raise SpecErrors with every problem found."""
+def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: dict | None = None) -> Plan:
+    """Compile a merged spec into a Plan, or raise SpecErrors with every problem found.
+    `runtime_overrides`: {verl config name: (key=value, ...)}, the runtime's defaults."""
     errors: list[SpecError] = []
     try:
         method_name = catalog.parse_method(spec.method)
@@ -291,7 +294,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str) -> Plan:
         raise SpecErrors([exc]) from None
     if not os.path.isabs(run_dir):
         errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on requeue)"))
-    ctx = Ctx(spec, method, site, run_dir)
+    ctx = Ctx(spec, method, site, run_dir, runtime_overrides)
     ctx.errors[:0] = errors
     ctx.pools, ctx.roles = build_pools(spec, method, site, ctx.errors)
     # Knob defaults of configs/defaults.yaml sit below the method's defaults.

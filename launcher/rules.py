@@ -662,6 +662,17 @@ def rule_raw_overrides(ctx) -> None:
         ctx.set(key, value, "raw", prefix=prefix, raw_value=value, source=source)
 
 
+def rule_runtime_defaults(ctx) -> None:
+    """The runtime's default overrides for this verl config (its registry entry's `overrides:`):
+    what the image needs (no flash-attn: sdpa, no remove-padding), below every knob, binding
+    and raw override of the experiment: a key set already stays, a raw override replaces it."""
+    for text in ctx.runtime_overrides.get(ctx.method.config_name, ()):
+        prefix, key, value = split_override(text)
+        if key in ctx.overrides or any(k == key for _s, _p, k, _v in ctx.raw):
+            continue
+        ctx.set(key, value, "runtime", prefix=prefix, raw_value=value, source="runtime")
+
+
 def rule_rollout_n(ctx) -> None:
     """grpo, rloo, reinforce-baseline and dapo need rollout n >= 2; remax needs n = 1."""
     if ctx.sft:
@@ -1031,6 +1042,7 @@ BUILD: tuple[Rule, ...] = (
     rule_bindings,
     rule_knobs,
     rule_rollout_defaults,
+    rule_runtime_defaults,
     rule_raw_overrides,
     rule_no_validation,
     rule_custom_reward_function,

@@ -49,6 +49,12 @@ class Runtime:
     python: str = "python3"  # interpreter inside the runtime
     source: str = ""  # where it was found (for messages)
     env: tuple[tuple[str, str], ...] = field(default=())
+    # Default verl overrides per verl config name, for what this image lacks (no flash-attn:
+    # use_remove_padding=False and sdpa attention). Below everything the experiment says.
+    overrides: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+
+    def default_overrides(self, config_name: str) -> tuple[str, ...]:
+        return dict(self.overrides).get(config_name, ())
 
     # -- what the batch script does --------------------------------------------------
     def activate_lines(self) -> list[str]:
@@ -107,6 +113,7 @@ class Runtime:
             "path": self.path, "modules": list(self.modules), "image": self.image,
             "mounts": list(self.mounts), "python": self.python, "source": self.source,
             "env": [list(kv) for kv in self.env],
+            "overrides": {name: list(lines) for name, lines in self.overrides},
         }
 
     @classmethod
@@ -115,6 +122,7 @@ class Runtime:
         data["modules"] = tuple(data.get("modules") or ())
         data["mounts"] = tuple(data.get("mounts") or ())
         data["env"] = tuple(tuple(kv) for kv in data.get("env") or ())
+        data["overrides"] = tuple((name, tuple(lines)) for name, lines in (data.get("overrides") or {}).items())
         return cls(**data)
 
 
@@ -134,6 +142,27 @@ def _check_token(value: str, what: str, src: str) -> str:
     return value
 
 
+_OVERRIDE = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_.]*=\S+$")
+
+
+def _default_overrides(framework: str, version: str, table, source: str) -> tuple:
+    """`overrides: {ppo_trainer: [key=value, ...], sft_trainer_engine: [...]}` of an entry."""
+    if table is None:
+        return ()
+    where = f"runtime.{framework}.{version}.overrides in {source}"
+    if not isinstance(table, dict):
+        raise SpecError("runtime.overrides", f"{where} must map a verl config name (ppo_trainer, "
+                        "sft_trainer_engine) to a list of key=value overrides; fix the runtime registry")
+    out = []
+    for name, lines in table.items():
+        if not isinstance(lines, list) or not all(isinstance(x, str) and _OVERRIDE.fullmatch(x) for x in lines):
+            raise SpecError("runtime.overrides", f"{where}: {name} must be a list of key=value overrides without "
+                            f"spaces (e.g. actor_rollout_ref.model.use_remove_padding=False), got {lines!r}; "
+                            "fix the runtime registry")
+        out.append((str(name), tuple(lines)))
+    return tuple(out)
+
+
 def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -> Runtime:
     if not isinstance(entry, dict):
         raise SpecError("runtime", f"{framework} {version} in {source} must be a mapping with `kind`")
@@ -145,7 +174,8 @@ def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -
     for m in mounts:
         _check_token(m, "mounts", source)
     env = tuple((str(k), str(v)) for k, v in (entry.get("env") or {}).items())
-    common = dict(framework=framework, version=version, kind=kind, source=source, env=env)
+    common = dict(framework=framework, version=version, kind=kind, source=source, env=env,
+                  overrides=_default_overrides(framework, version, entry.get("overrides"), source))
     if kind == "venv":
         path = _check_token(str(entry.get("path") or ""), "path", source)
         return Runtime(path=path, python=str(Path(path) / "bin" / "python"), **common)
