@@ -173,6 +173,7 @@ def _supervise_args(plan: Plan, site, array: dict | None = None) -> list[str]:
         raise SpecError("site.ray.port_range", f"{lo}-{hi} must lie within 1024-65535")
     args += ["--port-range", f"{lo}-{hi}", "--temp-root", quote(ray.temp_root),
              "--barrier-timeout", str(sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1)),
+             "--start-retries", str(sbatch_values.whole(int(ray.start_retries), "site.ray.start_retries", 0)),
              "--runtime", '"$SF_RUNTIME"']
     if (site.raw.get("ray") or {}).get("dashboard"):
         args.append("--dashboard")

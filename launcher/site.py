@@ -44,6 +44,7 @@ class RaySettings:
     port_range: tuple[int, int] = (20000, 59999)
     temp_root: str = "/tmp"
     barrier_timeout_s: int = 300
+    start_retries: int = 2  # a worker whose `ray start` fails before Ray runs is started again
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,8 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     address = ray.get("node_address") or {}
     for name, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
-                        ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300))):
+                        ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300)),
+                        ("ray.start_retries", ray.get("start_retries", 2))):
         _whole(value, f"site.{name}", path)
     port_range = ray.get("port_range", (20000, 59999))
     if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
@@ -152,6 +154,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
             port_range=tuple(ray.get("port_range", (20000, 59999))),
             temp_root=ray.get("temp_root", "/tmp"),
             barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
+            start_retries=int(ray.get("start_retries", 2)),
         ),
         runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),

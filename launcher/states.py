@@ -75,7 +75,8 @@ REQUEUE_REFUSED = "requeue_refused"
 # launcher/injob/node.py: per node, detail rather than progress
 NODE_STARTED, NODE_EXIT, NODE_SKIPPED = "node_started", "node_exit", "node_skipped"
 NODE_STOPPED = "node_stopped"  # the job is done: the supervisor asked the node to stop Ray
-NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED)
+NODE_RETRY = "node_retry"  # a worker's start failed before Ray ran: started again
+NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED, NODE_RETRY)
 # templates/export.sbatch.j2 and templates/eval.sbatch.j2
 EXPORT_STARTED, EXPORT_ENDED = "export_started", "export_ended"
 EVAL_STARTED, EVAL_ENDED = "eval_started", "eval_ended"

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -141,7 +144,7 @@ def main(role: str) -> int:
     pool_name = pool.name if pool else "?"
     redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
 
-    if node in [n for n in os.environ.get("SF_TEST_SKIP_NODE", "").split(",") if n]:
+    if node in _test_nodes("SF_TEST_SKIP_NODE"):
         # Test hook: this node never joins (a node whose Ray cannot start).
         runs.record_phase(run_dir, "node_skipped", node=node, pool=pool_name)
         print(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray", flush=True)
@@ -149,9 +152,10 @@ def main(role: str) -> int:
         while True:
             signal.pause()
 
-    def fail(msg: str) -> int:
+    def fail(msg: str, retry_helps: bool = False) -> int:
         print(f"[sf node {node}] {msg}", file=sys.stderr, flush=True)
-        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg)
+        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg,
+                          retry_helps=retry_helps)
         return 1
 
     try:
@@ -162,19 +166,6 @@ def main(role: str) -> int:
         address = addr_mod.node_address(node, job["address_method"], job["address_prefix"], job.get("interface"))
     except (ValueError, KeyError) as exc:
         return fail(f"cannot set up this node: {exc}")
-    # The head's block was chosen free by the supervisor (workers dial its GCS port); a
-    # worker's ports only have to be free on its own host, so it moves on to the next
-    # block when another job holds its slot there.
-    blocks = [first_block] if role == "head" else ports_mod.candidate_blocks(first_block, port_range)
-    for block in blocks:
-        ports = ports_mod.block_ports(block, slot, port_range)
-        busy = busy_ports(address, ports, head=role == "head")
-        if not busy:
-            break
-    else:
-        return fail(f"ports {busy} on {address} are in use and no other block of "
-                    f"{port_range[0]}-{port_range[1]} is free for slot {slot}; widen ray.port_range")
-    shutil.rmtree(temp, ignore_errors=True)  # a previous attempt of this job (requeue)
     head = job["head"]
     if role == "worker":
         host, _, port = head.rpartition(":")
@@ -189,44 +180,193 @@ def main(role: str) -> int:
                         f"{'.'.join(map(str, auth.MIN_RAY))}); sf runs every Ray cluster with it: "
                         "ask your site admin for a newer runtime")
     identity = gpus_mod.identify(node)
-    argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
-                          temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
-    print(f"[sf node {node}] {' '.join(argv)}", flush=True)
-    env = dict(os.environ)
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"):
-        # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
-        # verl's workers, which inherit the raylet's environment, refuse to start with both.
-        env.pop("ROCR_VISIBLE_DEVICES", None)
-    try:
-        # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
-        # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
-        child = subprocess.Popen(argv, env=env, preexec_fn=ignore_usr2)
-    except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
-        return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
-    stopping = []
+    nofile = raise_nofile()
+    env = ray_env(os.environ)
+    # A worker whose start fails before Ray says it runs (registration timed out on a loaded
+    # host, a port taken meanwhile) is started again with fresh ports and temp dir, while the
+    # barrier still waits for it; the head's ports are fixed (workers dial them): no retry.
+    retries = int(job.get("start_retries", START_RETRIES)) if role == "worker" else 0
+    deadline = time.monotonic() + float(job.get("barrier_timeout_s", 300))
+    state = {"child": None, "stopping": False}
+    t_start = time.time()
 
     def forward(signum, _frame):
         if signum == signal.SIGUSR2:
-            stopping.append(signum)
+            state["stopping"] = True
             signum = signal.SIGTERM
+        if state["child"] is None:
+            sys.exit(0 if state["stopping"] else 128 + signum)
         try:
-            child.send_signal(signum)
+            state["child"].send_signal(signum)
         except ProcessLookupError:
             pass
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, forward)
-    runs.record_phase(run_dir, "node_started", node=node, pool=pool_name, role=role, pid=child.pid,
-                      wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
-                      gpu_ids=identity["ids"], gpu_id_source=identity["source"],
-                      gpu_id_error=identity.get("error"),
-                      gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
-    rc = child.wait()
-    if stopping:
-        runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
-        print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
-        return 0
-    runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc)
+    for attempt in range(retries + 1):
+        # The head's block was chosen free by the supervisor (workers dial its GCS port); a
+        # worker's ports only have to be free on its own host, so it moves on to the next
+        # block when another job holds its slot there.
+        blocks = [first_block] if role == "head" else ports_mod.candidate_blocks(first_block, port_range)
+        for block in blocks:
+            ports = ports_mod.block_ports(block, slot, port_range)
+            busy = busy_ports(address, ports, head=role == "head")
+            if not busy:
+                break
+        else:
+            return fail(f"ports {busy} on {address} are in use and no other block of "
+                        f"{port_range[0]}-{port_range[1]} is free for slot {slot}; widen ray.port_range")
+        shutil.rmtree(temp, ignore_errors=True)  # an earlier try, or attempt of the job (requeue)
+        argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
+                              temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
+        if role == "worker" and attempt < int(os.environ.get("SF_TEST_FAIL_STARTS") or 0):
+            # Test hook: a worker's first N starts fail the way a start under load does.
+            argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
+                    "raise SystemExit(1)"]
+        print(f"[sf node {node}] {' '.join(argv)}", flush=True)
+        try:
+            # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
+            # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
+            child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=ignore_usr2, start_new_session=True)
+        except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
+            return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
+                        retry_helps=False)
+        state["child"] = child
+        output = OutputPump(child)
+        runs.record_phase(run_dir, "node_started", node=node, pool=pool_name, role=role, pid=child.pid,
+                          wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
+                          gpu_ids=identity["ids"], gpu_id_source=identity["source"],
+                          gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
+                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
+        rc = child.wait()
+        output.join()
+        if state["stopping"]:
+            keep_ray_logs(temp, run_dir, job_id, node)
+            runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
+            print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
+            return 0
+        if (rc > 0 and not output.started and not joined(run_dir, job_id, t_start)
+                and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
+            # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
+            # has not seen every node): clear what that try left and start again.
+            kill_group(child)
+            runs.record_phase(run_dir, "node_retry", node=node, pool=pool_name, role=role, rc=rc,
+                              attempt=attempt + 1, error=output.last_lines())
+            print(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
+                  f"(try {attempt + 2} of {retries + 1})", flush=True)
+            state["child"] = None
+            time.sleep(RETRY_PAUSE_S * (attempt + 1) + random.random())
+            continue
+        break
+    keep_ray_logs(temp, run_dir, job_id, node)
+    # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
+    # Ray ending after it ran is a node or a process dying (look at the node's logs first).
+    runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc,
+                      started=output.started, retry_helps=not output.started,
+                      error=None if output.started else output.last_lines())
     print(f"[sf node {node}] ray start exited with {rc}", flush=True)
     return rc if rc and rc > 0 else 1
+
+
+START_RETRIES = 2  # site ray.start_retries
+RETRY_PAUSE_S = 2.0
+STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
+RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
+                 "ray_process_exit.log", "dashboard.log", "runtime_env_agent.log")
+RAY_LOG_MAX_BYTES = 1 << 20  # the last MiB of each file: enough for the cause, bounded per node
+
+
+class OutputPump:
+    """Copies `ray start`'s output into this node's log and notes whether Ray came up."""
+
+    def __init__(self, child: subprocess.Popen):
+        self.started = False
+        self._tail: list[str] = []
+        self._thread = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            self._tail = (self._tail + [line.rstrip()])[-5:]
+            if STARTED_MARK in line:
+                self.started = True
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+    def last_lines(self) -> str:
+        return " | ".join(t for t in self._tail if t.strip())[-600:]
+
+
+def joined(run_dir: str, job_id: str, since: float) -> bool:
+    """Whether this attempt's barrier already passed (every node was registered then)."""
+    return any(e.get("phase") == "all_joined" and str(e.get("job_id")) == str(job_id) and e.get("time", 0) >= since
+               for e in runs.read_phases(run_dir))
+
+
+def kill_group(child: subprocess.Popen) -> None:
+    """What a failed `ray start` left running (it is its own process group's leader)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _test_nodes(variable: str) -> list[str]:
+    return [n for n in os.environ.get(variable, "").split(",") if n]
+
+
+def raise_nofile() -> int | None:
+    """Open files up to the hard limit (Ray's large-cluster guide: >= 65535; one raylet holds
+    a socket per worker and peer). Returns the soft limit now in force."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        return None
+
+
+def ray_env(environ) -> dict:
+    """Ray's environment: usage stats off; GPU variables verl accepts; registration timeouts
+    fit for a loaded host unless the site's env sets them (Ray 2.60's RAY_<config> names:
+    gcs_rpc_server_connect_timeout_s defaults to 5 s, which a busy node can miss)."""
+    env = dict(environ)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for name, value in RAY_TIMEOUT_DEFAULTS.items():
+        env.setdefault(name, value)
+    if env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"):
+        # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
+        # verl's workers, which inherit the raylet's environment, refuse to start with both.
+        env.pop("ROCR_VISIBLE_DEVICES", None)
+    return env
+
+
+RAY_TIMEOUT_DEFAULTS = {
+    "RAY_gcs_rpc_server_connect_timeout_s": "30",  # Ray's default 5
+    "RAY_gcs_rpc_server_reconnect_timeout_s": "120",  # Ray's default 60
+}
+
+
+def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str) -> None:
+    """Ray's own logs of this node (raylet, GCS, process exits) into the run dir before the
+    node-local temp dir goes: the last RAY_LOG_MAX_BYTES of each, logs/ray/<job>-<node>/."""
+    src = Path(temp) / "session_latest" / "logs"
+    if not src.is_dir():
+        return
+    dest = Path(run_dir) / "logs" / "ray" / f"{job_id}-{node}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        names = [p for p in src.iterdir() if p.name in RAY_LOG_FILES or p.name.startswith("python-core-driver")]
+        for path in sorted(names)[:20]:
+            with open(path, "rb") as fi:
+                fi.seek(max(0, path.stat().st_size - RAY_LOG_MAX_BYTES))
+                (dest / path.name).write_bytes(fi.read())
+    except OSError as exc:  # a log copy is never a reason to fail
+        print(f"[sf node {node}] cannot keep Ray's logs: {exc}", flush=True)

@@ -82,6 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port-range", default="20000-59999")
     p.add_argument("--temp-root", default="/tmp")
     p.add_argument("--barrier-timeout", type=float, default=300)
+    p.add_argument("--start-retries", type=int, default=2, help="tries again of a worker's failed ray start")
     p.add_argument("--dashboard", action="store_true")
     p.add_argument("--runtime", required=True, help="the runtime as JSON")
     p.add_argument("--checkpoint-dir", default="")
@@ -227,6 +228,24 @@ class Supervisor:
         except OSError as exc:
             log(f"warning: cannot write reason: {exc}")
 
+    def exit_hint(self, nodes: list[str]) -> str:
+        """What the nodes' node_exit said, and whether submitting again is likely to help."""
+        last = {}
+        for event in runs.read_phases(self.run_dir):
+            if event.get("phase") == "node_exit" and event.get("node") in nodes and event.get("time", 0) >= self.wall0:
+                last[event["node"]] = event
+        if not last:
+            return ""
+        errors = "; ".join(f"{n}: {e['error']}" for n, e in last.items() if e.get("error"))
+        hint = f": {errors}" if errors else ""
+        if any(e.get("retry_helps") for e in last.values()):
+            return (hint + ". Ray never came up there, after its retries: a loaded node or a slow GCS; "
+                    "submitting again is likely to help (or raise RAY_gcs_rpc_server_connect_timeout_s "
+                    "or ray.start_retries in the site file)")
+        if any(e.get("started") for e in last.values()):
+            return hint + ". Ray ran and then ended: a node or process died; resubmitting only helps once that is fixed"
+        return hint + ". Submitting again will not help until that is fixed"
+
     def exited_nodes(self) -> list[str]:
         """Nodes whose Ray ended in this attempt (from the node_exit phases)."""
         restart = os.environ.get("SLURM_RESTART_COUNT")
@@ -278,7 +297,7 @@ class Supervisor:
             "head_node": self.head_node, "address_method": a.address_method,
             "address_prefix": a.address_prefix, "interface": a.interface,
             "port_range": list(a.port_range), "port_block": self.port_block, "temp_root": a.temp_root,
-            "barrier_timeout_s": a.barrier_timeout, "dashboard": a.dashboard,
+            "barrier_timeout_s": a.barrier_timeout, "start_retries": a.start_retries, "dashboard": a.dashboard,
             "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
             "check_paths": a.check_path, "launcher": a.launcher,
         }
@@ -520,8 +539,8 @@ class Supervisor:
                     named = named or step["hosts"]
                     return self.fail(
                         f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                        f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log",
-                        rc=1)
+                        f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
+                        + self.exit_hint(named), rc=1)
                 if step["kind"] == "barrier" and step is not None and not step.get("seen"):
                     step["seen"] = True
                     out = step["popen"].stdout.read().decode(errors="replace") if step["popen"].stdout else ""

@@ -78,7 +78,7 @@ def test_every_ray_cluster_needs_the_jobs_token(tmp_path):
     assert result["other_user_read_rc"] != 0  # user nobody cannot read it
     assert not Path(result["token_path"]).exists()  # removed when the job ended
     # the job completed and its node steps stopped by themselves: no Slurm cancel noise
-    logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("*"))
+    logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("*") if p.is_file())
     assert "CANCELLED" not in logs and "Killed" not in logs, logs[-2000:]
     stopped = [e for e in runs.read_phases(run_dir) if e["phase"] == "node_stopped"]
     # Ray was stopped by its wrapper (SIGTERM), not killed by the SIGUSR2 srun hands every process

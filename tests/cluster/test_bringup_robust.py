@@ -1,0 +1,80 @@
+"""Bring-up that survives a loaded host, on the real dev cluster (netns sfdev).
+
+  - a worker whose `ray start` fails before Ray runs is started again (SF_TEST_FAIL_STARTS
+    makes the first starts fail as a registration timeout does) and the job passes;
+  - when the retries run out, the reason names the node and says submitting again is likely
+    to help;
+  - Ray's own logs (raylet, GCS) are kept in the run dir; the node wrapper raised `ulimit -n`;
+  - CPU burners oversubscribing the host's cores 3x (bounded, stopping by themselves) while
+    plain and hetjob preflights run: 5 of 5 pass.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launcher import runs
+
+REPO = Path(__file__).resolve().parents[2]
+SF = str(Path(sys.executable).parent / "sf")
+RUNS = Path("/var/lib/sfdev/runs")
+
+
+def submit(*args, env=None, timeout=400) -> dict:
+    proc = subprocess.run([SF, "submit", *args, "--preflight", "--wait", "--json"], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["rc"], out["stderr"] = proc.returncode, proc.stderr
+    return out
+
+
+def events(run: str, phase: str) -> list[dict]:
+    return [e for e in runs.read_phases(RUNS / run) if e["phase"] == phase]
+
+
+def test_a_failed_worker_start_is_retried_and_the_job_passes():
+    out = submit("examples/grpo", env={"SF_TEST_FAIL_STARTS": "1"})
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    retries = events(out["run"], "node_retry")
+    assert len(retries) == 1 and "Deadline Exceeded" in retries[0]["error"]
+    worker = retries[0]["node"]
+    started = [e for e in events(out["run"], "node_started") if e["node"] == worker]
+    assert [e["attempt"] for e in started] == [0, 1]
+    assert out["preflight"]["ok"] and out["preflight"]["ray_nodes"] == 2
+    # Ray's own logs outlive the node-local temp dir; ulimit -n was raised to the hard limit
+    kept = list((RUNS / out["run"] / "logs" / "ray").glob("*/raylet.out"))
+    assert len(kept) == 2, kept
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = {e["nofile"] for e in events(out["run"], "node_started")}
+    assert nofile == {hard if hard != resource.RLIM_INFINITY else max(nofile)}
+
+
+def test_retries_run_out_the_reason_says_retrying_helps():
+    out = submit("examples/grpo", env={"SF_TEST_FAIL_STARTS": "5"})
+    assert out["rc"] != 0
+    reason = (RUNS / out["run"] / "reason").read_text()
+    (exit_event,) = [e for e in events(out["run"], "node_exit") if e.get("retry_helps")]
+    assert f"Ray node {exit_event['node']}" in reason and "submitting again is likely to help" in reason, reason
+    assert len(events(out["run"], "node_retry")) == 2  # ray.start_retries (site default 2)
+
+
+def test_preflights_pass_on_a_host_oversubscribed_3x():
+    cores = os.cpu_count() or 2
+    burn = "import time\nend = time.time() + 240\nwhile time.time() < end: pass\n"
+    burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(3 * cores)]
+    try:
+        time.sleep(1)
+        results = []
+        for example in ("examples/grpo", "examples/distill", "examples/grpo", "examples/distill", "examples/grpo"):
+            out = submit(example, timeout=300)
+            results.append((example, out["rc"], out.get("reason")))
+    finally:
+        for proc in burners:
+            proc.kill()
+    print("\n" + "\n".join(f"{e}: rc {rc} {reason or ''}" for e, rc, reason in results))
+    assert [rc for _e, rc, _r in results] == [0] * 5, results
