@@ -168,15 +168,6 @@ def _sbatch_env_warnings(site) -> list[str]:
     return out
 
 
-def _flat(values: dict, prefix: str = ""):
-    for key, value in values.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and value:
-            yield from _flat(value, dotted)
-        else:
-            yield dotted, value
-
-
 @click.command()
 @click.argument("name")
 @spec_options
@@ -209,7 +200,9 @@ def validate(name, as_json, **kwargs):
         return
     click.echo(f"{plan.experiment}: verl/{plan.method} on verl {plan.framework_version} — valid")
     click.echo("values:")
-    for dotted, value in _flat({k: v for k, v in spec.values.items() if k != "overrides"}):
+    from launcher.spec import leaves
+
+    for dotted, value in leaves({k: v for k, v in spec.values.items() if k != "overrides"}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
     click.echo("pools:")
     for p in plan.pools:

@@ -128,11 +128,12 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
-def _leaves(data: dict, prefix: str = ""):
+def leaves(data: dict, prefix: str = ""):
+    """(dotted key, value) of every leaf of a nested dict."""
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value:
-            yield from _leaves(value, dotted)
+            yield from leaves(value, dotted)
         else:
             yield dotted, value
 
@@ -442,10 +443,10 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     provenance: dict = {}
     for layer_name, layer in layers:
         values = _deep_merge(values, {k: v for k, v in layer.items() if k != "overrides"})
-        for dotted, _ in _leaves({k: v for k, v in layer.items() if k != "overrides"}):
+        for dotted, _ in leaves({k: v for k, v in layer.items() if k != "overrides"}):
             provenance[dotted] = layer_name
     values = _deep_merge(values, cli)
-    for dotted, _ in _leaves(cli):
+    for dotted, _ in leaves(cli):
         provenance[dotted] = cli_prov.get(dotted, "cli")
 
     # Raw overrides: config.yaml's list, then --set's, in that order.
@@ -486,7 +487,7 @@ def spec_from_values(values: dict, name: str = "test", exp_dir: str = "/tmp/exp"
     """A MergedSpec built in memory (tests, sweeps): defaults < values, no files read but the defaults."""
     merged = _deep_merge(builtin_defaults(), {k: v for k, v in values.items() if k != "overrides"})
     merged["overrides"] = list(values.get("overrides") or [])
-    prov = {d: "defaults" for d, _ in _leaves(builtin_defaults())}
-    prov.update({d: "values" for d, _ in _leaves({k: v for k, v in values.items() if k != "overrides"})})
+    prov = {d: "defaults" for d, _ in leaves(builtin_defaults())}
+    prov.update({d: "values" for d, _ in leaves({k: v for k, v in values.items() if k != "overrides"})})
     return MergedSpec(name=name, exp_dir=exp_dir, values=merged, provenance=prov,
                       override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py)

@@ -168,6 +168,24 @@ def gpu_env_wrapper(argv: list[str]) -> list[str]:
     return ["sh", "-c", script, "sf-gpu-env", *argv]
 
 
+def signal_steps(steps: list[dict], signum: int, grace: float, kill: bool = False) -> None:
+    """Send `signum` to the live steps, wait up to `grace` seconds for them together, then
+    SIGKILL what is left when `kill` (else leave it to the caller's next step)."""
+    live = [s for s in steps if s["popen"].poll() is None]
+    for step in live:
+        try:
+            step["popen"].send_signal(signum)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for step in live:
+        try:
+            step["popen"].wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            if kill:
+                step["popen"].kill()
+
+
 def tcp_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -459,35 +477,11 @@ class Supervisor:
     def stop_nodes(self) -> None:
         """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
         to its tasks): the steps end with 0, not CANCELLED by Slurm with 'Killed' tasks."""
-        for step in self.steps:
-            if step["kind"] == "driver" and step["popen"].poll() is None:
-                step["popen"].send_signal(signal.SIGTERM)
-        nodes = [s for s in self.steps if s["kind"] == "node" and s["popen"].poll() is None]
-        for step in nodes:
-            try:
-                step["popen"].send_signal(signal.SIGUSR2)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + STOP_GRACE_S
-        for step in nodes:
-            try:
-                step["popen"].wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass  # terminate() ends it
+        signal_steps([s for s in self.steps if s["kind"] == "driver"], signal.SIGTERM, 0)
+        signal_steps([s for s in self.steps if s["kind"] == "node"], signal.SIGUSR2, STOP_GRACE_S)
 
     def terminate(self) -> None:
-        live = [s for s in self.steps if s["popen"].poll() is None]
-        for step in live:
-            try:
-                step["popen"].send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + TERM_GRACE_S
-        for step in live:
-            try:
-                step["popen"].wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                step["popen"].kill()
+        signal_steps(self.steps, signal.SIGTERM, TERM_GRACE_S, kill=True)
 
     def check_restarts(self) -> int | None:
         """Record a restart; refuse one past the bound. None to go on, else the exit code."""
