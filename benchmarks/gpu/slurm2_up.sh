@@ -17,33 +17,11 @@
 DEBS=${1:?debs dir}
 SP=${2:?prefix}
 GPU_FIX=${GPU_FIX:-1}
-mkdir -p "$SP"
-export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
-export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export SLURM_CONF=/etc/slurm/slurm.conf
+# shellcheck source=slurm_base.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_base.sh"
 
 t0=$(date +%s.%N)
-if [[ ! -x "$SP/usr/sbin/slurmd-wlm" ]]; then
-  for d in "$DEBS"/*.deb; do dpkg -x "$d" "$SP" || { echo "dpkg -x $d failed"; return 1 2>/dev/null || exit 1; }; done
-fi
-for n in slurmd slurmctld slurmstepd; do ln -sf "$SP/usr/sbin/$n-wlm" "$SP/usr/sbin/$n"; done
-ln -sf "$SP/usr/sbin/slurmstepd-wlm" /usr/sbin/slurmstepd
-
-HOST=$(hostname -s)
-grep -qE "^127\.0\.0\.1.*[[:space:]]$HOST([[:space:]]|\$)" /etc/hosts || echo "127.0.0.1 $HOST" >>/etc/hosts
-
-mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
-[[ -s /etc/munge/munge.key ]] || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-chmod 400 /etc/munge/munge.key; chmod 700 /etc/munge /var/lib/munge /var/log/munge; chmod 755 /run/munge
-pgrep -x munged >/dev/null || setsid munged --force </dev/null
-for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
-
-# cgroup v2: slurmd wants system.slice with cpuset/cpu/memory enabled
-mkdir -p /sys/fs/cgroup/system.slice
-for c in +cpuset +cpu +memory; do
-  echo "$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-  echo "$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control 2>/dev/null || true
-done
+slurm_base || { return 1 2>/dev/null || exit 1; }
 
 NODELINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -1)
 CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(nproc)}

@@ -12,10 +12,8 @@
 
 DEBS=${1:?debs dir}
 SP=${2:?prefix}
-mkdir -p "$SP"
-export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
-export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export SLURM_CONF=/etc/slurm/slurm.conf
+# shellcheck source=slurm_base.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_base.sh"
 
 if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %T 2>/dev/null | grep -qE 'idle|mix|alloc'; then
   echo "slurm: already up"
@@ -23,30 +21,7 @@ if scontrol ping 2>/dev/null | grep -q UP && sinfo -h -o %T 2>/dev/null | grep -
 fi
 
 t0=$(date +%s.%N)
-for d in "$DEBS"/*.deb; do dpkg -x "$d" "$SP" || { echo "dpkg -x $d failed"; return 1 2>/dev/null || exit 1; }; done
-for n in slurmd slurmctld slurmstepd; do ln -sf "$SP/usr/sbin/$n-wlm" "$SP/usr/sbin/$n"; done
-ln -sf "$SP/usr/sbin/slurmstepd-wlm" /usr/sbin/slurmstepd
-
-HOST=$(hostname -s)
-grep -qE "^127\.0\.0\.1.*[[:space:]]$HOST([[:space:]]|\$)" /etc/hosts || echo "127.0.0.1 $HOST" >>/etc/hosts
-
-# munge
-mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
-if [[ ! -s /etc/munge/munge.key ]]; then
-  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-fi
-chmod 400 /etc/munge/munge.key
-chmod 700 /etc/munge /var/lib/munge /var/log/munge
-chmod 755 /run/munge
-pgrep -x munged >/dev/null || setsid munged --force </dev/null
-for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
-
-# cgroup v2: slurmd wants system.slice with cpuset/cpu/memory enabled
-mkdir -p /sys/fs/cgroup/system.slice
-for c in +cpuset +cpu +memory; do
-  echo "$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-  echo "$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control 2>/dev/null || true
-done
+slurm_base || { return 1 2>/dev/null || exit 1; }
 
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
 NODELINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -1)

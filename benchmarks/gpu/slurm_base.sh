@@ -1,0 +1,30 @@
+#!/bin/bash
+# What every Slurm of the GPU kits needs before its slurm.conf (sourced by slurm_up.sh and
+# slurm2_up.sh, with DEBS and SP set): Debian 12's slurm 22.05 debs unpacked with dpkg -x
+# into SP (once), the *-wlm names and /usr/sbin/slurmstepd linked, the host name on
+# 127.0.0.1, munged running (--force as root), cgroup v2 controllers enabled for
+# system.slice (else slurmd fails "Could not create scope directory"). Exports PATH,
+# LD_LIBRARY_PATH and SLURM_CONF for the caller. Returns non-zero when a deb fails to unpack.
+mkdir -p "$SP"
+export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
+export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SLURM_CONF=/etc/slurm/slurm.conf
+slurm_base() {
+  if [[ ! -x "$SP/usr/sbin/slurmd-wlm" ]]; then
+    for d in "$DEBS"/*.deb; do dpkg -x "$d" "$SP" || { echo "dpkg -x $d failed"; return 1; }; done
+  fi
+  for n in slurmd slurmctld slurmstepd; do ln -sf "$SP/usr/sbin/$n-wlm" "$SP/usr/sbin/$n"; done
+  ln -sf "$SP/usr/sbin/slurmstepd-wlm" /usr/sbin/slurmstepd
+  HOST=$(hostname -s)
+  grep -qE "^127\.0\.0\.1.*[[:space:]]$HOST([[:space:]]|\$)" /etc/hosts || echo "127.0.0.1 $HOST" >>/etc/hosts
+  mkdir -p /etc/munge /var/lib/munge /var/log/munge /run/munge
+  [[ -s /etc/munge/munge.key ]] || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  chmod 400 /etc/munge/munge.key; chmod 700 /etc/munge /var/lib/munge /var/log/munge; chmod 755 /run/munge
+  pgrep -x munged >/dev/null || setsid munged --force </dev/null
+  for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+  mkdir -p /sys/fs/cgroup/system.slice
+  for c in +cpuset +cpu +memory; do
+    echo "$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    echo "$c" >/sys/fs/cgroup/system.slice/cgroup.subtree_control 2>/dev/null || true
+  done
+}
