@@ -149,6 +149,21 @@ def _tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[-_.]", name) if t]
 
 
+RAY_LOGS = "ray"  # RUN/logs/ray/<job>-<node>/: Ray's own logs, copied by each node as it stops
+
+
+def is_ray_log(path: Path, logs_dir: Path) -> bool:
+    return path.relative_to(logs_dir).parts[0] == RAY_LOGS
+
+
+def select_ray_logs(files: list[Path], logs_dir: Path, node: str | None) -> list[Path]:
+    """--ray: the kept Ray logs; with --node N, those of the folder `<job>-N`."""
+    kept = [f for f in files if is_ray_log(f, logs_dir)]
+    if node:
+        kept = [f for f in kept if node in _tokens(f.parent.name) or f"node{node}" in _tokens(f.parent.name)]
+    return kept
+
+
 def select_logs(files: list[Path], node: str | None, role: str | None) -> list[Path]:
     """--node N: files whose name has N (a Slurm node name, or an index as `N`/`nodeN`) as
     a `-`/`_`/`.` separated token. --role R: files whose name contains R. Neither: the
@@ -216,13 +231,16 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
               help="Start with the last N lines (default: all; 50 with -f).")
 @click.option("--task", type=click.IntRange(min=0), default=None, metavar="I",
               help="For a sweep: the logs of point I.")
+@click.option("--ray", "ray_logs", is_flag=True,
+              help="Ray's own logs (raylet, GCS, process exits), kept under RUN/logs/ray/ as each node "
+                   "stopped; with --node, that node's.")
 @click.option("--list", "list_only", is_flag=True, help="List the log files and exit.")
 @click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
               help="Seconds between reads with -f.")
 @click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between job-state checks with -f (one sacct call each).")
 @runs_options
-def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_every, site_path, runs_dir):
+def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval, check_every, site_path, runs_dir):
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
@@ -253,6 +271,9 @@ def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_ev
 
     def current_files():
         found = monitor.log_files(run.dir)
+        if ray_logs:
+            return sorted(select_ray_logs(found, run.logs_dir, node), key=lambda p: p.as_posix())
+        found = [f for f in found if not is_ray_log(f, run.logs_dir)]
         if only:
             found = select_task(found, array_id, task)
         chosen = select_logs(found, node, role) if not only or node or role else found
@@ -261,7 +282,8 @@ def logs(run_id, follow, node, role, tail_n, task, list_only, interval, check_ev
     def read_new(files, first: bool, drain: bool = False):
         many = len(files) > 1 or len(offsets) > 1
         for path in files:
-            prefix = f"[{path.name}] " if many else None
+            name = path.relative_to(run.logs_dir).as_posix() if ray_logs else path.name
+            prefix = f"[{name}] " if many else None
             if path not in offsets:
                 try:
                     text, size = _last_lines(path, tail_n if first else None)

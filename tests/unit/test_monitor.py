@@ -261,6 +261,22 @@ def test_logs_print_tail_list_and_errors(fake_slurm):
     assert fake_slurm.calls() == []
 
 
+def test_logs_ray_shows_the_kept_ray_logs_only_when_asked(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "grpo", "141")
+    logs = run.dir / "logs"
+    (logs / "slurm-141.out").write_text("batch\n")
+    (logs / "141-ray-head-dev1.log").write_text("node wrapper dev1\n")
+    for node, name, text in (("dev1", "raylet.out", "raylet of dev1\n"), ("dev2", "gcs_server.out", "gcs of dev2\n")):
+        (logs / "ray" / f"141-{node}").mkdir(parents=True, exist_ok=True)
+        (logs / "ray" / f"141-{node}" / name).write_text(text)
+    runner = CliRunner()
+    assert runner.invoke(main, ["logs", run.id, "--node", "dev1"]).output == "node wrapper dev1\n"
+    assert runner.invoke(main, ["logs", run.id]).output == "batch\n"
+    assert runner.invoke(main, ["logs", run.id, "--ray", "--node", "dev2"]).output == "gcs of dev2\n"
+    both = runner.invoke(main, ["logs", run.id, "--ray"]).output
+    assert "[ray/141-dev1/raylet.out] raylet of dev1" in both and "[ray/141-dev2/gcs_server.out] gcs of dev2" in both
+
+
 def test_logs_follow_until_job_ends(fake_slurm, wait_for):
     run = _submitted(fake_slurm.runs_dir, "grpo", "150")
     log = run.dir / "logs" / "slurm-150.out"
