@@ -388,10 +388,18 @@ def cancel(target, as_json, site_path, runs_dir):
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
 @runs_options
 def list_runs(as_json, limit, site_path, runs_dir):
-    """List runs and sweeps, newest first, from their records (asks Slurm nothing)."""
+    """List runs and sweeps, newest first, from their records.
+
+    Records that have not ended yet are brought up to date first with ONE Slurm query for
+    all of them (as `sf status` does); ended runs cost nothing."""
     root = runs_root(site_path, runs_dir)
+    listed = runs.list_runs(root)[:limit]
+    try:
+        monitor.poll(listed, runs_dir=root, skip_ended=True)  # writes the states it learns back
+    except SlurmError as exc:
+        click.echo(f"sf: warning: states as last recorded: {exc}", err=True)
     items = []
-    for run in runs.list_runs(root)[:limit]:
+    for run in listed:
         try:
             rec = run.record()
         except (OSError, ValueError):

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -60,7 +61,10 @@ from launcher.runtime import Runtime
 
 POLL_S = 0.5
 TERM_GRACE_S = 8
-STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselves in that time
+STOP_GRACE_S = 20
+# The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
+# possibly behind Ray's "(TaskRunner pid=..)" prefix.
+ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")  # Ray stops in a few seconds; the node steps end by themselves in that time
 MAIN_PPO = "verl.trainer.main_ppo"
 PINNED_MAIN = "launcher.injob.verl_main"
 
@@ -245,6 +249,26 @@ class Supervisor:
             runs.Run(self.run_dir).write_text(runs.REASON, text.rstrip() + "\n")
         except OSError as exc:
             log(f"warning: cannot write reason: {exc}")
+
+    def driver_failure(self, what: str) -> str | None:
+        """The first failing check of the preflight (preflight.json), or the last error line
+        the driver printed (the batch log, which is this process's stdout): the line a user
+        would otherwise dig out of the logs."""
+        if what == "preflight":
+            try:
+                failures = json.loads((Path(self.run_dir) / "preflight.json").read_text()).get("failures") or []
+            except (OSError, ValueError):
+                return None
+            return str(failures[0])[:300] if failures else None
+        try:
+            log = Path(os.readlink("/proc/self/fd/1"))
+            with open(log, "rb") as handle:
+                handle.seek(max(0, log.stat().st_size - 256 * 1024))
+                tail = handle.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        errors = [line.strip() for line in tail if ERROR_LINE.match(line.strip())]
+        return errors[-1][:300] if errors else None
 
     def exit_hint(self, nodes: list[str]) -> str:
         """What the nodes' node_exit said, and whether submitting again is likely to help."""
@@ -569,6 +593,9 @@ class Supervisor:
                 if step["kind"] == "driver":
                     what = step["name"]
                     reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"
+                    cause = self.driver_failure(what) if rc != 0 else None
+                    if cause:
+                        reason += f": {cause}"
                     if rc != 0:
                         self.write_reason(reason)
                     self.finish(rc, reason)

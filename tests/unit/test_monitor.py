@@ -226,9 +226,14 @@ def test_list_cli(fake_slurm):
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0].startswith("RUN") and b.id in lines[1] and a.id in lines[2]
+    assert len(fake_slurm.calls("sacct")) == 1  # the one submitted run, one batched query
+    fake_slurm.set("sacct", _row("130", "COMPLETED"))
     doc = json.loads(runner.invoke(main, ["list", "--json", "--limit", "1"]).output)
     assert [r["id"] for r in doc["runs"]] == [b.id] and doc["runs"][0]["job_ids"] == ["130"]
-    assert fake_slurm.calls() == []  # list asks Slurm nothing
+    assert doc["runs"][0]["state"] == "completed" and b.record()["state"] == "completed"  # written back
+    before = len(fake_slurm.calls())
+    runner.invoke(main, ["list"])
+    assert len(fake_slurm.calls()) == before  # nothing left to ask: every listed run has ended or never ran
 
 
 def test_select_logs():
