@@ -88,9 +88,12 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
+    from launcher.live import verify
+
+    live_warnings = verify(plan, request.site)  # a pool no partition can ever hold: exit 2 here
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
-    _warn(request.warnings)
+    _warn((*request.warnings, *live_warnings))
     if as_json and not wait:
         click.echo(json.dumps({"run": run.id, "run_dir": str(run.dir), "job_id": job_id, "preflight": preflight}))
     elif not as_json:

@@ -172,12 +172,20 @@ def _sbatch_env_warnings(site) -> list[str]:
 @click.argument("name")
 @spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def validate(name, as_json, **kwargs):
+@click.option("--live", is_flag=True,
+              help="Also check the pools against the cluster's partitions (what they can ever give), as submit does.")
+def validate(name, as_json, live, **kwargs):
     """Check an experiment and show the compiled verl command.
 
     Exit 0 when valid, 2 when not (one line per problem on stderr).
     """
     spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli prints them (as JSON too)
+    if live:
+        from dataclasses import replace
+
+        from launcher.live import verify
+
+        plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site)))
     if as_json:
         out = {
             "ok": True,

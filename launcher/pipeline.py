@@ -68,6 +68,7 @@ class Request:
     pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
     warnings: tuple[str, ...] = ()
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
+    site: object = None  # the launcher.site.Site it was compiled for
     spec: object = None  # the launcher.spec.MergedSpec it came from
 
     @property
@@ -110,7 +111,7 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False) -> Reques
         experiment=spec.name, runs_dir=absolute_runs_dir(site.runs_dir),
         render=lambda run_dir: run_files(spec, plan.with_run_dir(run_dir), site, runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict()},
-        warnings=tuple(plan.warnings), plan=plan, spec=spec,
+        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site,
         pass_sbatch_env=site.pass_sbatch_env,
     )
 

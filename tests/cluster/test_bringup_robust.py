@@ -95,3 +95,15 @@ def test_the_reason_carries_the_first_failing_line():
     run = json.loads(proc.stdout[proc.stdout.index("{"):])["run"]
     reason = (RUNS / run / "reason").read_text()
     assert "exited with 1 during phase driver: ValueError: reward function returned None" in reason, reason
+
+
+def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size():
+    for args in (["submit", "examples/grpo", "--profile", "fake:100x4"],
+                 ["validate", "examples/grpo", "--profile", "fake:100x4", "--live"]):
+        proc = subprocess.run([SF, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "100 nodes x 4 GPUs can never run in partition train: it has 6 nodes" in proc.stderr, proc.stderr
+    before = set(p.name for p in RUNS.iterdir())
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and set(p.name for p in RUNS.iterdir()) == before  # nothing written
