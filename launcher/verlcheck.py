@@ -236,6 +236,27 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
     return errors
 
 
+def grammar_errors(overrides) -> list[SpecError]:
+    """Overrides Hydra's grammar cannot read, each under the key the user wrote, with how to
+    quote the value (a space, `;`, brackets or quotes in a --set value)."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+    except ImportError:  # pragma: no cover (the compose check needs Hydra anyway)
+        return []
+    parser = OverridesParser.create()
+    errors = []
+    for text in overrides:
+        try:
+            parser.parse_override(text)
+        except Exception:
+            prefix, key, value = _split(text)
+            quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+            errors.append(SpecError(key or text, f"value {value!r} is not valid Hydra override syntax (spaces, ;, ( ), "
+                                    f"[ ], {{ }}, quotes and commas must be quoted); quote it: "
+                                    f"--set '{prefix}{key}=\"{quoted}\"' (in config.yaml: - '{prefix}{key}=\"{quoted}\"')"))
+    return errors
+
+
 def check_overrides(config_name: str, overrides, version: str | None = None) -> list[SpecError]:
     """Compose `overrides` against the installed verl's `config_name`; [] when they compose."""
     overrides = tuple(overrides)
@@ -246,7 +267,7 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     errors: list[SpecError] = []
     cfg, exc = _composed(config_name, overrides)
     if cfg is None:
-        errors = _bad_keys(config_name, overrides)
+        errors = grammar_errors(overrides) or _bad_keys(config_name, overrides)
         if not errors:
             cause = f" ({exc.__cause__})" if exc.__cause__ else ""
             errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {exc}{cause}")]

@@ -51,5 +51,6 @@ def test_tensor_parallel_that_does_not_divide_the_pool_warns():
     cap = live.capacity(PARTS, NODES)
     plan = _plan(1, 4, knobs={"tensor_model_parallel_size": 3})
     errors, warnings = live.check(plan, SITE, cap)
-    assert errors == [] and any("tensor_model_parallel_size=3 does not divide pool train's 4 GPUs" in w for w in warnings)
+    assert errors == []
+    assert any("tensor_model_parallel_size=3 does not divide pool train's 4 GPUs" in w for w in warnings)
     assert live.check(_plan(1, 4, knobs={"tensor_model_parallel_size": 2}), SITE, cap)[1] == []
