@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from launcher import runs
-from launcher.injob import topology
+from launcher.injob import health, topology
 
 
 def check_paths_here(paths: list[str]) -> dict:
@@ -104,6 +104,7 @@ def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, di
                 path_report[name] = ray.get(ref, timeout=60)
             except Exception as exc:
                 path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
+    pool_report["_health"] = health.object_transfer(ray, sorted(by_name))
     return pool_report, place, path_report
 
 
@@ -149,8 +150,13 @@ def main() -> int:
             "hosts": p["hosts"]} for p in pools}
         place = {}
         path_report = srun_paths(job, pools, paths) if paths else {}
+    report["health"] = pool_report.pop("_health", None)
     report["pools"] = pool_report
     report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
+    if report["health"] and not report["health"]["ok"]:
+        bad = ", ".join(report["health"]["suspect_nodes"]) or "see health.failed"
+        report["failures"].append(f"health: object transfer failed between nodes (suspect: {bad}): "
+                                  + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
     for name, entry_ in pool_report.items():
         if not entry_.get("ok", True):
@@ -204,6 +210,11 @@ def summary(report: dict) -> str:
     lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
     paths = report.get("paths", {})
     lines.append(f"paths: checked on {len(paths)} nodes")
+    health = report.get("health")
+    if health:
+        lines.append(f"health: {health['pairs']} object transfers ({health['mode']}, {health['payload_mib']} MiB): "
+                     + ("ok" if health["ok"] else f"{len(health['failed'])} FAILED")
+                     + (f", median {health['median_mib_per_s']} MiB/s" if health.get("median_mib_per_s") else ""))
     for host, ids in (report.get("gpu_ids") or {}).items():
         lines.append(f"gpus {host}: {', '.join(ids) or 'none'}")
     ck = report.get("checkpoint", {})

@@ -107,3 +107,11 @@ def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size():
     proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4"], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and set(p.name for p in RUNS.iterdir()) == before  # nothing written
+
+
+def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
+    out = submit("examples/distill")
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    health = out["preflight"]["health"]
+    assert health["ok"] and health["pairs"] == 6 and health["mode"] == "all pairs"  # 3 nodes, ordered pairs
+    assert health["median_mib_per_s"] > 0 and health["failed"] == [] and health["suspect_nodes"] == []
