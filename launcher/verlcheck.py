@@ -275,16 +275,25 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     from omegaconf import OmegaConf
 
     set_keys = {_split(o)[1]: _split(o)[2] for o in overrides}
-    try:
-        missing_keys = OmegaConf.missing_keys(cfg)
-    except Exception:  # pragma: no cover
-        missing_keys = set()
     for key, condition in _MANDATORY.get(config_name, {}).items():
-        if key in missing_keys and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
+        if _is_missing(cfg, key) and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
             errors.append(SpecError(key, f"verl needs a value (it is ??? in {config_name}); set it, e.g. {key}=vllm"))
     # Composed against the installed verl even when the spec names another version: the
     # caller warns about the difference (version_note).
     return errors
+
+
+def _is_missing(cfg, key: str) -> bool:
+    """Whether `key` is ??? in the composed config: asks the two mandatory keys directly
+    (OmegaConf.missing_keys walks the whole config: most of a compose's cost on the login node)."""
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        return node is not None and OmegaConf.is_missing(node, leaf)
+    except Exception:  # pragma: no cover (an interpolation that cannot resolve: not missing)
+        return False
 
 
 def version_note(version: str) -> str | None:
