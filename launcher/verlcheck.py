@@ -272,7 +272,6 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
             cause = f" ({exc.__cause__})" if exc.__cause__ else ""
             errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {exc}{cause}")]
         return errors
-    from omegaconf import OmegaConf
 
     set_keys = {_split(o)[1]: _split(o)[2] for o in overrides}
     for key, condition in _MANDATORY.get(config_name, {}).items():
