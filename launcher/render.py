@@ -125,7 +125,10 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
 
 def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
     lines = []
-    for source, pairs in (("site.env", site.env), ("runtime.env", runtime.env), ("env", plan.env)):
+    # A job of many nodes first gets Ray's GCS tuning; the site's own env may still set any of it.
+    large = site.ray.large_cluster_env if sum(p.nodes for p in plan.pools) >= site.ray.large_cluster_min_nodes else ()
+    for source, pairs in (("site.ray.large_cluster.env", large), ("site.env", site.env),
+                          ("runtime.env", runtime.env), ("env", plan.env)):
         for key, value in pairs:
             sbatch_values.env_key(key, f"{source}.{key}")
             lines.append(f"export {key}={quote(value)}")

@@ -45,6 +45,23 @@ class RaySettings:
     temp_root: str = "/tmp"
     barrier_timeout_s: int = 300
     start_retries: int = 2  # a worker whose `ray start` fails before Ray runs is started again
+    # Jobs of at least this many nodes get large_cluster_env (Ray's GCS tuning for the burst of
+    # thousands of registrations: more RPC threads, 120 s timeouts, slower resource reports).
+    large_cluster_min_nodes: int = 64
+    large_cluster_env: tuple[tuple[str, str], ...] = ()
+
+
+# Ray 2.60's RAY_<config> names (ray_config_def.h), with the values NeMo-RL ships for runs of
+# hundreds of nodes (its PRs 3089/3158); a site's ray.large_cluster.env replaces them.
+LARGE_CLUSTER_ENV = (
+    ("RAY_gcs_server_rpc_server_thread_num", "64"),
+    ("RAY_gcs_server_rpc_client_thread_num", "32"),
+    ("RAY_gcs_rpc_server_connect_timeout_s", "120"),
+    ("RAY_gcs_rpc_server_reconnect_timeout_s", "120"),
+    ("RAY_worker_register_timeout_seconds", "120"),
+    ("RAY_raylet_report_resources_period_milliseconds", "500"),
+    ("RAY_health_check_period_ms", "10000"),
+)
 
 
 @dataclass(frozen=True)
@@ -128,8 +145,12 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     for name, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
                         ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300)),
-                        ("ray.start_retries", ray.get("start_retries", 2))):
+                        ("ray.start_retries", ray.get("start_retries", 2)),
+                        ("ray.large_cluster.min_nodes", (ray.get("large_cluster") or {}).get("min_nodes", 64))):
         _whole(value, f"site.{name}", path)
+    large = ray.get("large_cluster") or {}
+    if not isinstance(large, dict) or not isinstance(large.get("env") or {}, dict):
+        raise SpecError("site.ray.large_cluster", f"must be {{min_nodes: N, env: {{RAY_...: value}}}} in {path}")
     port_range = ray.get("port_range", (20000, 59999))
     if not (isinstance(port_range, (list, tuple)) and len(port_range) == 2
             and all(isinstance(p, int) and not isinstance(p, bool) for p in port_range)
@@ -155,6 +176,8 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
             temp_root=ray.get("temp_root", "/tmp"),
             barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
             start_retries=int(ray.get("start_retries", 2)),
+            large_cluster_min_nodes=int(large.get("min_nodes", 64)),
+            large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or dict(LARGE_CLUSTER_ENV)).items()),
         ),
         runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),

@@ -131,3 +131,16 @@ def test_quote_control_characters():
     out = subprocess.run(["bash", "-c", f"printf %s {quote(chr(10).join(['x', '#SBATCH --y']))}"],
                          capture_output=True, text=True)
     assert out.stdout == "x\n#SBATCH --y"
+
+
+def test_large_jobs_get_rays_gcs_tuning_and_the_site_env_still_wins():
+    small = render_script(make_plan(), SITE, VENV)
+    assert "RAY_gcs_server_rpc_server_thread_num" not in small
+    big_site = replace(SITE, ray=replace(SITE.ray, large_cluster_min_nodes=2),
+                       env=(("RAY_worker_register_timeout_seconds", "300"),))
+    big = render_script(make_plan(), big_site, VENV)
+    assert "export RAY_gcs_server_rpc_server_thread_num=64" in big
+    assert "export RAY_gcs_rpc_server_connect_timeout_s=120" in big
+    # the site's own value comes later, so it is the one the job sees
+    assert big.index("export RAY_worker_register_timeout_seconds=120") < \
+        big.index("export RAY_worker_register_timeout_seconds=300")
