@@ -192,6 +192,54 @@ def check_sbatch(site) -> list[Check]:
     return checks
 
 
+# What a node needs for Ray at scale: Ray's large-cluster guide asks nofile >= 65535 (a raylet
+# holds a socket per worker and peer); Ray's 2000-node benchmark raised the ARP cache's
+# gc_thresh3 to 8192 (an overflowing ARP table hangs the head).
+NOFILE_MIN = 65535
+ARP_GC_THRESH3_MIN = 8192
+_LIMITS_PROBE = "ulimit -Sn; ulimit -Hn; cat /proc/sys/net/ipv4/neigh/default/gc_thresh3 2>/dev/null || echo -"
+
+
+def node_limit_checks(series: str, text: str) -> list[Check]:
+    """The probe's three lines (soft nofile, hard nofile, gc_thresh3) as checks."""
+    lines = (text.split() + ["-", "-", "-"])[:3]
+    soft, hard, arp = (int(v) if v.isdigit() else (float("inf") if v == "unlimited" else None) for v in lines)
+    checks = []
+    if hard is None:
+        return [Check(f"node limits {series}", FAIL, f"could not read the limits: {text.strip()!r}", "")]
+    if hard < NOFILE_MIN:
+        checks.append(Check(f"nofile {series}", WARN, f"hard limit {lines[1]} (soft {lines[0]}) < {NOFILE_MIN}",
+                            "raise it in /etc/security/limits.conf or slurmd's LimitNOFILE; sf's node wrapper "
+                            "raises the soft limit to the hard one, not past it"))
+    else:
+        checks.append(Check(f"nofile {series}", OK, f"hard {lines[1]}, soft {lines[0]} (sf raises soft to hard)"))
+    if arp is not None and arp < ARP_GC_THRESH3_MIN:
+        checks.append(Check(f"arp cache {series}", WARN, f"net.ipv4.neigh.default.gc_thresh3 = {arp} < "
+                            f"{ARP_GC_THRESH3_MIN}", "for jobs of hundreds of nodes raise gc_thresh1/2/3 (e.g. "
+                            "2048/4096/8192, as Ray's 2000-node benchmark did)"))
+    elif arp is not None:
+        checks.append(Check(f"arp cache {series}", OK, f"gc_thresh3 = {arp}"))
+    return checks
+
+
+def check_node_limits(site) -> list[Check]:
+    """One task on a node of every series' partition reads its nofile limits and ARP cache size."""
+    from launcher import slurm
+    from launcher.errors import SlurmError
+
+    checks, seen = [], set()
+    for series in site.series.values():
+        if series.partition in seen:
+            continue
+        seen.add(series.partition)
+        try:
+            checks += node_limit_checks(series.name, slurm.run_on_a_node(series.partition, ["sh", "-c", _LIMITS_PROBE]))
+        except SlurmError as exc:
+            checks.append(Check(f"node limits {series.name}", WARN, f"could not run a task there: {exc}",
+                                "is the partition up and a node free?"))
+    return checks
+
+
 def check_runtimes(site, timeout: float = 30) -> list[Check]:
     import yaml
 
@@ -306,6 +354,7 @@ def run_checks(site_path: str | None = None) -> list[Check]:
         checks.append(Check("slurmctld", OK, f"{len(partitions)} partitions, {len(nodes)} nodes"))
         checks += check_series(site, partitions, nodes)
         checks += check_sbatch(site)
+        checks += check_node_limits(site)
     except SlurmError as exc:
         checks.append(Check("slurmctld", FAIL, str(exc), "is Slurm installed, SLURM_CONF set and slurmctld up?"))
     try:

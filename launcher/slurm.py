@@ -458,6 +458,12 @@ def show_nodes() -> list[dict]:
     return [_split_kv(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
+def run_on_a_node(partition: str, argv: list[str], timeout: float = 60) -> str:
+    """One task on one node of `partition` (`srun -N1 -n1 --time=1`): its stdout."""
+    proc = _run(["srun", "-p", partition, "-N1", "-n1", "--time=1", "--quiet", *argv], timeout=timeout)
+    return proc.stdout
+
+
 def accounting_check() -> str | None:
     """None when sacct answers from the accounting database, else why not."""
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID",

@@ -54,3 +54,14 @@ def test_tensor_parallel_that_does_not_divide_the_pool_warns():
     assert errors == []
     assert any("tensor_model_parallel_size=3 does not divide pool train's 4 GPUs" in w for w in warnings)
     assert live.check(_plan(1, 4, knobs={"tensor_model_parallel_size": 2}), SITE, cap)[1] == []
+
+
+def test_node_limits_from_the_probe():
+    from launcher.doctor import node_limit_checks
+
+    low = {c.name: c for c in node_limit_checks("h200", "1024\n4096\n1024\n")}
+    assert low["nofile h200"].status == "warn" and "hard limit 4096" in low["nofile h200"].detail
+    assert low["arp cache h200"].status == "warn" and "gc_thresh3 = 1024" in low["arp cache h200"].detail
+    good = {c.name: c.status for c in node_limit_checks("h200", "65535\nunlimited\n8192\n")}
+    assert good == {"nofile h200": "ok", "arp cache h200": "ok"}
+    assert node_limit_checks("h200", "garbage")[0].status == "fail"
