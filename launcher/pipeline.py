@@ -118,17 +118,15 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False) -> Reques
 
 def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict | None = None) -> Rendered:
     """A training run's files: spec.yaml, plan.json, overrides.txt and job.sbatch."""
-    import json
-
     import yaml
 
-    from launcher.render import overrides_text, render_script
+    from launcher.render import overrides_text, plan_json, render_script
 
     script = render_script(plan, site, runtime, preflight=preflight, array=array)
     return Rendered(files={
         "spec.yaml": yaml.safe_dump({"name": spec.name, "exp_dir": spec.exp_dir, "values": spec.values,
                                      "provenance": spec.provenance}, sort_keys=False),
-        "plan.json": json.dumps(plan.to_dict(), indent=2, default=str) + "\n",
+        "plan.json": plan_json(plan, site, runtime),
         "overrides.txt": overrides_text(plan),
         "job.sbatch": script,
     }, script_name="job.sbatch")

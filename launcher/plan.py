@@ -3,14 +3,15 @@
 compile.compile_plan(spec, site, run_dir) -> Plan is pure; render.render_script(plan, site)
 -> str is pure. A plan is compiled once, against a placeholder run dir, and bound to its
 real run dir by `with_run_dir` once the run exists (launcher.pipeline). It is written into
-the run directory (plan.json), which `sf status`, `sf eval` and the sweep manifest read;
-the job itself still gets its pools and settings as arguments of the batch script
-(`launcher.injob supervise --pool ...`), rendered from this same Plan.
+the run directory (plan.json, with the job contract of launcher.render.job_contract under
+"job"), which the job itself reads (`launcher.injob supervise` -> Plan.from_dict: pools,
+launcher, checkpoint dir, paths; "job": runtime, Ray's address/ports/barrier, requeue
+bounds), and `sf status`, `sf eval` and `sf export` read too.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
-        data = dict(data)
+        """The Plan of a plan.json (its other keys, such as the job contract "job", are not
+        the Plan's)."""
+        names = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in names}
         data["pools"] = tuple(Pool(**{**p, "roles": tuple(p.get("roles", ()))}) for p in data["pools"])
         data["slurm"] = SlurmOptions(**data.get("slurm", {}))
         for key in ("entry", "overrides", "paths_to_check", "warnings", "sources"):

@@ -152,46 +152,50 @@ def _sf_root() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
-def _supervise_args(plan: Plan, site, array: dict | None = None) -> list[str]:
+def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
+    """What the job reads from its plan.json beside the Plan (key "job"): the runtime, where and
+    how Ray comes up, and the requeue bounds. Pure; every value checked here, once."""
     ray = site.ray
     if ray.address_method not in ("loopback", "interface", "hostname"):
         raise SpecError("site.ray.node_address.method",
                         f"{ray.address_method!r} is not loopback, interface or hostname")
-    args = ["--run-dir", '"$SF_RUN_DIR"', "--launcher", quote(plan.launcher),
-            "--config-name", quote(plan.config_name)]
     for pool in plan.pools:
         sbatch_values.check(_POOL, pool.name, "pools.name", "a letter then letters, digits, _ or -")
-        roles = "+".join(sbatch_values.check(_ROLE, r, f"pools.{pool.name}.roles", "letters, digits, _-")
-                         for r in pool.roles)
-        spec = f"{pool.name}:{int(pool.nodes)}:{int(pool.gpus_per_node)}:{int(pool.het_group)}"
-        args += ["--pool", quote(spec + (f":{roles}" if roles else ""))]
-    args += ["--address-method", ray.address_method,
-             "--address-prefix", sbatch_values.check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix",
-                                                     "like 127.0.0")]
-    if ray.interface:
-        args += ["--interface", sbatch_values.check(_IFACE, ray.interface, "site.ray.node_address.interface",
-                                                    "an interface name")]
+        for role in pool.roles:
+            sbatch_values.check(_ROLE, role, f"pools.{pool.name}.roles", "letters, digits, _-")
     lo, hi = (int(p) for p in ray.port_range)
     if not (1024 <= lo < hi <= 65535):
         raise SpecError("site.ray.port_range", f"{lo}-{hi} must lie within 1024-65535")
-    args += ["--port-range", f"{lo}-{hi}", "--temp-root", quote(ray.temp_root),
-             "--barrier-timeout", str(sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1)),
-             "--start-retries", str(sbatch_values.whole(int(ray.start_retries), "site.ray.start_retries", 0)),
-             "--runtime", '"$SF_RUNTIME"']
-    if (site.raw.get("ray") or {}).get("dashboard"):
-        args.append("--dashboard")
-    max_requeues = sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0)
-    args += ["--max-requeues", str(max_requeues)]
-    if plan.slurm.requeue:
-        # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick)
-        args += ["--requeue-lead", str(sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30)]
-    if array:  # run dir, checkpoint dir, paths and overrides of the task's point
+    return {
+        "runtime": runtime.to_dict(),
+        "ray": {
+            "address_method": ray.address_method,
+            "address_prefix": sbatch_values.check(_PREFIX, ray.address_prefix, "site.ray.node_address.prefix",
+                                                  "like 127.0.0"),
+            "interface": sbatch_values.check(_IFACE, ray.interface, "site.ray.node_address.interface",
+                                             "an interface name") if ray.interface else None,
+            "port_range": [lo, hi], "temp_root": str(ray.temp_root),
+            "barrier_timeout_s": sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1),
+            "start_retries": sbatch_values.whole(int(ray.start_retries), "site.ray.start_retries", 0),
+            "dashboard": bool((site.raw.get("ray") or {}).get("dashboard")),
+        },
+        "max_requeues": sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),
+        # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick); 0: never requeued
+        "requeue_lead": sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30
+        if plan.slurm.requeue else 0,
+    }
+
+
+def plan_json(plan: Plan, site, runtime: Runtime) -> str:
+    """The run's plan.json: the Plan (Plan.from_dict reads it back) and the job contract."""
+    return json.dumps({**plan.to_dict(), "job": job_contract(plan, site, runtime)}, indent=2, default=str) + "\n"
+
+
+def _supervise_args(plan: Plan, site, runtime: Runtime, array: dict | None = None) -> list[str]:
+    job_contract(plan, site, runtime)  # a bad site value fails the render, not the job
+    args = ["--run-dir", '"$SF_RUN_DIR"']  # the job reads $SF_RUN_DIR/plan.json
+    if array:  # run dir and overrides of the task's point
         args += ["--manifest", '"$SF_MANIFEST"', "--task", '"$SF_TASK"']
-        return args
-    if plan.checkpoint_dir:
-        args += ["--checkpoint-dir", quote(plan.checkpoint_dir)]
-    for path in plan.paths_to_check:
-        args += ["--check-path", quote(path)]
     return args
 
 
@@ -243,7 +247,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
                            "gpus": pool.gpus_per_node, "series": sbatch_values.name(pool.series, "pools.series"),
                            "directives": _pool_directives(plan, pool, site, first=index == 0, array=header_array)})
-    supervise = _supervise_args(plan, site, array)
+    supervise = _supervise_args(plan, site, runtime, array)
     if preflight:
         supervise.append("--preflight")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
@@ -264,7 +268,6 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         activate_lines=_activate_lines(site, runtime),
         sf_root=quote(root) if root else None,
         host_python=quote(runtime.host_python()),
-        runtime_json=quote(json.dumps(runtime.to_dict(), separators=(",", ":"))),
         launcher=sbatch_values.name(plan.launcher, "launcher"),
         entry=[quote(a) for a in plan.entry],
         overrides=[quote(o) for o in plan.overrides],

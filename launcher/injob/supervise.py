@@ -61,10 +61,10 @@ from launcher.runtime import Runtime
 
 POLL_S = 0.5
 TERM_GRACE_S = 8
-STOP_GRACE_S = 20
+STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselves in that time
 # The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
-ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")  # Ray stops in a few seconds; the node steps end by themselves in that time
+ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
 MAIN_PPO = "verl.trainer.main_ppo"
 PINNED_MAIN = "launcher.injob.verl_main"
 
@@ -75,27 +75,11 @@ def log(msg: str) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The batch script passes the run dir (and an array task's manifest) and the entry and
+    overrides as arrays; everything else comes from the run's plan.json (read_plan)."""
     p = argparse.ArgumentParser(prog="python -m launcher.injob supervise")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--launcher", choices=("ray", "torchrun"), default="ray")
-    p.add_argument("--config-name", default="ppo_trainer")
-    p.add_argument("--pool", action="append", required=True, type=topology.parse_pool_arg)
-    p.add_argument("--address-method", default="hostname")
-    p.add_argument("--address-prefix", default="127.0.0")
-    p.add_argument("--interface", default=None)
-    p.add_argument("--port-range", default="20000-59999")
-    p.add_argument("--temp-root", default="/tmp")
-    p.add_argument("--barrier-timeout", type=float, default=300)
-    p.add_argument("--start-retries", type=int, default=2, help="tries again of a worker's failed ray start")
-    p.add_argument("--dashboard", action="store_true")
-    p.add_argument("--runtime", required=True, help="the runtime as JSON")
-    p.add_argument("--checkpoint-dir", default="")
-    p.add_argument("--check-path", action="append", default=[])
+    p.add_argument("--run-dir", required=True, help="the run dir; its plan.json is the job's contract")
     p.add_argument("--preflight", action="store_true")
-    p.add_argument("--max-requeues", type=int, default=None,
-                   help="refuse to run a job restarted more often than this")
-    p.add_argument("--requeue-lead", type=int, default=0,
-                   help="seconds before the end the job is requeued (0: never requeued)")
     p.add_argument("--manifest", default=None, help="sweep manifest (array task: its point)")
     p.add_argument("--task", type=int, default=None, help="the array task id (with --manifest)")
     p.add_argument("--n-entry", type=int, required=True, help="how many of the trailing args are the entry")
@@ -103,12 +87,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     args.entry, args.overrides = rest[: args.n_entry], rest[args.n_entry:]
-    lo, _, hi = args.port_range.partition("-")
-    args.port_range = (int(lo), int(hi))
-    args.runtime = Runtime.from_dict(json.loads(args.runtime))
+    read_plan(args, Path(args.run_dir) / "plan.json")
     if args.manifest:
         apply_manifest(args)
     return args
+
+
+def read_plan(args: argparse.Namespace, path: Path) -> None:
+    """The job's settings from plan.json: the Plan (Plan.from_dict) and its "job" contract
+    (launcher.render.job_contract), onto `args`."""
+    from launcher.plan import Plan
+
+    data = json.loads(path.read_text())
+    plan, job = Plan.from_dict(data), data["job"]
+    ray = job["ray"]
+    args.launcher, args.config_name = plan.launcher, plan.config_name
+    args.pool = [topology.PoolHosts(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node,
+                                    het_group=p.het_group, roles=list(p.roles)) for p in plan.pools]
+    args.checkpoint_dir, args.check_path = plan.checkpoint_dir or "", list(plan.paths_to_check)
+    args.runtime = Runtime.from_dict(job["runtime"])
+    args.address_method, args.address_prefix, args.interface = (ray["address_method"], ray["address_prefix"],
+                                                                ray.get("interface"))
+    args.port_range = tuple(ray["port_range"])
+    args.temp_root, args.dashboard = ray["temp_root"], bool(ray.get("dashboard"))
+    args.barrier_timeout, args.start_retries = float(ray["barrier_timeout_s"]), int(ray["start_retries"])
+    args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
 
 
 def load_point(manifest: str, task: int) -> dict:

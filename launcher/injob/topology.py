@@ -51,16 +51,6 @@ class PoolHosts:
         return data
 
 
-def parse_pool_arg(text: str) -> PoolHosts:
-    """`name:nodes:gpus_per_node:het_group[:role+role]` (as the batch script passes it)."""
-    parts = text.split(":")
-    if len(parts) not in (4, 5):
-        raise ValueError(f"--pool {text!r} is not name:nodes:gpus:het_group[:roles]")
-    roles = [r for r in parts[4].split("+") if r] if len(parts) == 5 else []
-    return PoolHosts(name=parts[0], nodes=int(parts[1]), gpus_per_node=int(parts[2]),
-                     het_group=int(parts[3]), roles=roles)
-
-
 def job_from_env(environ=None) -> dict:
     env = os.environ if environ is None else environ
     raw = env.get("SF_JOB")

@@ -6,6 +6,7 @@ when executed, give back the exact text without running anything.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SpecError
-from launcher.plan import Pool, SlurmOptions
-from launcher.render import render_script
+from launcher.plan import Plan, Pool, SlurmOptions
+from launcher.render import plan_json, render_script
 from launcher.runtime import runtime_from_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,12 +73,15 @@ def test_entry_and_paths_are_inert(payload, tmp_path):
     script = render_script(plan, SITE, VENV)
     values = _check_inert(script, tmp_path, expected_directives(make_plan()))
     assert values[2] == "x" + text and not canary.exists()
-    # the supervise command line (with the paths) parses to the exact arguments
+    # the paths never reach the shell: the supervise command line carries only the run dir,
+    # and the job reads them back exactly from plan.json (JSON, not shell)
     cmd = script.split('"$SF_PYTHON" -m launcher.injob supervise \\\n', 1)[1].split(" &\n")[0]
-    proc = subprocess.run(["bash", "-c", 'SF_RUN_DIR=/r SF_RUNTIME=x\nf() { printf "%s\\0" "$@"; }\nf ' + cmd],
+    proc = subprocess.run(["bash", "-c", 'SF_RUN_DIR=/r\nf() { printf "%s\\0" "$@"; }\nf ' + cmd],
                           capture_output=True, cwd=tmp_path)
     args = proc.stdout.decode().split("\0")
-    assert "/data/" + text in args and "/runs/grpo-abcde/" + text in args and not canary.exists()
+    assert args[:3] == ["--run-dir", "/r", "--n-entry"] and not canary.exists()
+    back = Plan.from_dict(json.loads(plan_json(plan, SITE, VENV)))
+    assert back.paths_to_check == ("/data/" + text,) and back.checkpoint_dir == "/runs/grpo-abcde/" + text
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -149,7 +153,8 @@ def test_site_temp_root_and_runtime_paths_quoted(tmp_path):
     site = replace(SITE, ray=replace(SITE.ray, temp_root=f"/tmp/$(touch {canary})"))
     script = render_script(make_plan(), site, VENV)
     _check_inert(script, tmp_path, expected_directives(make_plan()))
-    assert f"--temp-root '/tmp/$(touch {canary})'" in script
+    assert "temp-root" not in script  # the site's Ray settings travel in plan.json, never the shell
+    assert json.loads(plan_json(make_plan(), site, VENV))["job"]["ray"]["temp_root"] == f"/tmp/$(touch {canary})"
     with pytest.raises(SpecError):
         runtime_from_entry("verl", "0.9.1", {"kind": "venv", "path": "/opt/x; touch /tmp/y"}, "reg")
     with pytest.raises(SpecError):

@@ -70,9 +70,34 @@ def test_gpus_and_cpus_from_slurm_env():
     assert topology.cpus_given({"SLURM_JOB_CPUS_PER_NODE": "4(x2)"}) == 4
 
 
-def test_pool_arg_roundtrip():
-    pool = topology.parse_pool_arg("teach:1:4:1:teacher")
-    assert (pool.name, pool.nodes, pool.gpus_per_node, pool.het_group, pool.roles) == ("teach", 1, 4, 1, ["teacher"])
+def test_the_job_reads_its_settings_from_plan_json(tmp_path):
+    """The batch script passes only the run dir: pools, runtime, Ray settings and requeue
+    bounds come from plan.json (Plan.from_dict + the job contract)."""
+    import json
+
+    from launcher import paths
+    from launcher.injob.supervise import parse_args
+    from launcher.plan import Plan, Pool, SlurmOptions
+    from launcher.render import plan_json
+    from launcher.runtime import Runtime
+    from launcher.site import load_site
+
+    plan = Plan(experiment="d", method="distillation", framework="verl", framework_version="0.9.1",
+                config_name="ppo_trainer", launcher="ray", entry=("python3", "-m", "verl.trainer.main_ppo"),
+                overrides=("trainer.nnodes=2",), run_dir=str(tmp_path), checkpoint_dir=f"{tmp_path}/checkpoints",
+                pools=(Pool("train", "fake", 2, 4, 0, ("actor",)), Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))),
+                slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=2))
+    site = load_site(str(paths.site_dir() / "dev.yaml"))
+    runtime = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt", python="/opt/rt/bin/python")
+    (tmp_path / "plan.json").write_text(plan_json(plan, site, runtime))
+    args = parse_args(["--run-dir", str(tmp_path), "--n-entry", "1", "--", "python3", "a=1"])
+    assert [(p.name, p.nodes, p.gpus_per_node, p.het_group, p.roles) for p in args.pool] == \
+        [("train", 2, 4, 0, ["actor"]), ("teach", 1, 4, 1, ["teacher"])]
+    assert args.runtime == runtime and args.address_method == site.ray.address_method
+    assert args.port_range == tuple(site.ray.port_range) and args.barrier_timeout == site.ray.barrier_timeout_s
+    assert args.max_requeues == 2 and args.requeue_lead == 90 and args.checkpoint_dir.endswith("/checkpoints")
+    assert args.entry == ["python3"] and args.overrides == ["a=1"]
+    assert Plan.from_dict(json.loads((tmp_path / "plan.json").read_text())) == plan
 
 
 def test_placement_pins_verl_pools_to_slurm_pools():

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from dataclasses import replace
 
@@ -11,7 +10,7 @@ import pytest
 from launcher import paths
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.render import overrides_text, quote, render_script
+from launcher.render import overrides_text, plan_json, quote, render_script
 from launcher.runtime import Runtime
 from launcher.site import load_site
 
@@ -64,7 +63,10 @@ def test_plain_job_directives():
     assert "SF_MAX_REQUEUES=2" in script and "trap sf_on_usr1 USR1" in script
     assert "scontrol requeue" in script
     assert "source /opt/rt/verl-0.9.1/bin/activate" in script
-    assert "--pool train:2:4:0:actor+rollout" in script
+    assert '--run-dir "$SF_RUN_DIR"' in script and "--pool" not in script  # pools: plan.json
+    pools = json.loads(plan_json(make_plan(), SITE, VENV))["pools"]
+    assert [(p["name"], p["nodes"], p["gpus_per_node"], p["het_group"], p["roles"]) for p in pools] == \
+        [("train", 2, 4, 0, ["actor", "rollout"])]
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
@@ -75,7 +77,8 @@ def test_hetjob_one_component_per_pool():
     assert "--partition=train" in comps[0] and "--nodes=2" in comps[0]
     assert "--partition=teach" in comps[1] and "--nodes=1" in comps[1] and "--gres=gpu:4" in comps[1]
     assert not any(d.startswith("--job-name") or d.startswith("--output") for d in comps[1])
-    assert "--pool teach:1:4:1:teacher" in script
+    teach = json.loads(plan_json(het_plan(), SITE, VENV))["pools"][1]
+    assert (teach["name"], teach["het_group"], teach["roles"]) == ("teach", 1, ["teacher"])
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
@@ -106,7 +109,8 @@ def test_runtime_kinds_in_script():
     assert "module load cuda/12 verl/0.9.1" in script
     pyx = Runtime(framework="verl", version="0.9.1", kind="pyxis", image="/img/verl.sqsh", mounts=("/data:/data",))
     script = render_script(make_plan(), SITE, pyx)
-    runtime = json.loads(re.search(r"^SF_RUNTIME='(.*)'$", script, re.M).group(1))
+    assert "SF_RUNTIME" not in script
+    runtime = json.loads(plan_json(make_plan(), SITE, pyx))["job"]["runtime"]
     assert runtime["kind"] == "pyxis" and runtime["image"] == "/img/verl.sqsh"
     assert Runtime.from_dict(runtime).srun_flags() == ["--container-image=/img/verl.sqsh",
                                                        "--container-mounts=/data:/data"]

@@ -11,7 +11,7 @@ import pytest
 
 from launcher import sweep
 from launcher.errors import SpecError
-from launcher.render import array_directive, render_script
+from launcher.render import array_directive, plan_json, render_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
@@ -127,22 +127,27 @@ def test_manifest_refuses_gaps_and_nul():
         sweep.manifest("s", pts)
 
 
+def write_plan(run_dir, **kw) -> None:
+    """The run dir's plan.json, as the pipeline writes it (the job reads its settings there)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / "plan.json").write_text(plan_json(make_plan(run_dir=str(run_dir), **kw), SITE, VENV))
+
+
 def test_supervisor_takes_its_point_from_the_manifest(tmp_path):
     from launcher.injob import supervise
 
     pts = _points()
     for p in pts:
         p["run_dir"] = str(tmp_path / p["run_id"])
+        write_plan(p["run_dir"])
     (tmp_path / "manifest.json").write_text(json.dumps(sweep.manifest("s", pts)))
-    runtime = json.dumps(VENV.to_dict())
-    args = supervise.parse_args(["--run-dir", pts[2]["run_dir"], "--pool", "train:1:4:0", "--runtime", runtime,
-                                 "--manifest", str(tmp_path / "manifest.json"), "--task", "2",
-                                 "--max-requeues", "3", "--requeue-lead", "90", "--n-entry", "1", "--", "python3"])
+    args = supervise.parse_args(["--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
+                                 "--task", "2", "--n-entry", "1", "--", "python3"])
     assert args.overrides == pts[2]["overrides"] and args.checkpoint_dir == pts[2]["checkpoint_dir"]
     assert args.check_path == ["/m"] and args.entry == ["python3"]
     with pytest.raises(SystemExit):  # a run dir that is not the task's point
-        supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--pool", "train:1:4:0", "--runtime", runtime,
-                              "--manifest", str(tmp_path / "manifest.json"), "--task", "2", "--n-entry", "0"])
+        supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
+                              "--task", "2", "--n-entry", "0"])
     out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "1"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == pts[1]["run_dir"]
@@ -162,8 +167,8 @@ def test_array_script_directives_and_per_task_run_dir():
     assert "SF_RUN_DIR=/runs/grpo-abcde" not in script  # no single run dir: each task reads its own
     assert 'SF_RUN_DIR="$("$SF_PYTHON" -m launcher.injob point "$SF_MANIFEST" "$SF_TASK")" || exit 2' in script
     assert '--manifest "$SF_MANIFEST"' in script and '--task "$SF_TASK"' in script
-    assert "--checkpoint-dir" not in script and "trainer.nnodes=2" not in script  # from the manifest
-    assert "--max-requeues 2" in script and "--requeue-lead 90" in script
+    assert "trainer.nnodes=2" not in script  # from the manifest
+    assert "--max-requeues" not in script  # the requeue bounds are in each point's plan.json
     # the task id is checked before it is used in any path
     assert script.index('[[ ! "$SF_TASK" =~ ^[0-9]+$ ]]') < script.index('SF_RUN_DIR="$(')
 
@@ -181,16 +186,19 @@ def test_array_of_hetjobs_refused_and_bad_sweep_dir_refused():
                                                       "sweep_id": "s;rm -rf /"})
 
 
-def test_plain_script_passes_the_requeue_bound_and_lead():
+def test_plain_job_gets_the_requeue_bound_and_lead_from_plan_json():
     script = render_script(make_plan(), SITE, VENV)
-    assert "--max-requeues 2" in script and "--requeue-lead 90" in script
     assert "#SBATCH --array" not in script and "SF_MANIFEST" not in script
+    job = json.loads(plan_json(make_plan(), SITE, VENV))["job"]
+    assert job["max_requeues"] == 2 and job["requeue_lead"] == 90  # the USR1 lead (60 s) + 30 s
     from dataclasses import replace
 
     from launcher.plan import SlurmOptions
 
-    off = render_script(replace(make_plan(), slurm=SlurmOptions(requeue=False, max_requeues=0)), SITE, VENV)
-    assert "--requeue-lead" not in off and "--max-requeues 0" in off and "trap sf_on_usr1" not in off
+    plan = replace(make_plan(), slurm=SlurmOptions(requeue=False, max_requeues=0))
+    off = json.loads(plan_json(plan, SITE, VENV))["job"]
+    assert off["requeue_lead"] == 0 and off["max_requeues"] == 0
+    assert "trap sf_on_usr1" not in render_script(plan, SITE, VENV)
 
 
 def test_requeue_trap_bound_in_bash(tmp_path):
@@ -217,10 +225,11 @@ def test_requeue_trap_bound_in_bash(tmp_path):
 
 def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
     from launcher.injob import supervise
+    from launcher.plan import SlurmOptions
 
-    runtime = json.dumps(VENV.to_dict())
-    args = supervise.parse_args(["--run-dir", str(tmp_path), "--pool", "train:1:4:0", "--runtime", runtime,
-                                 "--max-requeues", "1", "--requeue-lead", "90", "--n-entry", "0"])
+    write_plan(tmp_path, slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=1))
+    args = supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"])
+    assert args.requeue_lead == 90 and args.max_requeues == 1
     sup = supervise.Supervisor(args)
     sup.end_ts = 10_000.0
     sup.restart = 0
