@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from launcher import catalog, rules, verlcheck
+from launcher import catalog, rules, verlcache
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.site import Site, parse_profile
@@ -302,7 +302,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     ctx.method = _with_defaults(method, method_defaults)
     for rule in rules.BUILD:
         rule(ctx)
-    ctx.effective, why_not = verlcheck.effective_config(method.config_name, ctx.override_list())
+    ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
     for rule in rules.JUDGES:

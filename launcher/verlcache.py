@@ -1,14 +1,17 @@
-"""Remembered verl compose checks: overrides that composed cleanly once against a verl
-config are not composed again (Hydra's compose is most of what a dry run costs).
+"""Remembered verl composes: overrides that composed cleanly once against a verl config are
+not composed again (Hydra's compose is most of what a dry run costs).
 
     errors = checked_overrides(config_name, overrides, version)   # as verlcheck.check_overrides
+    effective, why = effective_config(config_name, overrides)     # as verlcheck.effective_config
 
 The key is everything that decides the outcome: the config name, the exact overrides in
 order, and a fingerprint of verl's config folder (each YAML file's name, size and mtime),
 of the hydra-core and omegaconf installs and of the Python version. Only a clean result is
 remembered: a failing check composes again, so its message names the bad keys. Entries are
 empty files named by the key's hash under $SF_CACHE_DIR/verl-compose (default
-~/.cache/sf/verl-compose); when that folder cannot be used, every check composes.
+~/.cache/sf/verl-compose); the composed config the rules judge (compile) is kept beside
+them as a pickle of the OmegaConf objects (loading it takes about a sixth of a compose).
+When that folder cannot be used, every check composes. The folder is the user's own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -74,3 +78,32 @@ def checked_overrides(config_name: str, overrides, version: str | None = None) -
         except OSError:
             pass  # a read-only home: no cache, same answers
     return errors
+
+
+def effective_config(config_name: str, overrides):
+    """verlcheck.effective_config, loaded from the cache when these overrides composed before
+    against the same verl config, Hydra, OmegaConf and Python (the key of checked_overrides)."""
+    overrides = tuple(overrides)
+    config_dir = verlcheck.verl_config_dir()
+    if config_dir is None:
+        return verlcheck.effective_config(config_name, overrides)
+    try:
+        path = _entry(config_name, overrides, config_dir).with_suffix(".effective")
+    except OSError:  # verl's config folder unreadable: compose
+        path = None
+    if path is not None and path.is_file():
+        try:
+            cfg, base = pickle.loads(path.read_bytes())
+            return verlcheck.Effective(cfg, base), None
+        except Exception:  # torn, or from another install: compose and write it again
+            pass
+    effective, why = verlcheck.effective_config(config_name, overrides)
+    if effective is not None and path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(pickle.dumps((effective.cfg, effective.base_cfg)))
+            os.replace(tmp, path)  # two commands at once never read half a file
+        except (OSError, pickle.PicklingError):
+            pass
+    return effective, why

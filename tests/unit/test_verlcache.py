@@ -60,3 +60,26 @@ def test_unusable_cache_dir_still_checks(composes, tmp_path, monkeypatch):
     assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
     assert verlcache.checked_overrides("ppo_trainer", GOOD) == []
     assert len(composes) == 2
+
+
+def test_the_composed_config_is_remembered_too(monkeypatch, tmp_path):
+    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = verlcheck.effective_config
+
+    def counting(config_name, overrides):
+        calls.append(tuple(overrides))
+        return real(config_name, overrides)
+
+    monkeypatch.setattr(verlcheck, "effective_config", counting)
+    first, why = verlcache.effective_config("ppo_trainer", GOOD)
+    again, _ = verlcache.effective_config("ppo_trainer", GOOD)
+    assert why is None and calls == [GOOD]  # the second came from the cache
+    for key in ("data.train_batch_size", "actor_rollout_ref.rollout.name", "algorithm.adv_estimator"):
+        assert again.get(key) == first.get(key) and again.base(key) == first.base(key)
+    entries = list((tmp_path / "cache").rglob("*.effective"))
+    assert len(entries) == 1
+    for entry in entries:
+        entry.write_bytes(b"torn")  # a half-written or foreign entry: composed again
+    verlcache.effective_config("ppo_trainer", GOOD)
+    assert calls == [GOOD, GOOD]
