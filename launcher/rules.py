@@ -578,27 +578,18 @@ def rule_bindings(ctx) -> None:
     has_dataset = ((v.get("data") or {}).get("train") or {}).get("dataset")
     ot = ctx.layer("data.train.dataset" if has_dataset else "data.train.files")
     ov = ctx.layer("data.validation.files")
-    if ctx.sft:
-        if model:
-            ctx.set("model.path", model, "binding", origin=om)
-        if train:
-            ctx.set("data.train_files", train, "binding", origin=ot)
-        if val:
-            ctx.set("data.val_files", val, "binding", origin=ov)
-        elif train:
-            ctx.set("data.val_files", None, "binding", origin=ot)
-        return
     if model:
-        ctx.set("actor_rollout_ref.model.path", model, "binding", origin=om)
-        if ctx.method.critic:
-            ctx.set("critic.model.path", model, "binding", origin=om)
+        for key in (["model.path"] if ctx.sft else
+                    ["actor_rollout_ref.model.path", *(["critic.model.path"] if ctx.method.critic else [])]):
+            ctx.set(key, model, "binding", origin=om)
     if train:
         ctx.set("data.train_files", train, "binding", origin=ot)
     if val:
         ctx.set("data.val_files", val, "binding", origin=ov)
     elif train:
-        # verl's default val_files points at a GSM8K path that does not exist on the cluster.
-        ctx.set("data.val_files", train, "binding", origin=ot)
+        # verl's default val_files points at a GSM8K path that does not exist on the cluster:
+        # SFT validates nothing then, RL validates on the training data.
+        ctx.set("data.val_files", None if ctx.sft else train, "binding", origin=ot)
 
 
 def rule_no_validation(ctx) -> None:

@@ -27,21 +27,27 @@ _MANDATORY = {
 }
 
 
-@lru_cache(maxsize=None)
-def verl_config_dir() -> str | None:
+def _verl_root() -> str | None:
+    """The installed verl package's folder, found without importing it."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config")
-    return path if os.path.isdir(path) else None
+    return list(spec.submodule_search_locations)[0]
+
+
+@lru_cache(maxsize=None)
+def verl_config_dir() -> str | None:
+    root = _verl_root()
+    path = os.path.join(root, "trainer", "config") if root else None
+    return path if path and os.path.isdir(path) else None
 
 
 @lru_cache(maxsize=None)
 def installed_verl_version() -> str | None:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
+    root = _verl_root()
+    if root is None:
         return None
-    version_file = os.path.join(list(spec.submodule_search_locations)[0], "version", "version")
+    version_file = os.path.join(root, "version", "version")
     try:
         with open(version_file) as fh:
             return fh.read().strip()

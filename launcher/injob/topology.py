@@ -51,12 +51,15 @@ class PoolHosts:
         return data
 
 
+def _required(environ, key: str, where: str) -> str:
+    value = (os.environ if environ is None else environ).get(key)
+    if not value:
+        raise SystemExit(f"{key} is not set: {where}")
+    return value
+
+
 def job_from_env(environ=None) -> dict:
-    env = os.environ if environ is None else environ
-    raw = env.get("SF_JOB")
-    if not raw:
-        raise SystemExit("SF_JOB is not set: this command runs inside an sf job only")
-    return json.loads(raw)
+    return json.loads(_required(environ, "SF_JOB", "this command runs inside an sf job only"))
 
 
 def pools_from_job(job: dict) -> list[PoolHosts]:
@@ -75,11 +78,7 @@ def pool_of_node(job: dict, node: str) -> PoolHosts | None:
 
 
 def node_name(environ=None) -> str:
-    env = os.environ if environ is None else environ
-    name = env.get("SLURMD_NODENAME")
-    if not name:
-        raise SystemExit("SLURMD_NODENAME is not set: run this inside a Slurm step")
-    return name
+    return _required(environ, "SLURMD_NODENAME", "run this inside a Slurm step")
 
 
 def gpus_given(environ=None) -> int:
