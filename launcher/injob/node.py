@@ -246,7 +246,7 @@ def main(role: str) -> int:
             runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
             print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
             return 0
-        if (rc > 0 and not output.started and not joined(run_dir, job_id, t_start)
+        if (rc > 0 and not output.started and not joined(run_dir, t_start)
                 and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
@@ -302,10 +302,11 @@ class OutputPump:
         return " | ".join(t for t in self._tail if t.strip())[-600:]
 
 
-def joined(run_dir: str, job_id: str, since: float) -> bool:
-    """Whether this attempt's barrier already passed (every node was registered then)."""
-    return any(e.get("phase") == "all_joined" and str(e.get("job_id")) == str(job_id) and e.get("time", 0) >= since
-               for e in runs.read_phases(run_dir))
+def joined(run_dir: str, since: float) -> bool:
+    """Whether this attempt's barrier already passed (every node was registered then): an
+    all_joined newer than this wrapper (a het group's steps see their own SLURM_JOB_ID, so
+    the time, not the id, tells the attempts apart)."""
+    return any(e.get("phase") == "all_joined" and e.get("time", 0) >= since for e in runs.read_phases(run_dir))
 
 
 def kill_group(child: subprocess.Popen) -> None:
