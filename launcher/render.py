@@ -177,6 +177,7 @@ def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
             "port_range": [lo, hi], "temp_root": str(ray.temp_root),
             "barrier_timeout_s": sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1),
             "start_retries": sbatch_values.whole(int(ray.start_retries), "site.ray.start_retries", 0),
+            "health_check": ray.health_check,
             "dashboard": bool((site.raw.get("ray") or {}).get("dashboard")),
         },
         "max_requeues": sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),

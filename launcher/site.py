@@ -47,6 +47,7 @@ class RaySettings:
     start_retries: int = 2  # a worker whose `ray start` fails before Ray runs is started again
     # Jobs of at least this many nodes get large_cluster_env (Ray's GCS tuning for the burst of
     # thousands of registrations: more RPC threads, 120 s timeouts, slower resource reports).
+    health_check: str = "preflight"  # or "always": the node health check before every driver
     large_cluster_min_nodes: int = 64
     large_cluster_env: tuple[tuple[str, str], ...] = ()
 
@@ -126,6 +127,13 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _health_check(value, path: str) -> str:
+    if value not in ("preflight", "always"):
+        raise SpecError("site.ray.health_check", f"{value!r} in {path} must be preflight (only in --preflight) "
+                        "or always (before every driver too)")
+    return value
+
+
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping")
@@ -176,6 +184,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
             temp_root=ray.get("temp_root", "/tmp"),
             barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
             start_retries=int(ray.get("start_retries", 2)),
+            health_check=_health_check(ray.get("health_check", "preflight"), path),
             large_cluster_min_nodes=int(large.get("min_nodes", 64)),
             large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or dict(LARGE_CLUSTER_ENV)).items()),
         ),

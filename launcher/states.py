@@ -69,6 +69,7 @@ HEAD_UP = "head_up"
 ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
+HEALTH_CHECKED = "health_checked"  # site ray.health_check: always, before the driver
 # templates/job.sbatch.j2 (the USR1 trap)
 REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
@@ -90,6 +91,7 @@ PHASE_LABELS = {
     WALL_TIME: "starting ray",
     HEAD_UP: "ray head up",
     ALL_JOINED: "ray up",
+    HEALTH_CHECKED: "nodes checked",
     DRIVER_STARTED: "driver started",
     PREFLIGHT_RUNNING: "preflight running",
     ENDED: "ended",

@@ -4,6 +4,7 @@
   node --role head|worker  one Ray node (inside a node srun)
   barrier                  wait for every pool's nodes and GPUs (runtime python)
   preflight                the preflight checks (runtime python)
+  health                   object transfers between every pair of nodes (runtime python)
   phase RUN_DIR NAME [k=v ...]   append a phase to the run's events (the requeue trap)
   reason RUN_DIR TEXT      write the run's reason file (the requeue trap, at the bound)
   point MANIFEST TASK      print the run dir of an array sweep's point TASK (the batch script)
@@ -32,6 +33,10 @@ def main(argv: list[str]) -> int:
         from launcher.injob import barrier
 
         return barrier.main()
+    if cmd == "health":
+        from launcher.injob import health
+
+        return health.main()
     if cmd == "preflight":
         from launcher.injob import preflight
 

@@ -8,6 +8,8 @@ twice at O(N) cost. Runs inside the preflight's Ray driver.
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import time
 
@@ -77,3 +79,15 @@ def object_transfer(ray, nodes: list[str]) -> dict:
         except Exception as exc:  # a dead node, a timeout: named in the report
             results[pair] = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     return summary(results, tried)
+
+
+def main() -> int:
+    """`python -m launcher.injob health`: the check over the job's nodes before the driver
+    (site ray.health_check: always); one JSON line, exit 0 when every transfer worked, else 3."""
+    import ray
+
+    job = topology.job_from_env()
+    ray.init(address=job["head"], logging_level="ERROR", log_to_driver=False)
+    result = object_transfer(ray, sorted(job["nodes"]))
+    print(json.dumps(result, separators=(",", ":")), flush=True)
+    os._exit(0 if result["ok"] else 3)  # no Ray client teardown: the supervisor waits for this exit

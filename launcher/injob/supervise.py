@@ -111,6 +111,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     args.port_range = tuple(ray["port_range"])
     args.temp_root, args.dashboard = ray["temp_root"], bool(ray.get("dashboard"))
     args.barrier_timeout, args.start_retries = float(ray["barrier_timeout_s"]), int(ray["start_retries"])
+    args.health_check = ray.get("health_check", "preflight")
     args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
 
 
@@ -173,6 +174,15 @@ def gpu_env_wrapper(argv: list[str]) -> list[str]:
     on the H200). slurmstepd sets them per step, so srun's environment cannot drop it."""
     script = 'if [ -n "${CUDA_VISIBLE_DEVICES:-}${HIP_VISIBLE_DEVICES:-}" ]; then unset ROCR_VISIBLE_DEVICES; fi; exec "$@"'
     return ["sh", "-c", script, "sf-gpu-env", *argv]
+
+
+def last_json(popen: subprocess.Popen, rc: int) -> dict:
+    """The JSON line a checking step (barrier, health) printed last, or why there is none."""
+    out = popen.stdout.read().decode(errors="replace") if popen.stdout else ""
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "error": f"exited {rc} without a result: {out[-500:]}"}
 
 
 def signal_steps(steps: list[dict], signum: int, grace: float, kill: bool = False) -> None:
@@ -301,6 +311,11 @@ class Supervisor:
                 if event.get("node") not in names:
                     names.append(event.get("node"))
         return names
+
+    def wants_health_check(self) -> bool:
+        """The node health check before the driver: site ray.health_check: always (the
+        preflight runs its own), on Ray jobs of more than one node."""
+        return self.args.health_check == "always" and not self.args.preflight and len(self.nodes) > 1
 
     def gpus_seen(self) -> dict[str, list[str]]:
         """{node: GPU ids} from this attempt's node_started phases (each node reports what its
@@ -562,13 +577,9 @@ class Supervisor:
                         f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                         f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
                         + self.exit_hint(named), rc=1)
-                if step["kind"] == "barrier" and step is not None and not step.get("seen"):
+                if step["kind"] == "barrier" and not step.get("seen"):
                     step["seen"] = True
-                    out = step["popen"].stdout.read().decode(errors="replace") if step["popen"].stdout else ""
-                    try:
-                        result = json.loads(out.strip().splitlines()[-1])
-                    except (ValueError, IndexError):
-                        result = {"ok": False, "error": f"barrier exited {rc} without a result: {out[-500:]}"}
+                    result = last_json(step["popen"], rc)
                     if rc == 0 and result.get("ok"):
                         seen = self.gpu_ids = self.gpus_seen()
                         problems = gpus_mod.conflicts(seen, {h: p.gpus_per_node for p in self.pools
@@ -579,8 +590,24 @@ class Supervisor:
                                     ray_nodes=result.get("ray_nodes"),
                                     pools={k: sorted(v["joined"]) for k, v in result["pools"].items()},
                                     gpu_ids=seen)
+                        if self.wants_health_check():
+                            self.local("health", [self.runtime.runtime_python(), "-m", "launcher.injob", "health"],
+                                       kind="health", stdout=subprocess.PIPE)
+                            self.phase = "health"
+                        else:
+                            self.start_driver()
+                        continue
+                if step["kind"] == "health" and not step.get("seen"):
+                    step["seen"] = True
+                    result = last_json(step["popen"], rc)
+                    if rc == 0 and result.get("ok"):
+                        self.record("health_checked", seconds=self.elapsed(), pairs=result.get("pairs"),
+                                    median_mib_per_s=result.get("median_mib_per_s"))
                         self.start_driver()
                         continue
+                    suspects = ", ".join(result.get("suspect_nodes") or []) or "see the transfers below"
+                    return self.fail(f"node health check failed during phase health (suspect nodes: {suspects}): "
+                                     + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]), rc=1)
                     missing = result.get("missing") or []
                     where = {h: p.name for p in self.pools for h in p.hosts}
                     named = ", ".join(f"{h} (pool {where.get(h, '?')})" for h in missing)
@@ -611,9 +638,9 @@ class Supervisor:
             self.wait_a_little()
 
     def wait_a_little(self) -> None:
-        """POLL_S, but wake at once when the barrier prints its result (it exits right
+        """POLL_S, but wake at once when the barrier (or health check) prints its result (it exits right
         after), so the driver starts within a moment of the last node joining."""
-        live = next((s for s in self.steps if s["kind"] == "barrier" and not s.get("seen")), None)
+        live = next((s for s in self.steps if s["kind"] in ("barrier", "health") and not s.get("seen")), None)
         if live is None or live["popen"].stdout is None:
             time.sleep(POLL_S)
             return

@@ -115,3 +115,22 @@ def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
     health = out["preflight"]["health"]
     assert health["ok"] and health["pairs"] == 6 and health["mode"] == "all pairs"  # 3 nodes, ordered pairs
     assert health["median_mib_per_s"] > 0 and health["failed"] == [] and health["suspect_nodes"] == []
+
+
+def test_site_health_check_always_runs_before_the_driver(tmp_path):
+    import yaml
+
+    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+    data["ray"]["health_check"] = "always"
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--site", str(site), "--wait", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "SF_TEST_DRIVER": "exit 0"})
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout[proc.stdout.index("{"):])["run"]
+    names = [e["phase"] for e in runs.read_phases(RUNS / run)]
+    assert names.index("all_joined") < names.index("health_checked") < names.index("driver_started")
+    (checked,) = events(run, "health_checked")
+    assert checked["pairs"] == 2 and checked["median_mib_per_s"] > 0

@@ -50,3 +50,17 @@ def test_bad_profiles(text):
     with pytest.raises(SpecError) as err:
         parse_profile(text, site_from_dict(dev()))
     assert err.value.field == "--profile"
+
+
+def test_health_check_setting():
+    import pytest
+
+    from launcher.errors import SpecError
+    from launcher.site import site_from_dict
+
+    base = {"name": "s", "runs_dir": "/r", "series": {}}
+    assert site_from_dict(base).ray.health_check == "preflight"
+    assert site_from_dict({**base, "ray": {"health_check": "always"}}).ray.health_check == "always"
+    with pytest.raises(SpecError) as err:
+        site_from_dict({**base, "ray": {"health_check": "sometimes"}})
+    assert err.value.field == "site.ray.health_check"
