@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import paths, sbatch_values
+from launcher import paths, sbatch_values, scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.runtime import Runtime
@@ -113,13 +113,17 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
             raise SpecError(f"site.series.{series.name}.gpu_directive",
                             f"{series.gpu_directive!r} is not gres or gpus-per-node")
     if series.constraint:
-        d.append("--constraint=" + sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint"))
+        sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint")
+        if not s.constraint:  # else joined with the user's constraint (scheduler_options)
+            d.append("--constraint=" + series.constraint)
     cpus = sbatch_values.whole(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", 1)
     d.append(f"--cpus-per-task={cpus}")
     if series.mem_per_node:
         d.append("--mem=" + sbatch_values.mem(series.mem_per_node, f"site.series.{series.name}.mem_per_node"))
     if s.exclusive:
         d.append("--exclusive")
+    d += scheduler_options.directives(s, first=first, singleton=False,
+                                      series_constraint=series.constraint)
     return d
 
 

@@ -145,6 +145,11 @@ def _site_layer(site: Site) -> dict:
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
     }
+    # scheduler options as site defaults (launcher.scheduler_options; checked when compiled)
+    from launcher.scheduler_options import KEYS
+
+    site_slurm = (site.raw or {}).get("slurm") or {}
+    slurm.update({k: site_slurm.get(k) for k in KEYS})
     return {"slurm": {k: v for k, v in slurm.items() if v is not None}}
 
 
@@ -426,6 +431,9 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     if flags.get("profile"):
         cli["profile"] = flags["profile"]
         cli_prov["profile"] = "--profile"
+    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
+        cli["slurm"] = dict(flags["slurm"])
+        cli_prov.update(flags.get("slurm_provenance") or {})
     set_knobs: dict = {}
     set_overrides: list = []
     set_sources: list = []
