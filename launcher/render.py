@@ -11,6 +11,7 @@ overrides and the entry are bash arrays in the script, which is therefore standa
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -78,7 +79,11 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     s = plan.slurm
     d: list[str] = []
     if first:
-        d.append("--job-name=" + sbatch_values.name(f"sf-{plan.experiment}", "experiment"))
+        # a run's job is named after the run (`sf-<run id>`) and waits for any other job of
+        # that name (--dependency=singleton below): two attempts of one run never overlap
+        experiment = sbatch_values.name(f"sf-{plan.experiment}", "experiment")  # also in the script's header
+        job_name = experiment if array else sbatch_values.name("sf-" + os.path.basename(plan.run_dir), "run_dir")
+        d.append("--job-name=" + job_name)
         if array:
             # each task's output moves to its point's run dir once the script knows it
             log = sbatch_values.path(array["sweep_dir"], "sweep_dir") + "/logs/slurm-%A_%a.out"
@@ -122,7 +127,7 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
         d.append("--mem=" + sbatch_values.mem(series.mem_per_node, f"site.series.{series.name}.mem_per_node"))
     if s.exclusive:
         d.append("--exclusive")
-    d += scheduler_options.directives(s, first=first, singleton=False,
+    d += scheduler_options.directives(s, first=first, singleton=first and not array,
                                       series_constraint=series.constraint)
     return d
 

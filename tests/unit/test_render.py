@@ -54,7 +54,7 @@ def directives(script: str) -> list[list[str]]:
 def test_plain_job_directives():
     script = render_script(make_plan(), SITE, VENV)
     (comp,) = directives(script)
-    assert "--job-name=sf-grpo" in comp
+    assert "--job-name=sf-grpo-abcde" in comp and "--dependency=singleton" in comp  # the run's name, one at a time
     assert "--partition=train" in comp and "--nodes=2" in comp and "--ntasks-per-node=1" in comp
     assert "--gres=gpu:4" in comp and "--cpus-per-task=16" in comp and "--mem=4G" in comp
     assert "--time=00:20:00" in comp

@@ -34,7 +34,7 @@ FULL = SlurmOptions(time="00:20:00", reservation="maint", mail_type="END,FAIL", 
 def test_plain_job_gets_every_option():
     (comp,) = directives(render_script(make_plan(slurm=FULL), SITE, VENV))
     for line in ("--reservation=maint", "--mail-type=END,FAIL", "--mail-user=alice@example.org",
-                 "--dependency=afterok:123", "--exclude=node[01-02],node07", "--constraint=ib",
+                 "--dependency=afterok:123,singleton", "--exclude=node[01-02],node07", "--constraint=ib",
                  "--begin=now+1hour", "--mem-per-gpu=32G", "--spread-job"):
         assert comp.count(line) == 1, line
 
@@ -60,6 +60,26 @@ def test_constraint_joins_the_series_own():
     assert "--constraint=h200" in directives(render_script(make_plan(), h200, VENV))[0]
 
 
+def test_user_singleton_not_doubled_and_any_of_refused():
+    (comp,) = directives(render_script(make_plan(slurm=SlurmOptions(dependency="singleton")), SITE, VENV))
+    assert [d for d in comp if d.startswith("--dependency")] == ["--dependency=singleton"]
+    with pytest.raises(SpecError) as err:
+        render_script(make_plan(slurm=SlurmOptions(dependency="afterok:1?afterok:2")), SITE, VENV)
+    assert err.value.field == "--dependency" and "join the dependencies with ," in err.value.message
+
+
+def test_run_job_name_and_singleton():
+    """Item 4: the job is named after the run and waits for any other job of that name."""
+    (comp,) = directives(render_script(make_plan(), SITE, VENV))
+    assert "--job-name=sf-grpo-abcde" in comp and "--dependency=singleton" in comp
+    comps = directives(render_script(het_plan(), SITE, VENV))
+    assert "--dependency=singleton" in comps[0] and not any(d.startswith("--dependency") for d in comps[1])
+    # an array sweep: one job, many tasks; no singleton (tasks would wait for each other)
+    script = render_script(make_plan(), SITE, VENV, array={"size": 2, "sweep_dir": "/runs/sw-abcde", "sweep_id": "sw"})
+    (comp,) = directives(script)
+    assert "--job-name=sf-grpo" in comp and not any(d.startswith("--dependency") for d in comp)
+
+
 @pytest.mark.parametrize("expr", ["afterok:123", "afterany:1:2,afternotok:3", "after:5+10", "afterok:7_3",
                                   "afterok:1?afterany:2", "singleton"])
 def test_dependency_expressions_accepted(expr):
@@ -80,7 +100,7 @@ def test_flags_reach_the_script(fake_slurm, site):  # noqa: F811 (the imported f
                  "--sbatch", "nice=10", "--sbatch", "contiguous")
     assert result.exit_code == 0, result.output
     (comp,) = directives(result.stdout)
-    for line in ("--reservation=maint", "--mail-type=FAIL", "--mail-user=bob", "--dependency=afterok:42",
+    for line in ("--reservation=maint", "--mail-type=FAIL", "--mail-user=bob", "--dependency=afterok:42,singleton",
                  "--exclude=n[1-2]", "--constraint=a&b", "--nice=10", "--contiguous"):
         assert line in comp, line
 
