@@ -19,7 +19,7 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import paths, sbatch_values, scheduler_options
+from launcher import logger_env, paths, sbatch_values, scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.runtime import Runtime
@@ -275,5 +275,6 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         overrides=[quote(o) for o in plan.overrides],
         array=array,
         supervise_args=_pair(supervise),
+        logger_lines=logger_env.env_lines(plan, site),
     )
     return text

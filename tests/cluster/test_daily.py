@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import job_state, sf  # noqa: E402
 from test_requeue import cleanup, experiment, wait_event  # noqa: E402
@@ -70,3 +72,95 @@ def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
     finally:
         for job in jobs:
             cleanup(job)
+
+
+# --- one logger run across restarts (issue 12 item 5) ------------------------------------------
+# The driver records, in every attempt, the WANDB_* environment of each of the run's two nodes
+# (an overlapping srun step on both) and, where the `wandb` package can be imported (the dev
+# runtime, else the folder $SF_TEST_WANDB_PATH, e.g. `pip install --target DIR wandb`), starts
+# a real offline W&B run the way verl's logger does (wandb.init with project and name) and
+# writes the id it got.
+WANDB_PATH = os.environ.get("SF_TEST_WANDB_PATH", "/tmp/sf-daily-wandb")
+WANDB_DRIVER = r"""
+n="${SLURM_RESTART_COUNT:-0}"
+srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 \
+  sh -c 'echo "$SLURMD_NODENAME $(env | grep ^WANDB_ | sort | tr "\n" " ")"' \
+  | sort > "$FORGE_CLUSTER_RUN_DIR/wandb-env-$n.txt"
+python - "$n" > "$FORGE_CLUSTER_RUN_DIR/wandb-id-$n.txt" 2> "$FORGE_CLUSTER_RUN_DIR/wandb-err-$n.txt" <<'PY'
+import os, sys
+sys.path.append(os.environ.get("SF_TEST_WANDB_PATH", ""))
+try:
+    import wandb
+except ImportError:
+    print("no-wandb"); sys.exit(0)
+run = wandb.init(project=os.environ["WANDB_PROJECT"], name=os.environ["WANDB_NAME"])
+run.log({"attempt": int(sys.argv[1])})
+print(run.id)
+run.finish()
+PY
+echo "test driver: attempt $n"
+if [ "$n" -ge 1 ]; then exit 0; fi
+exec sleep 600
+"""
+
+
+@pytest.fixture(scope="module")
+def requeued_wandb_run(tmp_path_factory):
+    """A two-node run with trainer.logger [console, file, wandb] on a site without internet,
+    requeued once by hand (scontrol requeue); -> (run id, run dir, sf submit's stderr)."""
+    import yaml
+
+    from launcher import paths
+
+    tmp = tmp_path_factory.mktemp("wandb")
+    exp = Path(experiment(tmp, max_requeues=2))
+    data = yaml.safe_load((exp / "config.yaml").read_text())
+    data["spec"]["resources"]["pools"][0]["nodes"] = 2
+    data.setdefault("knobs", {})["logger"] = ["console", "file", "wandb"]
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    site = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
+    site["internet"] = False
+    site_file = tmp / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    proc = sf("submit", str(exp), "--site", str(site_file), "--json",
+              env={"SF_TEST_DRIVER": WANDB_DRIVER, "SF_TEST_WANDB_PATH": WANDB_PATH})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        id_file, deadline = run_dir / "wandb-id-0.txt", time.monotonic() + 60
+        while not (id_file.exists() and id_file.read_text().strip()):
+            assert time.monotonic() < deadline, "attempt 0 wrote no W&B id"
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        wait_event(run_dir, "driver_started", restart=1, timeout=180)
+        _wait(job, {"COMPLETED"}, timeout=120)
+    finally:
+        cleanup(job)
+    return run, run_dir, proc.stderr
+
+
+def test_wandb_env_identical_across_requeue_and_nodes(requeued_wandb_run):
+    run, run_dir, stderr = requeued_wandb_run
+    attempts = [(run_dir / f"wandb-env-{n}.txt").read_text().splitlines() for n in (0, 1)]
+    expected = {f"WANDB_DIR={run_dir}", "WANDB_MODE=offline", f"WANDB_NAME={run}", "WANDB_PROJECT=requeue2",
+                "WANDB_RESUME=allow", f"WANDB_RUN_ID={run}"}
+    for lines in attempts:
+        assert len(lines) == 2 and lines[0].split()[0] != lines[1].split()[0], lines  # two nodes
+        for line in lines:
+            assert set(line.split()[1:]) == expected, line
+    assert [line.split()[1:] for line in attempts[0]] == [line.split()[1:] for line in attempts[1]]
+    assert f"wandb sync --include-offline {run_dir}/wandb/offline-run-*" in stderr
+
+
+def test_real_wandb_offline_one_run_id_across_requeue(requeued_wandb_run):
+    run, run_dir, _ = requeued_wandb_run
+    ids = [(run_dir / f"wandb-id-{n}.txt").read_text().strip() for n in (0, 1)]
+    if ids == ["no-wandb", "no-wandb"]:
+        pytest.skip(f"the wandb package is neither in the dev runtime nor in {WANDB_PATH} "
+                    "(pip install --target DIR wandb; SF_TEST_WANDB_PATH=DIR)")
+    assert ids == [run, run], (ids, [(run_dir / f"wandb-err-{n}.txt").read_text()[-2000:] for n in (0, 1)])
+    offline_runs = sorted((run_dir / "wandb").glob(f"offline-run-*-{run}"))
+    assert len(offline_runs) == 2, offline_runs  # one folder an attempt, both of the one run id
+    print(f"\nW&B offline: both attempts logged to run id {ids[0]} ({', '.join(p.name for p in offline_runs)})")
