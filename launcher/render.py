@@ -96,6 +96,12 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
             d += ["--requeue", f"--signal=B:USR1@{lead}", "--open-mode=append"]
         else:
             d.append("--no-requeue")
+    elif not array:
+        # Slurm carries --job-name and --dependency over to the later het components: under
+        # one name, component g's singleton would wait for component 0 of its own job forever.
+        # Each component gets its own name, so each waits only for its counterpart of another job.
+        d.append("--job-name=" + sbatch_values.name(f"sf-{os.path.basename(plan.run_dir)}.g{pool.het_group}",
+                                                    "run_dir"))
     account = s.account or site.account
     qos = s.qos or site.qos
     if account:

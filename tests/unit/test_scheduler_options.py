@@ -74,6 +74,8 @@ def test_run_job_name_and_singleton():
     assert "--job-name=sf-grpo-abcde" in comp and "--dependency=singleton" in comp
     comps = directives(render_script(het_plan(), SITE, VENV))
     assert "--dependency=singleton" in comps[0] and not any(d.startswith("--dependency") for d in comps[1])
+    # Slurm carries both over to component 1: there it must not wait for component 0 (same name)
+    assert "--job-name=sf-grpo-abcde" in comps[0] and "--job-name=sf-grpo-abcde.g1" in comps[1]
     # an array sweep: one job, many tasks; no singleton (tasks would wait for each other)
     script = render_script(make_plan(), SITE, VENV, array={"size": 2, "sweep_dir": "/runs/sw-abcde", "sweep_id": "sw"})
     (comp,) = directives(script)
