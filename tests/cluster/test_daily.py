@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import job_state, sf  # noqa: E402
-from test_requeue import cleanup, experiment, wait_event  # noqa: E402
+from test_bringup import job_state, phases, sf  # noqa: E402
+from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
 
 from launcher import slurm  # noqa: E402
 
@@ -60,11 +60,12 @@ def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
         # a run that must wait for another job: --dependency through sf, as Slurm sees it
         proc = sf("submit", exp, "--json", "--dependency", f"afterok:{first}", env={"SF_TEST_DRIVER": SLEEPER})
         assert proc.returncode == 0, proc.stderr
-        third = json.loads(proc.stdout)["job_id"]
+        third, third_dir = json.loads(proc.stdout)["job_id"], Path(json.loads(proc.stdout)["run_dir"])
         jobs.append(third)
         info3 = slurm.show_job(third)
         assert info3["JobState"] == "PENDING" and info3["Dependency"].startswith(f"afterok:{first}"), info3
-        assert "singleton" in info3["Dependency"]
+        # (Slurm drops the singleton it already found satisfied from what it shows: no other job has its name)
+        assert f"#SBATCH --dependency=afterok:{first},singleton\n" in (third_dir / "job.sbatch").read_text()
         # the first attempt ends: only then does the second start
         subprocess.run(["scancel", first], check=True)
         _wait(second, {"RUNNING"}, timeout=120)
@@ -164,3 +165,55 @@ def test_real_wandb_offline_one_run_id_across_requeue(requeued_wandb_run):
     offline_runs = sorted((run_dir / "wandb").glob(f"offline-run-*-{run}"))
     assert len(offline_runs) == 2, offline_runs  # one folder an attempt, both of the one run id
     print(f"\nW&B offline: both attempts logged to run id {ids[0]} ({', '.join(p.name for p in offline_runs)})")
+
+
+# --- sf attach: a real overlapping step in a running hetjob (issue 12 item 1) -------------------
+
+PROBE = ('echo "node=$SLURMD_NODENAME job=$SLURM_JOB_ID ray=$RAY_ADDRESS mode=$RAY_AUTH_MODE '
+         'token=$RAY_AUTH_TOKEN_PATH run=$SF_RUN_DIR python=$(command -v python)"')
+
+
+def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
+    proc = sf("submit", hetjob_experiment(tmp_path, "attachhet"), "--json", env={"SF_TEST_DRIVER": SLEEPER})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        allocated = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]
+        train_node, teach_node = allocated["pools"]["train"][0], allocated["pools"]["teach"][0]
+        head = [e for e in phases(run_dir) if e["phase"] == "head_up"][-1]["address"]
+        printed = sf("attach", run, "--role", "teacher", "--print")
+        assert printed.returncode == 0, printed.stderr
+        assert printed.stdout.startswith(f"srun --het-group=1 --nodes=1 --ntasks=1 --nodelist={teach_node} "
+                                         f"--overlap --jobid={job} --pty bash -c ")
+        token = f"{run_dir}/.ray-auth/{job}.token"
+        for args, node in ((["--role", "teacher"], teach_node), (["--node", train_node], train_node), ([], train_node)):
+            probe = sf("attach", run, *args, "--", "sh", "-c", PROBE, timeout=120)
+            assert probe.returncode == 0, probe.stderr
+            line = probe.stdout.strip().splitlines()[-1]
+            assert f"node={node} " in line and f"ray={head} " in line and "mode=token " in line, line
+            assert f"token={token} " in line and f"run={run_dir} " in line and "/runtimes/verl-" in line, line
+        # ray status through the step, with the job's token: the cluster of both het groups
+        status = sf("attach", run, "--", "ray", "status", timeout=180)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "Active:" in status.stdout and status.stdout.count("node_") >= 2, status.stdout
+        assert job_state(job) == "RUNNING"  # the steps left the job alone
+        # a hetjob of the run submitted again by hand waits too (each component its own name)
+        again = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
+                               env={**os.environ, "SF_TEST_DRIVER": SLEEPER}, check=True,
+                               timeout=30).stdout.strip().split(";")[0].split("+")[0]
+        try:
+            time.sleep(5)
+            info = slurm.show_job(again)
+            assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
+        finally:
+            cleanup(again)
+        print(f"\nsf attach: shells on {train_node} (het group 0) and {teach_node} (het group 1) of job {job}")
+    finally:
+        cleanup(job)
+    deadline = time.monotonic() + 60
+    while job_state(job) not in ("CANCELLED", "COMPLETED", "FAILED", "UNKNOWN") and time.monotonic() < deadline:
+        time.sleep(1)
+    ended = sf("attach", run, "--print")
+    assert ended.returncode == 2 and f"run {run} is not running" in ended.stderr, ended.stderr
