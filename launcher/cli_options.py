@@ -57,6 +57,7 @@ def spec_flags(kwargs: dict) -> dict:
     from launcher.scheduler_options import pop_flags
 
     flags["slurm"], flags["slurm_provenance"] = pop_flags(kwargs)
+    flags["after"] = kwargs.pop("after", None)  # --after RUN (launcher.chain)
     return flags
 
 

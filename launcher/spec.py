@@ -434,6 +434,15 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
         cli["slurm"] = dict(flags["slurm"])
         cli_prov.update(flags.get("slurm_provenance") or {})
+    if flags.get("after"):  # --after RUN: afterok on its job (launcher.chain; asks Slurm its state)
+        from launcher.chain import after_dependency, join
+        from launcher.cli_options import runs_root
+
+        after = after_dependency(flags["after"], runs_root(None, None, site))
+        if after:
+            slurm = cli.setdefault("slurm", {})
+            slurm["dependency"] = join(slurm.get("dependency"), after)
+            cli_prov.setdefault("slurm.dependency", "--after")
     set_knobs: dict = {}
     set_overrides: list = []
     set_sources: list = []

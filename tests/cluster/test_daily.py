@@ -217,3 +217,37 @@ def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
         time.sleep(1)
     ended = sf("attach", run, "--print")
     assert ended.returncode == 2 and f"run {run} is not running" in ended.stderr, ended.stderr
+
+
+# --- chains: --after RUN (issue 12 item 3, first part) ------------------------------------------
+
+def test_after_waits_for_success_across_a_requeue(tmp_path):
+    """B --after A: B waits on afterok:<A's job>; A is requeued (same job id) and B still
+    waits; A then completes and B starts."""
+    from test_requeue import DRIVER
+
+    exp = experiment(tmp_path, max_requeues=2)
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER, "SF_TEST_FINISH_AT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    run_a, dir_a, job_a = first["run"], Path(first["run_dir"]), first["job_id"]
+    jobs = [job_a]
+    try:
+        wait_event(dir_a, "driver_started", restart=0, timeout=150)
+        proc = sf("submit", exp, "--json", "--after", run_a, env={"SF_TEST_DRIVER": SLEEPER})
+        assert proc.returncode == 0, proc.stderr
+        job_b = json.loads(proc.stdout)["job_id"]
+        jobs.append(job_b)
+        info = slurm.show_job(job_b)
+        assert info["JobState"] == "PENDING" and info["Dependency"].startswith(f"afterok:{job_a}"), info
+        subprocess.run(["scontrol", "requeue", job_a], check=True)
+        wait_event(dir_a, "restarted", restart=1, timeout=150)
+        info = slurm.show_job(job_b)  # A is back (same id): B still waits for it
+        assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
+        assert info["Dependency"].startswith(f"afterok:{job_a}"), info
+        _wait(job_a, {"COMPLETED"}, timeout=150)
+        _wait(job_b, {"RUNNING"}, timeout=120)
+        print(f"\n--after: job {job_b} waited for run {run_a} (job {job_a}) through its requeue, then started")
+    finally:
+        for job in jobs:
+            cleanup(job)
