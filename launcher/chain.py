@@ -40,3 +40,35 @@ def after_dependency(run_id: str, runs_dir) -> str | None:
 def join(dependency: str | None, extra: str | None) -> str | None:
     """Two dependency expressions that must both hold (`,`)."""
     return ",".join(d for d in (dependency, extra) if d) or None
+
+
+def model_from_run(text: str, runs_dir) -> tuple[str, str | None]:
+    """`--model run:RUN` -> (the folder of RUN's newest export, `afterok:<export job>` while
+    that export job is still queued or running, else None). SpecError when RUN has no export
+    that is or will be a model: `sf export RUN` first (exporting the last checkpoint on the
+    fly, after RUN ends, is not done yet)."""
+    from pathlib import Path
+
+    from launcher import runs, slurm
+    from launcher.states import slurm_done
+
+    run_id = text[len("run:"):]
+    try:
+        run = runs.open_run(runs_dir, run_id)
+    except SpecError as exc:
+        raise SpecError("--model", exc.message) from None
+    exports = [e for e in run.record().get("exports") or [] if e.get("target")]
+    if not exports:
+        raise SpecError("--model", f"run {run.id} has no export; export its checkpoint first "
+                        f"(`sf export {run.id} --checkpoint ...`), then pass --model run:{run.id}")
+    newest = exports[-1]
+    target = str(newest["target"])
+    if (Path(target) / "config.json").is_file():
+        return target, None
+    job = str(newest.get("job_id") or "")
+    state = slurm.job_states([job]).get(job) if job.isdigit() else None
+    if state is None or slurm_done(state.state):
+        raise SpecError("--model", f"run {run.id}'s newest export ({newest.get('id')}) holds no model in {target} "
+                        f"(export job {job or 'none'}: {state.state if state else 'not submitted'}); "
+                        f"export it again (`sf export {run.id} ...`)")
+    return target, f"afterok:{job}"

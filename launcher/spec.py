@@ -416,7 +416,14 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
 
     cli: dict = {}
     cli_prov: dict = {}
-    if flags.get("model"):
+    chained = None
+    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.chain)
+        from launcher.chain import model_from_run
+        from launcher.cli_options import runs_root
+
+        cli["model"], chained = model_from_run(str(flags["model"]), runs_root(None, None, site))
+        cli_prov["model"] = "--model"
+    elif flags.get("model"):
         cli["model"] = _model_path(flags["model"], cwd)
         cli_prov["model"] = "--model"
     if flags.get("train_dataset"):
@@ -438,11 +445,13 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         from launcher.chain import after_dependency, join
         from launcher.cli_options import runs_root
 
-        after = after_dependency(flags["after"], runs_root(None, None, site))
-        if after:
-            slurm = cli.setdefault("slurm", {})
-            slurm["dependency"] = join(slurm.get("dependency"), after)
-            cli_prov.setdefault("slurm.dependency", "--after")
+        chained = join(chained, after_dependency(flags["after"], runs_root(None, None, site)))
+    if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
+        from launcher.chain import join
+
+        slurm = cli.setdefault("slurm", {})
+        slurm["dependency"] = join(slurm.get("dependency"), chained)
+        cli_prov.setdefault("slurm.dependency", "--after" if flags.get("after") else "--model")
     set_knobs: dict = {}
     set_overrides: list = []
     set_sources: list = []

@@ -63,3 +63,45 @@ def test_submit_after_a_failed_run_is_refused(fake_slurm, site):  # noqa: F811 (
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--after", run.id])
     assert result.exit_code == 2 and result.stderr.startswith("sf: error: --after: run ")
     assert not fake_slurm.calls("sbatch")
+
+
+def _with_export(fake_slurm, tmp_path, job_id="601", done=False):
+    run = _submitted(fake_slurm.runs_dir, "sft", "600")
+    target = tmp_path / "exports" / "global_step_4"
+    target.mkdir(parents=True)
+    if done:
+        (target / "config.json").write_text("{}")
+    run.update(exports=[{"id": "export-1", "target": str(target), "job_id": job_id, "state": "submitted"}])
+    return run, str(target)
+
+
+def test_model_from_a_finished_export(fake_slurm, tmp_path):
+    run, target = _with_export(fake_slurm, tmp_path, done=True)
+    assert chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir) == (target, None)
+    assert not fake_slurm.calls("sacct")  # the model is there: nothing to ask Slurm
+
+
+def test_model_from_an_export_still_running(fake_slurm, tmp_path, site):  # noqa: F811 (the imported fixture)
+    run, target = _with_export(fake_slurm, tmp_path)
+    fake_slurm.set("sacct", _row("601", "RUNNING"))
+    assert chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir) == (target, "afterok:601")
+    result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--dry-run", "--model", f"run:{run.id}"])
+    assert result.exit_code == 0, result.output
+    assert f"actor_rollout_ref.model.path={target}" in result.stdout
+    assert "--dependency=afterok:601,singleton" in directives(result.stdout)[0]
+
+
+@pytest.mark.parametrize("state", ["FAILED", "COMPLETED", "CANCELLED"])
+def test_model_from_an_export_that_made_no_model(state, fake_slurm, tmp_path):
+    run, _ = _with_export(fake_slurm, tmp_path)
+    fake_slurm.set("sacct", _row("601", state))
+    with pytest.raises(SpecError) as err:
+        chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir)
+    assert err.value.field == "--model" and "holds no model" in err.value.message
+
+
+def test_model_from_a_run_without_export(fake_slurm):
+    run = _submitted(fake_slurm.runs_dir, "sft", "602")
+    with pytest.raises(SpecError) as err:
+        chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir)
+    assert err.value.field == "--model" and f"sf export {run.id}" in err.value.message
