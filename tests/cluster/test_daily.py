@@ -195,8 +195,14 @@ def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
             assert f"node={node} " in line and f"ray={head} " in line and "mode=token " in line, line
             assert f"token={token} " in line and f"run={run_dir} " in line and "/runtimes/verl-" in line, line
         # ray status through the step, with the job's token: the cluster of both het groups
-        status = sf("attach", run, "--", "ray", "status", timeout=180)
-        assert status.returncode == 0, status.stdout + status.stderr
+        # (right after the bring-up Ray may answer "No cluster status" for a few seconds)
+        deadline = time.monotonic() + 90
+        while True:
+            status = sf("attach", run, "--", "ray", "status", timeout=180)
+            assert status.returncode == 0, status.stdout + status.stderr
+            if "Active:" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(3)
         assert "Active:" in status.stdout and status.stdout.count("node_") >= 2, status.stdout
         assert job_state(job) == "RUNNING"  # the steps left the job alone
         # a hetjob of the run submitted again by hand waits too (each component its own name)
