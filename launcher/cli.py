@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "metrics": ("launcher.cmd_metrics:metrics", "Print the key training metrics of a run."),
     "plot": ("launcher.cmd_metrics:plot", "Draw the key training metrics of a run to a PNG."),
     "doctor": ("launcher.cmd_doctor:doctor", "Check the site file against the live cluster."),
+    "attach": ("launcher.cmd_attach:attach", "A shell (or a command) inside a running job, on one of its nodes."),
+    "dashboard": ("launcher.cmd_attach:dashboard", "Print the ssh port-forward to a running job's Ray dashboard."),
 }
 
 

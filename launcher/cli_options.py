@@ -35,8 +35,10 @@ _OPTIONS = (
 
 
 def spec_options(func):
-    """Decorator adding the spec flags to a click command."""
-    for option in reversed(_OPTIONS):
+    """Decorator adding the spec flags (and the scheduler flags) to a click command."""
+    from launcher.scheduler_options import click_options
+
+    for option in reversed(_OPTIONS + click_options()):
         func = option(func)
     return func
 
@@ -52,6 +54,10 @@ def spec_flags(kwargs: dict) -> dict:
         "set": list(kwargs.pop("set_", None) or ()),
         "site": kwargs.pop("site", None),
     }
+    from launcher.scheduler_options import pop_flags
+
+    flags["slurm"], flags["slurm_provenance"] = pop_flags(kwargs)
+    flags["after"] = kwargs.pop("after", None)  # --after RUN (launcher.chain)
     return flags
 
 

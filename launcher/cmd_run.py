@@ -99,6 +99,10 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
     elif not as_json:
         click.echo(f"submitted run {run.id} as job {job_id} ({'preflight, ' if preflight else ''}"
                    f"{len(plan.pools)} pool{'s' if len(plan.pools) > 1 else ''}); run dir {run.dir}")
+    from launcher.logger_env import after_submit  # W&B offline: the `wandb sync` line
+
+    for line in after_submit(run.dir, sent.rendered.script):
+        click.echo(line, err=True)
     if wait:
         sys.exit(wait_for_job(run, job_id, preflight=preflight, as_json=as_json))
 

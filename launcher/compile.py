@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from launcher import catalog, rules, verlcache
+from launcher import catalog, rules, scheduler_options, verlcache
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.site import Site, parse_profile
@@ -271,7 +271,9 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: li
 
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     s = spec.values.get("slurm") or {}
+    scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
     return SlurmOptions(
+        **scheduler,
         account=s.get("account"),
         qos=s.get("qos"),
         time=str(s.get("time") or site.time),
@@ -307,6 +309,10 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         ctx.warn(why_not)
     for rule in rules.JUDGES:
         rule(ctx)
+    try:
+        slurm = slurm_options(spec, site)
+    except SpecError as exc:  # a bad scheduler option, reported with the rest
+        ctx.errors.append(exc)
     if ctx.errors:
         raise SpecErrors(_dedupe(ctx.errors))
 
@@ -331,7 +337,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         pools=tuple(ctx.pools),
         run_dir=run_dir,
         checkpoint_dir=ctx.checkpoint_dir,
-        slurm=slurm_options(spec, site),
+        slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
         paths_to_check=tuple(paths),
         warnings=tuple(ctx.warnings),

@@ -38,6 +38,14 @@ class SlurmOptions:
     requeue: bool = True
     max_requeues: int = 3
     signal_lead_s: int = 300  # --signal=B:USR1@<lead>
+    # scheduler options (launcher.scheduler_options), checked when compiled and rendered
+    reservation: str | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    dependency: str | None = None
+    exclude: str | None = None
+    constraint: str | None = None
+    sbatch: tuple[tuple[str, str | None], ...] = ()  # allowlisted long options: (key, value or None)
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,9 @@ class Plan:
         names = {f.name for f in fields(cls)}
         data = {k: v for k, v in data.items() if k in names}
         data["pools"] = tuple(Pool(**{**p, "roles": tuple(p.get("roles", ()))}) for p in data["pools"])
-        data["slurm"] = SlurmOptions(**data.get("slurm", {}))
+        slurm = dict(data.get("slurm", {}))
+        slurm["sbatch"] = tuple(tuple(kv) for kv in slurm.get("sbatch", ()))
+        data["slurm"] = SlurmOptions(**slurm)
         for key in ("entry", "overrides", "paths_to_check", "warnings", "sources"):
             data[key] = tuple(data.get(key, ()))
         data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))

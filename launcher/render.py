@@ -11,6 +11,7 @@ overrides and the entry are bash arrays in the script, which is therefore standa
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import paths, sbatch_values
+from launcher import logger_env, paths, sbatch_values, scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.runtime import Runtime
@@ -78,7 +79,11 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     s = plan.slurm
     d: list[str] = []
     if first:
-        d.append("--job-name=" + sbatch_values.name(f"sf-{plan.experiment}", "experiment"))
+        # a run's job is named after the run (`sf-<run id>`) and waits for any other job of
+        # that name (--dependency=singleton below): two attempts of one run never overlap
+        experiment = sbatch_values.name(f"sf-{plan.experiment}", "experiment")  # also in the script's header
+        job_name = experiment if array else sbatch_values.name("sf-" + os.path.basename(plan.run_dir), "run_dir")
+        d.append("--job-name=" + job_name)
         if array:
             # each task's output moves to its point's run dir once the script knows it
             log = sbatch_values.path(array["sweep_dir"], "sweep_dir") + "/logs/slurm-%A_%a.out"
@@ -91,6 +96,12 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
             d += ["--requeue", f"--signal=B:USR1@{lead}", "--open-mode=append"]
         else:
             d.append("--no-requeue")
+    elif not array:
+        # Slurm carries --job-name and --dependency over to the later het components: under
+        # one name, component g's singleton would wait for component 0 of its own job forever.
+        # Each component gets its own name, so each waits only for its counterpart of another job.
+        d.append("--job-name=" + sbatch_values.name(f"sf-{os.path.basename(plan.run_dir)}.g{pool.het_group}",
+                                                    "run_dir"))
     account = s.account or site.account
     qos = s.qos or site.qos
     if account:
@@ -113,13 +124,17 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
             raise SpecError(f"site.series.{series.name}.gpu_directive",
                             f"{series.gpu_directive!r} is not gres or gpus-per-node")
     if series.constraint:
-        d.append("--constraint=" + sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint"))
+        sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint")
+        if not s.constraint:  # else joined with the user's constraint (scheduler_options)
+            d.append("--constraint=" + series.constraint)
     cpus = sbatch_values.whole(series.cpus_per_node, f"site.series.{series.name}.cpus_per_node", 1)
     d.append(f"--cpus-per-task={cpus}")
     if series.mem_per_node:
         d.append("--mem=" + sbatch_values.mem(series.mem_per_node, f"site.series.{series.name}.mem_per_node"))
     if s.exclusive:
         d.append("--exclusive")
+    d += scheduler_options.directives(s, first=first, singleton=first and not array,
+                                      series_constraint=series.constraint)
     return d
 
 
@@ -274,5 +289,6 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         overrides=[quote(o) for o in plan.overrides],
         array=array,
         supervise_args=_pair(supervise),
+        logger_lines=logger_env.env_lines(plan, site),
     )
     return text

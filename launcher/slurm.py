@@ -472,3 +472,14 @@ def accounting_check() -> str | None:
     if proc.returncode != 0 or _ACCOUNTING_DOWN.search(err):
         return err.splitlines()[-1] if err else f"sacct exit {proc.returncode}"
     return None
+
+
+def exec_srun(argv: list[str]) -> None:
+    """Replace this process with an srun command (`sf attach`: an interactive step)."""
+    CALLS["srun"] += 1
+    CALLS["total"] += 1
+    path = _bin("srun")
+    try:
+        os.execv(path, [path, *argv[1:]])
+    except OSError as exc:
+        raise SlurmError(f"cannot run srun: {exc}") from None

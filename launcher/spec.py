@@ -146,6 +146,11 @@ def _site_layer(site: Site) -> dict:
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
     }
+    # scheduler options as site defaults (launcher.scheduler_options; checked when compiled)
+    from launcher.scheduler_options import KEYS
+
+    site_slurm = (site.raw or {}).get("slurm") or {}
+    slurm.update({k: site_slurm.get(k) for k in KEYS})
     return {"slurm": {k: v for k, v in slurm.items() if v is not None}}
 
 
@@ -412,7 +417,14 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
 
     cli: dict = {}
     cli_prov: dict = {}
-    if flags.get("model"):
+    chained = None
+    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.chain)
+        from launcher.chain import model_from_run
+        from launcher.cli_options import runs_root
+
+        cli["model"], chained = model_from_run(str(flags["model"]), runs_root(None, None, site))
+        cli_prov["model"] = "--model"
+    elif flags.get("model"):
         cli["model"] = _model_path(flags["model"], cwd)
         cli_prov["model"] = "--model"
     if flags.get("train_dataset"):
@@ -427,6 +439,20 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     if flags.get("profile"):
         cli["profile"] = flags["profile"]
         cli_prov["profile"] = "--profile"
+    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
+        cli["slurm"] = dict(flags["slurm"])
+        cli_prov.update(flags.get("slurm_provenance") or {})
+    if flags.get("after"):  # --after RUN: afterok on its job (launcher.chain; asks Slurm its state)
+        from launcher.chain import after_dependency, join
+        from launcher.cli_options import runs_root
+
+        chained = join(chained, after_dependency(flags["after"], runs_root(None, None, site)))
+    if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
+        from launcher.chain import join
+
+        slurm = cli.setdefault("slurm", {})
+        slurm["dependency"] = join(slurm.get("dependency"), chained)
+        cli_prov.setdefault("slurm.dependency", "--after" if flags.get("after") else "--model")
     set_knobs: dict = {}
     set_overrides: list = []
     set_sources: list = []

@@ -175,9 +175,8 @@ def test_bound_stops_a_job_that_keeps_being_requeued(tmp_path):
         cleanup(job)
 
 
-def test_hetjob_requeues_as_one(tmp_path):
-    """USR1 to a 1+1 node distillation hetjob: both het groups go back to the queue and come
-    back together (one Ray cluster of 2 nodes again, restart 1 on every component)."""
+def hetjob_experiment(tmp_path: Path, name: str, **slurm) -> str:
+    """A 1+1 node distillation hetjob (train on `train`, teacher on `teach`), the example's assets."""
     data = yaml.safe_load((REPO / "examples" / "distill" / "config.yaml").read_text())
     assets = REPO / "examples" / "assets"
     data.update(model=str(assets / "model"), teacher={"model": str(assets / "teacher")},
@@ -185,12 +184,18 @@ def test_hetjob_requeues_as_one(tmp_path):
                       "validation": {"files": str(assets / "data" / "test.parquet")}})
     data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
                                           {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", "max_requeues": 2}
-    exp = tmp_path / "hetrequeue"
+    data["slurm"] = {"time": "00:10:00", **slurm}
+    exp = tmp_path / name
     exp.mkdir()
     (exp / "config.yaml").write_text(yaml.safe_dump(data))
     os.chmod(tmp_path, 0o755)
-    run, run_dir, job = submit(str(exp), finish_at=1)
+    return str(exp)
+
+
+def test_hetjob_requeues_as_one(tmp_path):
+    """USR1 to a 1+1 node distillation hetjob: both het groups go back to the queue and come
+    back together (one Ray cluster of 2 nodes again, restart 1 on every component)."""
+    run, run_dir, job = submit(hetjob_experiment(tmp_path, "hetrequeue", max_requeues=2), finish_at=1)
     try:
         touch_until(run_dir, "driver_started", 0)
         t0 = time.monotonic()

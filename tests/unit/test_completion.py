@@ -34,3 +34,14 @@ def test_run_ids_from_the_runs_folder(tmp_path):
     runs.create_run(tmp_path, "other")
     assert complete("sf logs my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
     assert complete("sf status zz", SF_RUNS_DIR=str(tmp_path)) == []
+
+
+def test_daily_use_flags_and_commands(tmp_path):
+    from launcher import runs
+
+    run = runs.create_run(tmp_path, "my-grpo")
+    assert complete("sf submit x --mail", SF_RUNS_DIR=str(tmp_path)) == ["--mail-type", "--mail-user"]
+    assert {"--reservation", "--dependency", "--exclude", "--constraint", "--sbatch"} <= set(complete("sf sweep x --"))
+    assert complete("sf attach my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
+    assert complete("sf dashboard my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
+    assert complete("sf attach x --r") == ["--role", "--runs-dir"]

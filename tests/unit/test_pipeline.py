@@ -42,7 +42,9 @@ def test_submitted_script_is_the_dry_runs_but_for_the_run_id(site, fake_slurm):
         out = json.loads(_sf("submit", GRPO, "--site", site, "--json", *extra).stdout)
         sent = fake_slurm.submitted_script()
         assert out["job_id"] == "4242" and out["run"] in sent
-        assert sent == dry.replace(placeholder, out["run_dir"])
+        # the job is named after the run: sf-<run id> (--dependency=singleton)
+        assert f"--job-name=sf-{out['run']}" in sent and "--dependency=singleton" in sent
+        assert sent == dry.replace(placeholder, out["run_dir"]).replace(Path(placeholder).name, out["run"])
         run = runs.open_run(fake_slurm.runs_dir, out["run"])
         assert run.read_text("job.sbatch") == sent
         plan = run.read_json("plan.json")
@@ -146,7 +148,8 @@ def test_hetjob_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
     assert out["mode"] == "hetjobs" and len(out["points"]) == 2
     point0 = runs.open_run(fake_slurm.runs_dir, out["points"][0]["run"])
     placeholder = pipeline.placeholder_run_dir(str(fake_slurm.runs_dir), "distill")
-    assert point0.read_text("job.sbatch") == dry.replace(placeholder, str(point0.dir))
+    assert point0.read_text("job.sbatch") == dry.replace(placeholder, str(point0.dir)).replace(
+        Path(placeholder).name, point0.id)
     assert len(fake_slurm.calls("sbatch")) == 2
 
 

@@ -53,7 +53,7 @@ def directives(script: str) -> list[list[str]]:
 def test_plain_job_directives():
     script = render_script(make_plan(), SITE, VENV)
     (comp,) = directives(script)
-    assert "--job-name=sf-grpo" in comp
+    assert "--job-name=sf-grpo-abcde" in comp and "--dependency=singleton" in comp  # the run's name, one at a time
     assert "--partition=train" in comp and "--nodes=2" in comp and "--ntasks-per-node=1" in comp
     assert "--gres=gpu:4" in comp and "--cpus-per-task=16" in comp and "--mem=4G" in comp
     assert "--time=00:20:00" in comp
@@ -76,7 +76,9 @@ def test_hetjob_one_component_per_pool():
     assert len(comps) == 2
     assert "--partition=train" in comps[0] and "--nodes=2" in comps[0]
     assert "--partition=teach" in comps[1] and "--nodes=1" in comps[1] and "--gres=gpu:4" in comps[1]
-    assert not any(d.startswith("--job-name") or d.startswith("--output") for d in comps[1])
+    assert not any(d.startswith("--output") for d in comps[1])
+    # its own name: Slurm carries the name and the singleton over to later components
+    assert [d for d in comps[1] if d.startswith("--job-name")] == ["--job-name=sf-grpo-abcde.g1"]
     teach = json.loads(plan_json(het_plan(), SITE, VENV))["pools"][1]
     assert (teach["name"], teach["het_group"], teach["roles"]) == ("teach", 1, ["teacher"])
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)

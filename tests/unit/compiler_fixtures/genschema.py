@@ -1,6 +1,7 @@
 """Regenerates configs/schema/config.schema.json from the knob table: python tests/unit/compiler_fixtures/genschema.py"""
 import json
 from launcher.rules import KNOBS
+from launcher.scheduler_options import SCHEMA_PROPERTIES as SCHEDULER_PROPERTIES
 
 
 def build() -> dict:
@@ -61,7 +62,8 @@ def build() -> dict:
             "time": {"type": "string", "pattern": "^([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){1,2}$|^[0-9]+$", "description": "wall time, HH:MM:SS or D-HH:MM:SS"},
             "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
             "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
-            "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10}}},
+            "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10},
+            **SCHEDULER_PROPERTIES}},
       },
     }
     return schema

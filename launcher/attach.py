@@ -1,0 +1,138 @@
+"""`sf attach` and `sf dashboard`: the way into a running job (pure).
+
+A run's record and events say where its job is: the job id (record.json), the nodes of
+every pool in the current attempt (the `allocated` phase), the Ray head's address (the
+`head_up` phase), the pools' het groups and roles (plan.json). From those:
+
+  - `target(...)`      which node, which het group (--node NAME, --role head|actor|..., else the head)
+  - `shell_argv(...)`  the srun command: an overlapping step of that job on that node
+                       (`srun --jobid=J --overlap [--het-group=G] --nodes=1 --ntasks=1
+                       --nodelist=NODE [--pty] bash -c SETUP sf-attach [CMD...]`), SETUP
+                       exporting the site's and the runtime's environment, SF_RUN_DIR,
+                       RAY_ADDRESS and Ray's token (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH=
+                       <run>/.ray-auth/<job>.token), activating the runtime, then an
+                       interactive bash or CMD
+  - `dashboard_line(...)`  the ssh port-forward to the head's Ray dashboard.
+
+Every value that reaches SETUP is quoted (render.quote); the argv never passes a shell on
+the login node.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from launcher.errors import SpecError
+from launcher.injob import auth, ports
+from launcher.render import quote
+from launcher.slurm import srun_argv
+
+DASHBOARD_LOCAL_PORT = 8265
+
+
+@dataclass(frozen=True)
+class Where:
+    """The current attempt of a running job, as its events tell it."""
+
+    job_id: str  # the job (a hetjob's leader)
+    pools: dict  # pool name -> [hosts] (the latest `allocated` phase)
+    het_groups: dict  # pool name -> het group (plan.json)
+    roles: dict  # pool name -> [roles] (plan.json)
+    head_address: str | None  # "addr:gcs_port" (the latest `head_up` phase), None before Ray is up
+
+    @property
+    def hetjob(self) -> bool:
+        return len(self.pools) > 1
+
+    @property
+    def head_pool(self) -> str:
+        return min(self.pools, key=lambda name: self.het_groups.get(name, 0))
+
+
+def where(record: dict, phases: list[dict], plan: dict | None) -> Where:
+    """The job's current attempt from its record, events and plan.json; SpecError when the
+    job has not been placed on nodes yet."""
+    job_ids = [str(j) for j in record.get("job_ids") or []]
+    if not job_ids:
+        raise SpecError("run", f"run {record.get('id')} has no job (state {record.get('state')}); nothing to attach to")
+    allocated = [i for i, e in enumerate(phases) if e.get("phase") == "allocated" and e.get("pools")]
+    if not allocated:
+        raise SpecError("run", f"run {record.get('id')}: job {job_ids[-1]} has no nodes yet; "
+                        "wait for it to start (`sf status`)")
+    last = allocated[-1]
+    heads = [e.get("address") for e in phases[last:] if e.get("phase") == "head_up" and e.get("address")]
+    pools = {str(k): [str(h) for h in v] for k, v in phases[last]["pools"].items()}
+    plan_pools = {p["name"]: p for p in (plan or {}).get("pools", [])}
+    return Where(job_id=job_ids[-1], pools=pools,
+                 het_groups={n: int(plan_pools.get(n, {}).get("het_group", i)) for i, n in enumerate(pools)},
+                 roles={n: list(plan_pools.get(n, {}).get("roles", ())) for n in pools},
+                 head_address=heads[-1] if heads else None)
+
+
+def target(w: Where, node: str | None = None, role: str | None = None) -> tuple[str, int | None]:
+    """(node name, het group or None for a plain job) for --node / --role (default: the head)."""
+    if node and role:
+        raise SpecError("--node/--role", "give one of --node and --role, not both")
+    if node:
+        for pool, hosts in w.pools.items():
+            if node in hosts:
+                return node, w.het_groups[pool] if w.hetjob else None
+        every = ", ".join(h for hosts in w.pools.values() for h in hosts)
+        raise SpecError("--node", f"{node!r} is not a node of job {w.job_id}; its nodes: {every}")
+    role = role or "head"
+    if role == "head":
+        pool = w.head_pool
+    else:
+        pool = next((p for p, roles in w.roles.items() if role in roles), None)
+        if pool is None and role in w.pools:
+            pool = role  # a pool's name
+        if pool is None:
+            known = sorted({r for roles in w.roles.values() for r in roles} | {"head"})
+            raise SpecError("--role", f"no pool of this run has the role {role!r}; roles: {', '.join(known)}")
+    return w.pools[pool][0], w.het_groups[pool] if w.hetjob else None
+
+
+def setup_script(run_dir: str, w: Where, runtime, site_env=(), token_exists: bool = True) -> str:
+    """The shell lines the step runs before the shell (or CMD): environment, runtime."""
+    lines = []
+    for key, value in [*site_env, *runtime.env]:
+        lines.append(f"export {key}={quote(value)}")
+    lines += runtime.activate_lines() if runtime.kind in ("venv", "module") else []
+    lines.append(f"export SF_RUN_DIR={quote(run_dir)}")
+    if w.head_address:
+        lines.append(f"export RAY_ADDRESS={quote(w.head_address)}")
+    if token_exists:
+        for key, value in auth.env_for(auth.token_path(run_dir, w.job_id)).items():
+            lines.append(f"export {key}={quote(value)}")
+    lines.append('if [ "$#" -gt 0 ]; then exec "$@"; fi')
+    lines.append('echo "sf attach: job $SLURM_JOB_ID, node $SLURMD_NODENAME, run dir $SF_RUN_DIR, '
+                 'RAY_ADDRESS=${RAY_ADDRESS:-none}; exit leaves the job running"')
+    lines.append("exec bash -i")
+    return "\n".join(lines)
+
+
+def shell_argv(run_dir: str, w: Where, runtime, node: str, het_group: int | None, command=(),
+               site_env=(), token_exists: bool = True) -> list[str]:
+    """The srun command of `sf attach` (interactive with --pty unless a command is given)."""
+    script = setup_script(run_dir, w, runtime, site_env, token_exists)
+    inner = runtime.wrap(["bash", "-c", script, "sf-attach", *command])
+    extra = [f"--jobid={w.job_id}", *runtime.srun_flags()]
+    if not command:
+        extra.append("--pty")
+    return srun_argv(inner, het_group=het_group, nodes=1, ntasks=1, nodelist=node, overlap=True,
+                     kill_on_bad_exit=False, extra=extra)
+
+
+def printable(argv: list[str]) -> str:
+    return shlex.join(argv)
+
+
+def dashboard_line(w: Where, login_host: str, user: str, local_port: int = DASHBOARD_LOCAL_PORT) -> str:
+    """`ssh -N -L LOCAL:HEAD:PORT user@login`: the head's dashboard port sits at a fixed
+    offset from its GCS port (launcher.injob.ports)."""
+    if not w.head_address:
+        raise SpecError("run", f"job {w.job_id}: Ray is not up yet (no head_up phase); try again in a moment")
+    host, _, gcs = w.head_address.rpartition(":")
+    port = int(gcs) - ports.OFFSETS["gcs"] + ports.OFFSETS["dashboard"]
+    return f"ssh -N -L {local_port}:{host}:{port} {shlex.quote(user)}@{shlex.quote(login_host)}"

@@ -1,0 +1,281 @@
+"""Scheduler options people pass every day: reservation, mail, dependency, exclude, constraint,
+and `--sbatch KEY=VALUE` for other long sbatch options from an allowlist.
+
+Three sources, lowest first: the site file's `slurm:` section (site defaults), config.yaml's
+`slurm:` keys, the flags (`--reservation`, `--mail-type`, `--mail-user`, `--dependency`,
+`--exclude`, `--constraint`, `--sbatch`), merged by launcher.spec like every other layer.
+`checked(values, provenance)` turns the merged `slurm` mapping into checked values (a
+SpecError naming the flag or key and the fix otherwise); render puts them on `#SBATCH` lines.
+
+Hetjobs: PER_GROUP options go into every het component (each component is its own job
+record: its own reservation, excluded nodes, features); JOB_WIDE ones (dependency, mail,
+begin, deadline, ...) go into the first component only and apply to the whole job.
+Pure; standard library and click only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from launcher import sbatch_values
+from launcher.errors import SpecError
+
+# --- value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them ---------------
+RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+MAIL_USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}(?:@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*)?$")
+_DEP_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
+            r"(?::\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?)+)")
+DEPENDENCY = re.compile(rf"^{_DEP_ONE}(?:(?:,{_DEP_ONE})*|(?:\?{_DEP_ONE})*)$")
+_HOSTS = r"[A-Za-z0-9._-]+(?:\[[0-9,-]+\][A-Za-z0-9._-]*)*"  # node07, node[01-03], gpu[1,3]x
+NODELIST = re.compile(rf"^{_HOSTS}(?:,{_HOSTS})*$")
+SBATCH_KEY = re.compile(r"^[a-z][a-z-]{1,40}$")
+
+_TIMEISH = re.compile(r"^[A-Za-z0-9:+_-]{1,32}$")  # now+1hour, 2026-12-01T10:00, 16:00, midnight
+_WORDS = re.compile(r"^[A-Za-z0-9._:=,@/+-]{1,200}$")  # a comment, a network spec: one word
+_INT = re.compile(r"^-?\d{1,9}$")
+
+# key -> (pattern, what is allowed, job-wide?) ; pattern None: a flag without a value
+ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
+    "begin": (_TIMEISH, "a time such as now+1hour, 16:00 or 2026-12-01T10:00", True),
+    "deadline": (_TIMEISH, "a time such as 2026-12-01T10:00", True),
+    "comment": (_WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
+    "nice": (_INT, "a whole number", True),
+    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
+    "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
+    "wckey": (sbatch_values.ACCOUNT, "letters, digits and ._- only", True),
+    "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
+    "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
+    "delay-boot": (sbatch_values.TIME, "minutes or HH:MM:SS", True),
+    "mcs-label": (sbatch_values.NAME, "letters, digits and ._- only", True),
+    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
+                 "like matlab:2,fluent", False),
+    "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
+    "mem-per-gpu": (sbatch_values.MEM, "a size such as 32G", False),
+    "mem-per-cpu": (sbatch_values.MEM, "a size such as 4G", False),
+    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "tmp": (sbatch_values.MEM, "a size such as 100G", False),
+    "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
+             "compute_bound, memory_bound, multithread or nomultithread", False),
+    "network": (_WORDS, "one word of letters, digits and ._:=,@/+-", False),
+    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
+    "prefer": (sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
+    "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
+    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
+    "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
+    "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),
+    "mem-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like local", False),
+    "contiguous": (None, "a flag (no value)", False),
+    "spread-job": (None, "a flag (no value)", False),
+    "use-min-nodes": (None, "a flag (no value)", False),
+    "overcommit": (None, "a flag (no value)", False),
+}
+# sbatch options sf writes itself (or has its own key for): never through --sbatch
+OWNED = {
+    "job-name": "sf names the job after the run", "output": "the run's logs/ holds it",
+    "error": "the run's logs/ holds it", "open-mode": "sf sets it for requeues",
+    "requeue": "use slurm.requeue", "no-requeue": "use slurm.requeue: false", "signal": "use slurm.signal_lead_s",
+    "array": "use `sf sweep`", "nodes": "use --profile", "ntasks": "sf runs one task a node",
+    "ntasks-per-node": "sf runs one task a node", "gres": "use --profile", "gpus": "use --profile",
+    "gpus-per-node": "use --profile", "gpus-per-task": "use --profile", "cpus-per-task": "the site's series sets it",
+    "mem": "the site's series sets it (mem_per_node)", "partition": "use slurm.partition",
+    "time": "use slurm.time", "account": "use slurm.account", "qos": "use slurm.qos",
+    "reservation": "use --reservation", "dependency": "use --dependency", "mail-type": "use --mail-type",
+    "mail-user": "use --mail-user", "exclude": "use --exclude", "constraint": "use --constraint",
+    "exclusive": "use slurm.exclusive", "chdir": "sf sets the working directory", "export": "use env: in config.yaml",
+    "export-file": "use env: in config.yaml", "wrap": "sf writes the script", "hetjob": "use pools",
+    "packjob": "use pools", "nodelist": "use --exclude or --constraint", "clusters": "the site file names one cluster",
+    "parsable": "sf reads sbatch's output", "test-only": "use `sf submit --dry-run`", "wait": "use `sf submit --wait`",
+    "hold": "release it with scontrol after submitting", "input": "the job reads no stdin",
+}
+# the scalar keys (flag, config key, pattern, what, job-wide?)
+SCALARS = (
+    ("--reservation", "reservation", RESERVATION, "a reservation name (letters, digits, ._-; several joined by ,)",
+     False),
+    ("--mail-type", "mail_type", None, "one or more of " + ",".join(MAIL_TYPES) + " joined by ,", True),
+    ("--mail-user", "mail_user", MAIL_USER, "a user name or an address like alice@example.org", True),
+    ("--dependency", "dependency", DEPENDENCY,
+     "a Slurm dependency like afterok:123 or afterany:123:124,singleton (no spaces; all , or all ?)", True),
+    ("--exclude", "exclude", NODELIST, "node names like node[01-03],node07", False),
+    ("--constraint", "constraint", sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
+)
+KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch",)
+_TEXT = ["string", "null"]
+# config.yaml's `slurm:` keys for these options (tests/unit/compiler_fixtures/genschema.py)
+SCHEMA_PROPERTIES = {
+    "reservation": {"type": _TEXT, "description": "Slurm reservation (every het group); --reservation"},
+    "mail_type": {"type": ["string", "array", "null"], "items": {"type": "string"},
+                  "description": "mail events, e.g. FAIL or END,FAIL (job-wide); --mail-type"},
+    "mail_user": {"type": _TEXT, "description": "mail address or user name (job-wide); --mail-user"},
+    "dependency": {"type": _TEXT, "description": "Slurm dependency, e.g. afterok:1234 (job-wide); --dependency"},
+    "exclude": {"type": ["string", "array", "null"], "items": {"type": "string"},
+                "description": "nodes to leave out, e.g. node[01-02] (every het group); --exclude"},
+    "constraint": {"type": _TEXT,
+                   "description": "node features, joined with the series' own by & (every het group); --constraint"},
+    "sbatch": {"type": "object", "additionalProperties": {"type": ["string", "integer", "boolean"]},
+               "description": "other long sbatch options from sf's allowlist, e.g. {mem-per-gpu: 32G, "
+                              "spread-job: true}; --sbatch KEY=VALUE"},
+}
+HET_NOTE = ("In a hetjob --reservation, --exclude, --constraint and per-node --sbatch options "
+            "(mem-per-gpu, licenses, ...) apply to every het group; --dependency, --mail-type/--mail-user and "
+            "job-wide --sbatch options (begin, deadline, comment, nice, ...) to the whole job (first component).")
+
+
+def _field(key: str, provenance: dict, flag: str | None = None) -> str:
+    """The name an error shows: the flag, the site file's key or config.yaml's key."""
+    source = provenance.get(f"slurm.{key}", "")
+    if source.startswith("--"):
+        return flag or source
+    return f"site.slurm.{key}" if source == "site" else f"slurm.{key}"
+
+
+def _mail_type(value, field: str) -> str:
+    text = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+    parts = text.split(",")
+    bad = [p for p in parts if p.upper() not in MAIL_TYPES]
+    if bad or not text:
+        raise SpecError(field, f"{text!r} is not a mail type; use one or more of {','.join(MAIL_TYPES)} joined by ,")
+    return ",".join(p.upper() for p in parts)
+
+
+def check_sbatch(key: str, value, field: str) -> tuple[str, str | None]:
+    """One `--sbatch KEY=VALUE`: (key, checked value or None for a flag), else a SpecError."""
+    key = str(key).strip().removeprefix("--")
+    if not SBATCH_KEY.fullmatch(key):
+        raise SpecError(field, f"{key!r} is not a long sbatch option name; write it like mem-per-gpu=32G")
+    if key in OWNED:
+        raise SpecError(field, f"--{key} cannot be passed through: {OWNED[key]}")
+    if key not in ALLOWED:
+        raise SpecError(field, f"--{key} is not in sf's allowlist; allowed: {', '.join(sorted(ALLOWED))}")
+    pattern, what, _ = ALLOWED[key]
+    if pattern is None:
+        if value not in (None, True, "", "true"):
+            raise SpecError(field, f"--{key} is {what}; write --sbatch {key}")
+        return key, None
+    if value is None or value is True or value == "" or isinstance(value, (dict, list)):
+        raise SpecError(field, f"--{key} needs a value: {what}; write --sbatch {key}=VALUE")
+    return key, sbatch_values.check(pattern, value, field, what)
+
+
+def parse_sbatch_flags(items) -> dict:
+    """`--sbatch KEY=VALUE` / `--sbatch FLAG` (repeatable) -> {key: value or True}, keys checked."""
+    out: dict = {}
+    for item in items or ():
+        key, eq, value = str(item).partition("=")
+        key = key.strip().removeprefix("--")
+        checked_key, checked_value = check_sbatch(key, value if eq else None, "--sbatch")
+        out[checked_key] = True if checked_value is None else checked_value
+    return out
+
+
+def checked(slurm: dict, provenance: dict | None = None) -> dict:
+    """The merged `slurm` mapping's scheduler options, every value checked: {key: text}
+    for the scalars (left out when unset) and "sbatch": ((key, value or None), ...)."""
+    provenance = provenance or {}
+    out: dict = {}
+    for flag, key, pattern, what, _job_wide in SCALARS:
+        value = slurm.get(key)
+        if value is None or value == "":
+            continue
+        field = _field(key, provenance, flag)
+        if key == "mail_type":
+            out[key] = _mail_type(value, field)
+        elif key == "exclude" and isinstance(value, (list, tuple)):
+            out[key] = ",".join(sbatch_values.check(pattern, v, field, what) for v in value)
+            sbatch_values.check(pattern, out[key], field, what)
+        else:
+            if not isinstance(value, str):
+                raise SpecError(field, f"{value!r} must be text: {what}")
+            out[key] = sbatch_values.check(pattern, value, field, what)
+    extra = slurm.get("sbatch") or {}
+    if not isinstance(extra, dict):
+        raise SpecError(_field("sbatch", provenance), f"{extra!r} must be a mapping of sbatch option -> value, "
+                        "e.g. {mem-per-gpu: 32G}")
+    pairs = []
+    for key, value in extra.items():
+        if value is False:  # `spread-job: false`: left out
+            continue
+        source = provenance.get(f"slurm.sbatch.{key}", provenance.get("slurm.sbatch", ""))
+        field = "--sbatch" if source == "--sbatch" else ("site." if source == "site" else "") + f"slurm.sbatch.{key}"
+        pairs.append(check_sbatch(key, value, field))
+    if pairs:
+        out["sbatch"] = tuple(pairs)
+    return out
+
+
+def directives(options, *, first: bool, singleton: bool = False, series_constraint: str | None = None) -> list[str]:
+    """The `#SBATCH` values of the scheduler options for one het component (`first`: the
+    job-wide ones too). `options` is a launcher.plan.SlurmOptions; every value is checked
+    again here, so nothing unchecked reaches a line whatever built the plan."""
+    d: list[str] = []
+    values = checked({key: getattr(options, key, None) for _flag, key, *_ in SCALARS}
+                     | {"sbatch": dict(getattr(options, "sbatch", ()) or ())})
+    if values.get("reservation"):
+        d.append("--reservation=" + values["reservation"])
+    if values.get("exclude"):
+        d.append("--exclude=" + values["exclude"])
+    if values.get("constraint") and series_constraint:
+        d.append(f"--constraint=({series_constraint})&({values['constraint']})")
+    elif values.get("constraint"):
+        d.append("--constraint=" + values["constraint"])
+    if first:
+        dependency = values.get("dependency")
+        if singleton:
+            if dependency and "?" in dependency:
+                raise SpecError("--dependency", f"{dependency!r} joins with ? (any of): sf adds singleton, which "
+                                "needs all of (,); join the dependencies with , instead")
+            if not dependency or "singleton" not in dependency.split(","):
+                dependency = f"{dependency},singleton" if dependency else "singleton"
+        if dependency:
+            d.append("--dependency=" + dependency)
+        if values.get("mail_type"):
+            d.append("--mail-type=" + values["mail_type"])
+        if values.get("mail_user"):
+            d.append("--mail-user=" + values["mail_user"])
+    for key, value in values.get("sbatch", ()):
+        if ALLOWED[key][2] and not first:
+            continue
+        d.append(f"--{key}" if value is None else f"--{key}={value}")
+    return d
+
+
+# --- the flags (sf submit / validate / render / sweep) ----------------------------------------
+
+def click_options():
+    import click
+
+    return (
+        click.option("--reservation", metavar="NAME", help="Run in a Slurm reservation (every het group)."),
+        click.option("--mail-type", "mail_type", metavar="TYPES",
+                     help="Mail on these events, e.g. FAIL or END,FAIL (job-wide)."),
+        click.option("--mail-user", "mail_user", metavar="ADDR", help="Who gets the mail (job-wide)."),
+        click.option("--dependency", metavar="EXPR",
+                     help="Slurm dependency, e.g. afterok:1234 (job-wide; sf adds singleton for the run)."),
+        click.option("--exclude", metavar="NODES", help="Nodes to leave out, e.g. node[01-02] (every het group)."),
+        click.option("--constraint", metavar="FEATURES",
+                     help="Node features, joined with the series' own by & (every het group)."),
+        click.option("--after", metavar="RUN", help="Wait for another run (or sweep) to succeed: afterok on its "
+                     "current job, still right after it is requeued."),
+        click.option("--sbatch", "sbatch_", metavar="KEY=VALUE", multiple=True,
+                     help="Another long sbatch option from sf's allowlist, e.g. mem-per-gpu=32G (repeatable; "
+                          "job-wide ones such as begin go to the first het group, per-node ones to every group)."),
+    )
+
+
+def pop_flags(kwargs: dict) -> tuple[dict, dict]:
+    """Pop the scheduler flags out of click's kwargs -> ({slurm key: value}, {dotted: flag})."""
+    slurm, prov = {}, {}
+    for flag, key, *_ in SCALARS:
+        value = kwargs.pop(key, None)
+        if value is not None:
+            slurm[key] = value
+            prov[f"slurm.{key}"] = flag
+    extra = parse_sbatch_flags(kwargs.pop("sbatch_", None) or ())
+    if extra:
+        slurm["sbatch"] = extra
+        prov.update({f"slurm.sbatch.{k}": "--sbatch" for k in extra})
+        prov["slurm.sbatch"] = "--sbatch"
+    return slurm, prov

@@ -1,0 +1,259 @@
+"""Daily use on the real dev cluster (issue 12): scheduler options reach real sbatch; one
+attempt of a run at a time (per-run job name + --dependency=singleton)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_bringup import job_state, phases, sf  # noqa: E402
+from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
+
+from launcher import slurm  # noqa: E402
+
+SLEEPER = 'echo "test driver: attempt ${SLURM_RESTART_COUNT:-0}"; exec sleep 600'
+
+
+def _wait(job: str, states: set[str], timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    info: dict = {}
+    while time.monotonic() < deadline:
+        info = slurm.show_job(job)
+        if info.get("JobState") in states:
+            return info
+        time.sleep(0.5)
+    raise AssertionError(f"job {job}: {info.get('JobState')} ({info.get('Reason')}), not {states} after {timeout}s")
+
+
+def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
+    exp = experiment(tmp_path, max_requeues=1)
+    proc = sf("submit", exp, "--json", "--exclude", "dev8", "--mail-type", "FAIL", "--mail-user", "sftest",
+              "--sbatch", "comment=sf-daily", "--sbatch", "nice=10", env={"SF_TEST_DRIVER": SLEEPER})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, first = out["run"], Path(out["run_dir"]), out["job_id"]
+    jobs = [first]
+    try:
+        info = slurm.show_job(first)
+        # the options as Slurm understood them
+        assert info["JobName"] == f"sf-{run}"
+        assert info.get("ExcNodeList") == "dev8" and info.get("MailType") == "FAIL"
+        assert info.get("MailUser") == "sftest" and info.get("Comment") == "sf-daily" and info.get("Nice") == "10"
+        assert info.get("Dependency") in ("singleton", "(null)")  # (null) once satisfied
+        wait_event(run_dir, "driver_started", restart=0, timeout=150)
+        # the same run submitted again by hand (the script says how): it waits for the first
+        second = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True,
+                                text=True, env={**os.environ, "SF_TEST_DRIVER": SLEEPER}, check=True,
+                                timeout=30).stdout.strip().split(";")[0]
+        jobs.append(second)
+        time.sleep(5)
+        info2 = slurm.show_job(second)
+        assert info2["JobState"] == "PENDING" and info2["Reason"] == "Dependency", info2
+        assert info2["Dependency"].startswith("singleton") and info2["JobName"] == f"sf-{run}"
+        assert job_state(first) == "RUNNING"
+        # a run that must wait for another job: --dependency through sf, as Slurm sees it
+        proc = sf("submit", exp, "--json", "--dependency", f"afterok:{first}", env={"SF_TEST_DRIVER": SLEEPER})
+        assert proc.returncode == 0, proc.stderr
+        third, third_dir = json.loads(proc.stdout)["job_id"], Path(json.loads(proc.stdout)["run_dir"])
+        jobs.append(third)
+        info3 = slurm.show_job(third)
+        assert info3["JobState"] == "PENDING" and info3["Dependency"].startswith(f"afterok:{first}"), info3
+        # (Slurm drops the singleton it already found satisfied from what it shows: no other job has its name)
+        assert f"#SBATCH --dependency=afterok:{first},singleton\n" in (third_dir / "job.sbatch").read_text()
+        # the first attempt ends: only then does the second start
+        subprocess.run(["scancel", first], check=True)
+        _wait(second, {"RUNNING"}, timeout=120)
+        print(f"\nsingleton: job {second} of run {run} waited (Reason=Dependency) until job {first} ended")
+    finally:
+        for job in jobs:
+            cleanup(job)
+
+
+# --- one logger run across restarts (issue 12 item 5) ------------------------------------------
+# The driver records, in every attempt, the WANDB_* environment of each of the run's two nodes
+# (an overlapping srun step on both) and, where the `wandb` package can be imported (the dev
+# runtime, else the folder $SF_TEST_WANDB_PATH, e.g. `pip install --target DIR wandb`), starts
+# a real offline W&B run the way verl's logger does (wandb.init with project and name) and
+# writes the id it got.
+WANDB_PATH = os.environ.get("SF_TEST_WANDB_PATH", "/tmp/sf-daily-wandb")
+WANDB_DRIVER = r"""
+n="${SLURM_RESTART_COUNT:-0}"
+srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 \
+  sh -c 'echo "$SLURMD_NODENAME $(env | grep ^WANDB_ | sort | tr "\n" " ")"' \
+  | sort > "$FORGE_CLUSTER_RUN_DIR/wandb-env-$n.txt"
+python - "$n" > "$FORGE_CLUSTER_RUN_DIR/wandb-id-$n.txt" 2> "$FORGE_CLUSTER_RUN_DIR/wandb-err-$n.txt" <<'PY'
+import os, sys
+sys.path.append(os.environ.get("SF_TEST_WANDB_PATH", ""))
+try:
+    import wandb
+except ImportError:
+    print("no-wandb"); sys.exit(0)
+run = wandb.init(project=os.environ["WANDB_PROJECT"], name=os.environ["WANDB_NAME"])
+run.log({"attempt": int(sys.argv[1])})
+print(run.id)
+run.finish()
+PY
+echo "test driver: attempt $n"
+if [ "$n" -ge 1 ]; then exit 0; fi
+exec sleep 600
+"""
+
+
+@pytest.fixture(scope="module")
+def requeued_wandb_run(tmp_path_factory):
+    """A two-node run with trainer.logger [console, file, wandb] on a site without internet,
+    requeued once by hand (scontrol requeue); -> (run id, run dir, sf submit's stderr)."""
+    import yaml
+
+    from launcher import paths
+
+    tmp = tmp_path_factory.mktemp("wandb")
+    exp = Path(experiment(tmp, max_requeues=2))
+    data = yaml.safe_load((exp / "config.yaml").read_text())
+    data["spec"]["resources"]["pools"][0]["nodes"] = 2
+    data.setdefault("knobs", {})["logger"] = ["console", "file", "wandb"]
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    site = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
+    site["internet"] = False
+    site_file = tmp / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    proc = sf("submit", str(exp), "--site", str(site_file), "--json",
+              env={"SF_TEST_DRIVER": WANDB_DRIVER, "SF_TEST_WANDB_PATH": WANDB_PATH})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        id_file, deadline = run_dir / "wandb-id-0.txt", time.monotonic() + 60
+        while not (id_file.exists() and id_file.read_text().strip()):
+            assert time.monotonic() < deadline, "attempt 0 wrote no W&B id"
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        wait_event(run_dir, "driver_started", restart=1, timeout=180)
+        _wait(job, {"COMPLETED"}, timeout=120)
+    finally:
+        cleanup(job)
+    return run, run_dir, proc.stderr
+
+
+def test_wandb_env_identical_across_requeue_and_nodes(requeued_wandb_run):
+    run, run_dir, stderr = requeued_wandb_run
+    attempts = [(run_dir / f"wandb-env-{n}.txt").read_text().splitlines() for n in (0, 1)]
+    expected = {f"WANDB_DIR={run_dir}", "WANDB_MODE=offline", f"WANDB_NAME={run}", "WANDB_PROJECT=requeue2",
+                "WANDB_RESUME=allow", f"WANDB_RUN_ID={run}"}
+    for lines in attempts:
+        assert len(lines) == 2 and lines[0].split()[0] != lines[1].split()[0], lines  # two nodes
+        for line in lines:
+            assert set(line.split()[1:]) == expected, line
+    assert [line.split()[1:] for line in attempts[0]] == [line.split()[1:] for line in attempts[1]]
+    assert f"wandb sync --include-offline {run_dir}/wandb/offline-run-*" in stderr
+
+
+def test_real_wandb_offline_one_run_id_across_requeue(requeued_wandb_run):
+    run, run_dir, _ = requeued_wandb_run
+    ids = [(run_dir / f"wandb-id-{n}.txt").read_text().strip() for n in (0, 1)]
+    if ids == ["no-wandb", "no-wandb"]:
+        pytest.skip(f"the wandb package is neither in the dev runtime nor in {WANDB_PATH} "
+                    "(pip install --target DIR wandb; SF_TEST_WANDB_PATH=DIR)")
+    assert ids == [run, run], (ids, [(run_dir / f"wandb-err-{n}.txt").read_text()[-2000:] for n in (0, 1)])
+    offline_runs = sorted((run_dir / "wandb").glob(f"offline-run-*-{run}"))
+    assert len(offline_runs) == 2, offline_runs  # one folder an attempt, both of the one run id
+    print(f"\nW&B offline: both attempts logged to run id {ids[0]} ({', '.join(p.name for p in offline_runs)})")
+
+
+# --- sf attach: a real overlapping step in a running hetjob (issue 12 item 1) -------------------
+
+PROBE = ('echo "node=$SLURMD_NODENAME job=$SLURM_JOB_ID ray=$RAY_ADDRESS mode=$RAY_AUTH_MODE '
+         'token=$RAY_AUTH_TOKEN_PATH run=$SF_RUN_DIR python=$(command -v python)"')
+
+
+def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
+    proc = sf("submit", hetjob_experiment(tmp_path, "attachhet"), "--json", env={"SF_TEST_DRIVER": SLEEPER})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        allocated = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]
+        train_node, teach_node = allocated["pools"]["train"][0], allocated["pools"]["teach"][0]
+        head = [e for e in phases(run_dir) if e["phase"] == "head_up"][-1]["address"]
+        printed = sf("attach", run, "--role", "teacher", "--print")
+        assert printed.returncode == 0, printed.stderr
+        assert printed.stdout.startswith(f"srun --het-group=1 --nodes=1 --ntasks=1 --nodelist={teach_node} "
+                                         f"--overlap --jobid={job} --pty bash -c ")
+        token = f"{run_dir}/.ray-auth/{job}.token"
+        for args, node in ((["--role", "teacher"], teach_node), (["--node", train_node], train_node), ([], train_node)):
+            probe = sf("attach", run, *args, "--", "sh", "-c", PROBE, timeout=120)
+            assert probe.returncode == 0, probe.stderr
+            line = probe.stdout.strip().splitlines()[-1]
+            assert f"node={node} " in line and f"ray={head} " in line and "mode=token " in line, line
+            assert f"token={token} " in line and f"run={run_dir} " in line and "/runtimes/verl-" in line, line
+        # ray status through the step, with the job's token: the cluster of both het groups
+        # (right after the bring-up Ray may answer "No cluster status" for a few seconds)
+        deadline = time.monotonic() + 90
+        while True:
+            status = sf("attach", run, "--", "ray", "status", timeout=180)
+            assert status.returncode == 0, status.stdout + status.stderr
+            if "Active:" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert "Active:" in status.stdout and status.stdout.count("node_") >= 2, status.stdout
+        assert job_state(job) == "RUNNING"  # the steps left the job alone
+        # a hetjob of the run submitted again by hand waits too (each component its own name)
+        again = subprocess.run(["sbatch", "--parsable", str(run_dir / "job.sbatch")], capture_output=True, text=True,
+                               env={**os.environ, "SF_TEST_DRIVER": SLEEPER}, check=True,
+                               timeout=30).stdout.strip().split(";")[0].split("+")[0]
+        try:
+            time.sleep(5)
+            info = slurm.show_job(again)
+            assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
+        finally:
+            cleanup(again)
+        print(f"\nsf attach: shells on {train_node} (het group 0) and {teach_node} (het group 1) of job {job}")
+    finally:
+        cleanup(job)
+    deadline = time.monotonic() + 60
+    while job_state(job) not in ("CANCELLED", "COMPLETED", "FAILED", "UNKNOWN") and time.monotonic() < deadline:
+        time.sleep(1)
+    ended = sf("attach", run, "--print")
+    assert ended.returncode == 2 and f"run {run} is not running" in ended.stderr, ended.stderr
+
+
+# --- chains: --after RUN (issue 12 item 3, first part) ------------------------------------------
+
+def test_after_waits_for_success_across_a_requeue(tmp_path):
+    """B --after A: B waits on afterok:<A's job>; A is requeued (same job id) and B still
+    waits; A then completes and B starts."""
+    from test_requeue import DRIVER
+
+    exp = experiment(tmp_path, max_requeues=2)
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER, "SF_TEST_FINISH_AT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    run_a, dir_a, job_a = first["run"], Path(first["run_dir"]), first["job_id"]
+    jobs = [job_a]
+    try:
+        wait_event(dir_a, "driver_started", restart=0, timeout=150)
+        proc = sf("submit", exp, "--json", "--after", run_a, env={"SF_TEST_DRIVER": SLEEPER})
+        assert proc.returncode == 0, proc.stderr
+        job_b = json.loads(proc.stdout)["job_id"]
+        jobs.append(job_b)
+        info = slurm.show_job(job_b)
+        assert info["JobState"] == "PENDING" and info["Dependency"].startswith(f"afterok:{job_a}"), info
+        subprocess.run(["scontrol", "requeue", job_a], check=True)
+        wait_event(dir_a, "restarted", restart=1, timeout=150)
+        info = slurm.show_job(job_b)  # A is back (same id): B still waits for it
+        assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
+        assert info["Dependency"].startswith(f"afterok:{job_a}"), info
+        _wait(job_a, {"COMPLETED"}, timeout=150)
+        _wait(job_b, {"RUNNING"}, timeout=120)
+        print(f"\n--after: job {job_b} waited for run {run_a} (job {job_a}) through its requeue, then started")
+    finally:
+        for job in jobs:
+            cleanup(job)
