@@ -597,17 +597,6 @@ class Supervisor:
                         else:
                             self.start_driver()
                         continue
-                if step["kind"] == "health" and not step.get("seen"):
-                    step["seen"] = True
-                    result = last_json(step["popen"], rc)
-                    if rc == 0 and result.get("ok"):
-                        self.record("health_checked", seconds=self.elapsed(), pairs=result.get("pairs"),
-                                    median_mib_per_s=result.get("median_mib_per_s"))
-                        self.start_driver()
-                        continue
-                    suspects = ", ".join(result.get("suspect_nodes") or []) or "see the transfers below"
-                    return self.fail(f"node health check failed during phase health (suspect nodes: {suspects}): "
-                                     + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]), rc=1)
                     missing = result.get("missing") or []
                     where = {h: p.name for p in self.pools for h in p.hosts}
                     named = ", ".join(f"{h} (pool {where.get(h, '?')})" for h in missing)
@@ -620,6 +609,17 @@ class Supervisor:
                     else:
                         reason = f"barrier failed during phase barrier: {result.get('error')}"
                     return self.fail(reason, rc=1)
+                if step["kind"] == "health" and not step.get("seen"):
+                    step["seen"] = True
+                    result = last_json(step["popen"], rc)
+                    if rc == 0 and result.get("ok"):
+                        self.record("health_checked", seconds=self.elapsed(), pairs=result.get("pairs"),
+                                    median_mib_per_s=result.get("median_mib_per_s"))
+                        self.start_driver()
+                        continue
+                    suspects = ", ".join(result.get("suspect_nodes") or []) or "see the transfers below"
+                    return self.fail(f"node health check failed during phase health (suspect nodes: {suspects}): "
+                                     + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]), rc=1)
                 if step["kind"] == "driver":
                     what = step["name"]
                     reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"
