@@ -46,6 +46,8 @@ class SlurmOptions:
     exclude: str | None = None
     constraint: str | None = None
     sbatch: tuple[tuple[str, str | None], ...] = ()  # allowlisted long options: (key, value or None)
+    # health check before training; its suspect nodes are excluded and the job requeued
+    exclude_bad_nodes: bool = False
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,9 @@ def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
             "port_range": [lo, hi], "temp_root": str(ray.temp_root),
             "barrier_timeout_s": sbatch_values.whole(int(ray.barrier_timeout_s), "site.ray.barrier_timeout_s", 1),
             "start_retries": sbatch_values.whole(int(ray.start_retries), "site.ray.start_retries", 0),
-            "health_check": ray.health_check,
+            # --exclude-bad-nodes needs the check before every driver to find the nodes
+            "health_check": "always" if plan.slurm.exclude_bad_nodes else ray.health_check,
+            "exclude_bad_nodes": bool(plan.slurm.exclude_bad_nodes),
             "dashboard": bool((site.raw.get("ray") or {}).get("dashboard")),
         },
         "max_requeues": sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),

@@ -102,7 +102,7 @@ SCALARS = (
     ("--exclude", "exclude", NODELIST, "node names like node[01-03],node07", False),
     ("--constraint", "constraint", sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
 )
-KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch",)
+KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch", "exclude_bad_nodes")
 _TEXT = ["string", "null"]
 # config.yaml's `slurm:` keys for these options (tests/unit/compiler_fixtures/genschema.py)
 SCHEMA_PROPERTIES = {
@@ -118,6 +118,9 @@ SCHEMA_PROPERTIES = {
     "sbatch": {"type": "object", "additionalProperties": {"type": ["string", "integer", "boolean"]},
                "description": "other long sbatch options from sf's allowlist, e.g. {mem-per-gpu: 32G, "
                               "spread-job: true}; --sbatch KEY=VALUE"},
+    "exclude_bad_nodes": {"type": ["boolean", "null"],
+                          "description": "check every node before training; requeue without the ones that fail "
+                                         "(at most max_requeues times); --exclude-bad-nodes"},
 }
 HET_NOTE = ("In a hetjob --reservation, --exclude, --constraint and per-node --sbatch options "
             "(mem-per-gpu, licenses, ...) apply to every het group; --dependency, --mail-type/--mail-user and "
@@ -203,6 +206,12 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
         pairs.append(check_sbatch(key, value, field))
     if pairs:
         out["sbatch"] = tuple(pairs)
+    bad_nodes = slurm.get("exclude_bad_nodes")
+    if bad_nodes is not None:
+        if not isinstance(bad_nodes, bool):
+            raise SpecError(_field("exclude_bad_nodes", provenance, "--exclude-bad-nodes"),
+                            f"{bad_nodes!r} must be true or false")
+        out["exclude_bad_nodes"] = bad_nodes
     return out
 
 
@@ -259,6 +268,9 @@ def click_options():
                      help="Node features, joined with the series' own by & (every het group)."),
         click.option("--after", metavar="RUN", help="Wait for another run (or sweep) to succeed: afterok on its "
                      "current job, still right after it is requeued."),
+        click.option("--exclude-bad-nodes", "exclude_bad_nodes", is_flag=True, default=None,
+                     help="Check every node (object transfers; NCCL all-reduce and a GEMM per GPU on GPU nodes) "
+                          "before training; requeue without the nodes that fail (at most max_requeues times)."),
         click.option("--sbatch", "sbatch_", metavar="KEY=VALUE", multiple=True,
                      help="Another long sbatch option from sf's allowlist, e.g. mem-per-gpu=32G (repeatable; "
                           "job-wide ones such as begin go to the first het group, per-node ones to every group)."),
@@ -273,6 +285,9 @@ def pop_flags(kwargs: dict) -> tuple[dict, dict]:
         if value is not None:
             slurm[key] = value
             prov[f"slurm.{key}"] = flag
+    if kwargs.pop("exclude_bad_nodes", None):
+        slurm["exclude_bad_nodes"] = True
+        prov["slurm.exclude_bad_nodes"] = "--exclude-bad-nodes"
     extra = parse_sbatch_flags(kwargs.pop("sbatch_", None) or ())
     if extra:
         slurm["sbatch"] = extra

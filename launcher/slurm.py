@@ -141,6 +141,20 @@ def requeue(job_id) -> None:
     _run(["scontrol", "requeue", str(job_id)])
 
 
+def requeue_excluding(job_id, exclude: dict[str, list[str]]) -> None:
+    """Requeue `job_id` and add nodes to the excluded list of each component named in
+    `exclude` ({"123" or "123+1": [node, ...]}). Slurm takes ExcNodeList only while a job is
+    pending, so the update follows the requeue; the nodes already excluded are kept."""
+    before = {}
+    for component in exclude:
+        value = show_job(component).get("ExcNodeList") or ""
+        before[component] = hostnames(value) if value not in ("(null)", "") else []
+    requeue(job_id)
+    for component, nodes in exclude.items():
+        names = list(dict.fromkeys(before[component] + list(nodes)))
+        _run(["scontrol", "update", f"JobId={component}", "ExcNodeList=" + ",".join(names)])
+
+
 def _split_kv(line: str) -> dict[str, str]:
     """`A=1 B=x y C=2` -> {A: 1, B: 'x y', C: 2} (values may hold spaces)."""
     out: dict[str, str] = {}

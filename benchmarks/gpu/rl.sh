@@ -15,6 +15,9 @@
 #                                                   # call 4: last part, then the whole chain
 #   bash benchmarks/gpu/rl.sh wait 560              # later calls, back to back, until "done"
 #
+# Session 2 (both step-time orders, the GPU health check, distillation metrics):
+#   bash benchmarks/gpu/rl.sh start install slurm assets orders health distill3 summary2
+#
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
 # from a private copy of the repository, so later calls may send a changed tree safely.
 # `wait N` follows the chain's log for at most N seconds and packs what came back into $OUT.
@@ -36,6 +39,7 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   [[ -n "${OUT:-}" ]] || return 0
   cp "$L/chain.log" "$OUT/chain.log" 2>/dev/null
   cp "$L/results.json" "$OUT/results.json" 2>/dev/null
+  cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
@@ -243,6 +247,61 @@ if want distill; then
   D=$(cat "$L/distill-run-dir.txt" 2>/dev/null)
   [[ -n "$D" ]] && (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -20 && sf plot "$(basename "$D")" -o "$L/distill.png" 2>&1 | tail -2)
 fi
+# -- session 2 (issue 14 leftovers): both orders, the GPU health check, distillation metrics --
+OSTEPS=${OSTEPS:-10}
+# lane GPU SERIES ORDER: on one GPU (and its Slurm node), the sf run and the bare run of the
+# same overrides one after the other; ORDER bare-first or sf-first. The two lanes run side by
+# side, so each run has the other lane's run beside it on the other GPU in both orders.
+lane() {
+  local g=$1 series=$2 order=$3 exp=tiny-grpo-$1 dry=$W/dry-tiny-grpo-$1
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  mkdir -p "$dry"
+  # the overrides sf would send (the dry run is what submit sends, modulo the run id)
+  (cd "$EXP" && sf submit "$exp" --profile "$series:1" --set total_training_steps="$OSTEPS" --dry-run --json) \
+    >"$L/o$g-dry.json" 2>"$L/o$g-dry.err"
+  $PY -c 'import json,sys; t=open(sys.argv[1]).read(); print("\n".join(json.loads(t[t.index("{"):])["overrides"]))' \
+    "$L/o$g-dry.json" >"$dry/overrides.txt" || { note "lane $g: no dry-run overrides"; return 1; }
+  $PY "$HERE/steptimes.py" watch "$W/runs/$exp-*/metrics/attempt-0.jsonl" "$L/o$g-sf-stamps.jsonl" --stop "$L/orders.stop" &
+  $PY "$HERE/steptimes.py" watch "$L/o$g-bare-metrics.jsonl" "$L/o$g-bare-stamps.jsonl" --stop "$L/orders.stop" &
+  one_sf() { date +%s >"$L/o$g-sf-t0.txt"; sf_submit "o$g-sf" "$exp" --profile "$series:1" --set total_training_steps="$OSTEPS"; }
+  one_bare() { date +%s >"$L/o$g-bare-t0.txt"; bare "o$g-bare" "$dry" "$g"; }
+  if [[ $order == bare-first ]]; then one_bare; one_sf; else one_sf; one_bare; fi
+  echo "$order" >"$L/o$g-order.txt"
+}
+if want orders; then
+  stage "orders: GPU 0 (n1) bare then sf, GPU 1 (n2) sf then bare, $OSTEPS steps each, the lanes side by side"
+  rm -f "$L/orders.stop"
+  lane 0 h200 bare-first >"$L/lane0.log" 2>&1 &
+  LANE0=$!
+  lane 1 h200-teach sf-first >"$L/lane1.log" 2>&1 &
+  LANE1=$!
+  wait $LANE0; wait $LANE1
+  touch "$L/orders.stop"
+  tail -n 6 "$L/lane0.log" "$L/lane1.log"
+fi
+if want health; then
+  stage "health: preflight over n1 + n2 (object transfers, a GEMM per GPU, NCCL all-reduce over both GPUs)"
+  sf_submit health-pre tiny-grpo --profile h200-pair:2x1 --preflight
+  D=$(cat "$L/health-pre-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && $PY -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("health"), indent=1))' \
+    "$D/preflight.json" 2>&1 | tee "$L/health-pre.json"
+  stage "health before the driver: --exclude-bad-nodes (test driver in place of verl)"
+  SF_TEST_DRIVER="exit 0" sf_submit health-job tiny-grpo --profile h200-pair:2x1 --exclude-bad-nodes
+  D=$(cat "$L/health-job-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && grep '"health_checked"' "$D/events.jsonl" | tee "$L/health-job.json"
+fi
+if want distill3; then
+  stage "distill3: the hetjob for 3 steps; sf metrics must show actor/distillation/loss by default"
+  sf_submit distill3 tiny-distill --set total_training_steps=3
+  D=$(cat "$L/distill3-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -12 | tee "$L/distill3-metrics.txt" \
+    && sf plot "$(basename "$D")" -o "$L/distill3.png" 2>&1 | tail -2)
+fi
+if want summary2; then
+  stage "summary2"
+  $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results2.json" --orders 2>&1 | tail -60
+fi
+
 if want summary; then
   stage "summary"
   $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results.json" 2>&1 | tail -60

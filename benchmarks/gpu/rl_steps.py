@@ -130,16 +130,9 @@ def compare(grpo: dict, logs: str) -> dict:
     bare = metric(bare_rows, "timing_s/step")
     sf = {int(k): v for k, v in grpo.get("step_time_s", {}).items()}
     skip = {1, *grpo.get("first_step_of_attempt", [])}
-    common = sorted(s for s in set(sf) & set(bare) if s not in skip)
     out = {"bare_steps": sorted(bare), "bare_max_memory_allocated_gb":
-           max(metric(bare_rows, MEMORY).values(), default=None),
-           "steps_compared": common, "bare_step_time_s": bare}
-    if len(common) >= 2:
-        a, b = [sf[s] for s in common], [bare[s] for s in common]
-        low, high = bootstrap_ratio(a, b)
-        out.update(sf_mean_s=statistics.fmean(a), bare_mean_s=statistics.fmean(b),
-                   ratio=statistics.fmean(a) / statistics.fmean(b), ratio_95ci=[low, high],
-                   per_step_ratio_median=statistics.median(x / y for x, y in zip(a, b, strict=True)))
+           max(metric(bare_rows, MEMORY).values(), default=None), "bare_step_time_s": bare,
+           **step_ratio(sf, bare, skip)}
     t_sf, t_bare = read_text(os.path.join(logs, "grpo-t0.txt")), read_text(os.path.join(logs, "bare-t0.txt"))
     s_sf = first_stamp(os.path.join(logs, "grpo-stamps.jsonl"))
     s_bare = first_stamp(os.path.join(logs, "bare-stamps.jsonl"))
@@ -150,12 +143,72 @@ def compare(grpo: dict, logs: str) -> dict:
     return out
 
 
+def step_ratio(sf: dict[int, float], bare: dict[int, float], skip: set[int]) -> dict:
+    """sf/bare over the steps both logged, `skip` left out: means, ratio, bootstrap 95 %."""
+    common = sorted(s for s in set(sf) & set(bare) if s not in skip)
+    out: dict = {"steps_compared": common}
+    if len(common) >= 2:
+        a, b = [sf[s] for s in common], [bare[s] for s in common]
+        low, high = bootstrap_ratio(a, b)
+        out.update(sf_mean_s=statistics.fmean(a), bare_mean_s=statistics.fmean(b),
+                   ratio=statistics.fmean(a) / statistics.fmean(b), ratio_95ci=[low, high],
+                   per_step_ratio_median=statistics.median(x / y for x, y in zip(a, b, strict=True)))
+    return out
+
+
+def orders(logs: str) -> dict:
+    """The order check (rl.sh stage `orders`): per GPU lane, sf and bare one after the other
+    (GPU 0 bare first, GPU 1 sf first), and both lanes' steps pooled."""
+    out, pooled_sf, pooled_bare = {}, [], []
+    for g in ("0", "1"):
+        sf_dir = read_text(os.path.join(logs, f"o{g}-sf-run-dir.txt"))
+        if not sf_dir:
+            continue
+        run = run_summary(sf_dir)
+        bare_rows = read_jsonl(os.path.join(logs, f"o{g}-bare-metrics.jsonl"))
+        sf = {int(k): v for k, v in run["step_time_s"].items()}
+        bare = metric(bare_rows, "timing_s/step")
+        lane = {"order": read_text(os.path.join(logs, f"o{g}-order.txt")), "sf_state": run["state"],
+                "sf_steps": run["steps_per_attempt"], "bare_steps": sorted(bare),
+                "sf_max_memory_allocated_gb": run["max_memory_allocated_gb"],
+                "bare_max_memory_allocated_gb": max(metric(bare_rows, MEMORY).values(), default=None),
+                **step_ratio(sf, bare, {1})}
+        for who in ("sf", "bare"):
+            t0, stamp = read_text(os.path.join(logs, f"o{g}-{who}-t0.txt")), first_stamp(
+                os.path.join(logs, f"o{g}-{who}-stamps.jsonl"))
+            if t0 and stamp:
+                lane[f"{who}_start_to_first_step_s"] = round(stamp - float(t0), 1)
+        for s in lane["steps_compared"]:
+            pooled_sf.append(sf[s])
+            pooled_bare.append(bare[s])
+        out[f"gpu{g}"] = lane
+    if len(pooled_sf) >= 2:
+        low, high = bootstrap_ratio(pooled_sf, pooled_bare)
+        out["pooled"] = {"pairs": len(pooled_sf), "ratio": statistics.fmean(pooled_sf) / statistics.fmean(pooled_bare),
+                         "ratio_95ci": [low, high]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--logs", required=True)
     ap.add_argument("--runs", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--orders", action="store_true", help="session 2: the order check, health, distill3")
     args = ap.parse_args()
+    if args.orders:
+        results = {"orders": orders(args.logs)}
+        for tag in ("health-pre", "health-job", "distill3"):
+            run_dir = read_text(os.path.join(args.logs, f"{tag}-run-dir.txt"))
+            if run_dir:
+                results[tag] = run_summary(run_dir)
+        health = read_text(os.path.join(args.logs, "health-pre.json"))
+        results["health_preflight"] = json.loads(health) if health and health.startswith("{") else health
+        with open(args.out, "w") as handle:
+            json.dump(results, handle, indent=1, default=str)
+        print(json.dumps({"orders": results["orders"], "health_preflight": results["health_preflight"]},
+                         indent=1, default=str))
+        return
     results = {}
     for tag in TAGS:
         run_dir = read_text(os.path.join(args.logs, f"{tag}-run-dir.txt"))

@@ -104,7 +104,7 @@ def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, di
                 path_report[name] = ray.get(ref, timeout=60)
             except Exception as exc:
                 path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
-    pool_report["_health"] = health.object_transfer(ray, sorted(by_name))
+    pool_report["_health"] = health.check(ray, job)
     return pool_report, place, path_report
 
 
@@ -127,6 +127,16 @@ def srun_paths(job: dict, pools: list[dict], paths: list[str]) -> dict:
             except ValueError:
                 pass
     return report
+
+
+def health_gpu_text(gpu: dict) -> str:
+    if gpu.get("skipped"):
+        return "skipped (" + gpu["skipped"] + ")"
+    reduce = gpu.get("allreduce") or {}
+    figures = (f"GEMM median {gpu.get('gemm_median_tflops')} TFLOP/s over {gpu.get('gpus')} GPUs; all-reduce "
+               + (f"{reduce['busbw_gb_s']} GB/s bus bandwidth ({reduce['mib']} MiB)" if "busbw_gb_s" in reduce
+                  else reduce.get("skipped", "FAILED")))
+    return figures + ("" if gpu.get("ok") else "; " + "; ".join(gpu.get("failed", [])[:3]))
 
 
 def main() -> int:
@@ -155,7 +165,7 @@ def main() -> int:
     report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
     if report["health"] and not report["health"]["ok"]:
         bad = ", ".join(report["health"]["suspect_nodes"]) or "see health.failed"
-        report["failures"].append(f"health: object transfer failed between nodes (suspect: {bad}): "
+        report["failures"].append(f"health: node check failed (suspect: {bad}): "
                                   + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
     for name, entry_ in pool_report.items():
@@ -215,6 +225,9 @@ def summary(report: dict) -> str:
         lines.append(f"health: {health['pairs']} object transfers ({health['mode']}, {health['payload_mib']} MiB): "
                      + ("ok" if health["ok"] else f"{len(health['failed'])} FAILED")
                      + (f", median {health['median_mib_per_s']} MiB/s" if health.get("median_mib_per_s") else ""))
+        gpu = health.get("gpu")
+        if gpu:
+            lines.append("health gpus: " + health_gpu_text(gpu))
     for host, ids in (report.get("gpu_ids") or {}).items():
         lines.append(f"gpus {host}: {', '.join(ids) or 'none'}")
     ck = report.get("checkpoint", {})

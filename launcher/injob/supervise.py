@@ -112,6 +112,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     args.temp_root, args.dashboard = ray["temp_root"], bool(ray.get("dashboard"))
     args.barrier_timeout, args.start_retries = float(ray["barrier_timeout_s"]), int(ray["start_retries"])
     args.health_check = ray.get("health_check", "preflight")
+    args.exclude_bad_nodes = bool(ray.get("exclude_bad_nodes"))
     args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
 
 
@@ -313,9 +314,11 @@ class Supervisor:
         return names
 
     def wants_health_check(self) -> bool:
-        """The node health check before the driver: site ray.health_check: always (the
-        preflight runs its own), on Ray jobs of more than one node."""
-        return self.args.health_check == "always" and not self.args.preflight and len(self.nodes) > 1
+        """The node health check before the driver: site ray.health_check: always or
+        --exclude-bad-nodes (the preflight runs its own), on Ray jobs of more than one node
+        or with GPUs."""
+        gpus = any(p.gpus_per_node for p in self.pools)
+        return self.args.health_check == "always" and not self.args.preflight and (len(self.nodes) > 1 or gpus)
 
     def gpus_seen(self) -> dict[str, list[str]]:
         """{node: GPU ids} from this attempt's node_started phases (each node reports what its
@@ -506,6 +509,34 @@ class Supervisor:
         self.finish(rc, reason)
         return rc
 
+    def requeue_without(self, bad: list[str], reason: str) -> int:
+        """--exclude-bad-nodes: requeue the job with `bad` added to its excluded nodes (each
+        het component its own), within max_requeues; the next attempt starts elsewhere."""
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        if restarts >= int(self.args.max_requeues or 0):
+            return self.fail(f"{reason}; not requeued without them: already requeued {restarts} times "
+                             f"(max_requeues={self.args.max_requeues})", rc=1)
+        if set(bad) >= set(self.nodes):
+            return self.fail(f"{reason}; not requeued: every node of the job is suspect (a shared cause, "
+                             "such as the network or the runtime, is more likely than bad nodes)", rc=1)
+        het = len({p.het_group for p in self.pools}) > 1
+        components: dict[str, list[str]] = {}
+        for pool in self.pools:
+            mine = [h for h in pool.hosts if h in bad]
+            if mine:
+                key = f"{self.leader}+{pool.het_group}" if het else self.job_id
+                components.setdefault(key, []).extend(mine)
+        log(f"excluding {', '.join(bad)} and requeueing: {reason}")
+        self.record("requeued", restart=restarts + 1, cause="bad nodes", excluded=bad, reason=reason)
+        self.ended = True
+        # the requeue sends this job SIGTERM; the exclusion after it (Slurm takes ExcNodeList
+        # only while a job is pending) must still be written, by children that ignore it too
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        slurm.requeue_excluding(self.leader, components)
+        if getattr(self, "token", None):
+            auth.remove_token(self.token)
+        return 0
+
     def finish(self, rc: int, reason: str) -> None:
         if self.ended:
             return
@@ -614,12 +645,16 @@ class Supervisor:
                     result = last_json(step["popen"], rc)
                     if rc == 0 and result.get("ok"):
                         self.record("health_checked", seconds=self.elapsed(), pairs=result.get("pairs"),
-                                    median_mib_per_s=result.get("median_mib_per_s"))
+                                    median_mib_per_s=result.get("median_mib_per_s"), gpu=result.get("gpu"))
                         self.start_driver()
                         continue
-                    suspects = ", ".join(result.get("suspect_nodes") or []) or "see the transfers below"
-                    return self.fail(f"node health check failed during phase health (suspect nodes: {suspects}): "
-                                     + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]), rc=1)
+                    bad = list(result.get("suspect_nodes") or [])
+                    reason = (f"node health check failed during phase health (suspect nodes: "
+                              f"{', '.join(bad) or 'none named'}): "
+                              + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]))
+                    if self.args.exclude_bad_nodes and bad:
+                        return self.requeue_without(bad, reason)
+                    return self.fail(reason, rc=1)
                 if step["kind"] == "driver":
                     what = step["name"]
                     reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"

@@ -134,3 +134,42 @@ def test_site_health_check_always_runs_before_the_driver(tmp_path):
     assert names.index("all_joined") < names.index("health_checked") < names.index("driver_started")
     (checked,) = events(run, "health_checked")
     assert checked["pairs"] == 2 and checked["median_mib_per_s"] > 0
+
+
+def run_with_bad_node(example: str) -> tuple[dict, str]:
+    """A real job (test driver) with --exclude-bad-nodes whose last node fails the health
+    check in attempt 0 (SF_TEST_HEALTH_FAIL_ON_RESTART): requeued without it."""
+    proc = subprocess.run([SF, "submit", example, "--exclude-bad-nodes", "--wait", "--json"], capture_output=True,
+                          text=True, timeout=400, cwd=REPO,
+                          env={**os.environ, "SF_TEST_DRIVER": "exit 0", "SF_TEST_HEALTH_FAIL_ON_RESTART": "0"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    (requeued,) = [e for e in events(out["run"], "requeued") if e.get("cause") == "bad nodes"]
+    (bad,) = requeued["excluded"]
+    assert "suspect nodes: " + bad in requeued["reason"]
+    return out, bad
+
+
+def joined_nodes(run: str) -> list[set[str]]:
+    return [{h for hosts in e["pools"].values() for h in hosts} for e in events(run, "all_joined")]
+
+
+def test_exclude_bad_nodes_requeues_without_the_node_that_failed_the_health_check():
+    out, bad = run_with_bad_node("examples/grpo")
+    first, second = joined_nodes(out["run"])
+    assert bad in first and bad not in second and len(second) == 2
+    assert [e["phase"] for e in runs.read_phases(RUNS / out["run"])].count("health_checked") == 1
+    job = out["job_id"]
+    shown = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True).stdout
+    assert f"ExcNodeList={bad}" in shown and "JobState=COMPLETED" in shown and "Restarts=1" in shown
+
+
+def test_exclude_bad_nodes_in_a_hetjob_excludes_the_node_from_its_own_het_group():
+    out, bad = run_with_bad_node("examples/distill")
+    first, second = joined_nodes(out["run"])
+    assert bad in first and bad not in second
+    shown = subprocess.run(["scontrol", "show", "job", "-o", str(out["job_id"])], capture_output=True,
+                           text=True).stdout.splitlines()
+    # the node is the job's last (sorted); its component excludes it, the other does not
+    mine = [line for line in shown if f"ExcNodeList={bad}" in line]
+    assert len(mine) == 1 and len(shown) == 2, shown
