@@ -136,10 +136,12 @@ def test_site_health_check_always_runs_before_the_driver(tmp_path):
     assert checked["pairs"] == 2 and checked["median_mib_per_s"] > 0
 
 
-def run_with_bad_node(example: str) -> tuple[dict, str]:
+def run_with_bad_node(example: str, *args: str) -> tuple[dict, str]:
     """A real job (test driver) with --exclude-bad-nodes whose last node fails the health
-    check in attempt 0 (SF_TEST_HEALTH_FAIL_ON_RESTART): requeued without it."""
-    proc = subprocess.run([SF, "submit", example, "--exclude-bad-nodes", "--wait", "--json"], capture_output=True,
+    check in attempt 0 (SF_TEST_HEALTH_FAIL_ON_RESTART): requeued without it. Three nodes at
+    least: with two, every transfer involves both and neither can be told apart."""
+    proc = subprocess.run([SF, "submit", example, *args, "--exclude-bad-nodes", "--wait", "--json"],
+                          capture_output=True,
                           text=True, timeout=400, cwd=REPO,
                           env={**os.environ, "SF_TEST_DRIVER": "exit 0", "SF_TEST_HEALTH_FAIL_ON_RESTART": "0"})
     assert proc.returncode == 0, proc.stderr
@@ -155,9 +157,9 @@ def joined_nodes(run: str) -> list[set[str]]:
 
 
 def test_exclude_bad_nodes_requeues_without_the_node_that_failed_the_health_check():
-    out, bad = run_with_bad_node("examples/grpo")
+    out, bad = run_with_bad_node("examples/grpo", "--profile", "fake:3x4")
     first, second = joined_nodes(out["run"])
-    assert bad in first and bad not in second and len(second) == 2
+    assert bad in first and bad not in second and len(second) == 3
     assert [e["phase"] for e in runs.read_phases(RUNS / out["run"])].count("health_checked") == 1
     job = out["job_id"]
     shown = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True).stdout
@@ -173,3 +175,14 @@ def test_exclude_bad_nodes_in_a_hetjob_excludes_the_node_from_its_own_het_group(
     # the node is the job's last (sorted); its component excludes it, the other does not
     mine = [line for line in shown if f"ExcNodeList={bad}" in line]
     assert len(mine) == 1 and len(shown) == 2, shown
+
+
+def test_exclude_bad_nodes_does_not_exclude_every_node_of_a_two_node_job():
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--exclude-bad-nodes", "--wait", "--json"],
+                          capture_output=True, text=True, timeout=400, cwd=REPO,
+                          env={**os.environ, "SF_TEST_DRIVER": "exit 0", "SF_TEST_HEALTH_FAIL_ON_RESTART": "0"})
+    assert proc.returncode != 0
+    run = json.loads(proc.stdout[proc.stdout.index("{"):])["run"]
+    reason = (RUNS / run / "reason").read_text()
+    assert "every node of the job is suspect" in reason and "RuntimeError" in reason
+    assert not [e for e in events(run, "requeued")]
