@@ -52,6 +52,12 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
         except SpecError as exc:
             errors.append(SpecError(where, str(exc)))
             continue
+        if spec.chain_export is not None:
+            ce = spec.chain_export
+            raise SpecError("--model", f"run {ce.run_id} has no export yet and a sweep does not export it on the "
+                            f"fly: `sf export {ce.run_id}` first (its points then wait for that export job), or "
+                            f"`sf submit` one run with --model run:{ce.run_id} and sweep with --model run:{ce.run_id}"
+                            " after it")
         compiled.append((params, spec, plan))
     if errors:
         raise SpecErrors(errors)
