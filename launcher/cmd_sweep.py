@@ -257,7 +257,9 @@ def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
-        dep = sweep_mod.dependency_for(i, submitted, k)
+        # the throttle on sbatch's command line replaces the script's --dependency: join them
+        dep = sweep_mod.throttled_dependency(sweep_mod.script_dependency(m.read_text("job.sbatch") or ""),
+                                             sweep_mod.dependency_for(i, submitted, k))
         try:
             job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
                                   pass_env=pass_env)

@@ -195,3 +195,17 @@ def test_chain_refuses_what_would_never_export(fake_slurm, site, monkeypatch, tm
     assert result.exit_code == 2 and f"run {pre.id} is a preflight" in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1
     assert not fake_slurm.calls("sbatch")
+
+
+def test_hetjob_sweep_throttle_keeps_the_points_own_dependency(fake_slurm, site):  # noqa: F811
+    """A hetjob sweep point held back by the throttle still waits for its --dependency and
+    carries its singleton: sbatch's command line replaces the script's line, so sf joins them."""
+    distill = str(paths.data_root() / "examples" / "distill")
+    fake_slurm.set("sbatch", "700\n")
+    fake_slurm.set("sbatch", "701\n", from_call=2)
+    result = CliRunner().invoke(main, ["sweep", distill, "--site", site(), "--grid", "rollout_n=4,8",
+                                       "--max-parallel", "1", "--dependency", "afterany:7"])
+    assert result.exit_code == 0, result.output
+    first, second = fake_slurm.calls("sbatch")
+    assert "--dependency" not in first  # no throttle: the script's own line stands
+    assert "--dependency=afterany:7,singleton,afterany:700 " in second, second
