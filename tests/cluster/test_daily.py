@@ -345,3 +345,46 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
     finally:
         for job in jobs:
             cleanup(job)
+
+
+# --- sf attach on a point of an array sweep -------------------------------------------------------
+
+def test_attach_reaches_an_array_sweep_point_through_a_real_step(tmp_path):
+    """A one-pool sweep is one job array; its point's record says `<array>_<task>`. sf attach
+    runs a real overlapping step in that task (srun --jobid=<the task's own job id>), with
+    the task's Ray address and token."""
+    proc = sf("sweep", experiment(tmp_path, max_requeues=1), "--grid", "rollout_n=4,8", "--max-parallel", "1",
+              "--json", env={"SF_TEST_DRIVER": SLEEPER})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    array = out["job_ids"][0]
+    point = out["points"][0]
+    run, task = point["run"], point["job_id"]
+    assert task == f"{array}_0"
+    from launcher import runs
+
+    run_dir = runs.open_run("/var/lib/sfdev/runs", run).dir
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        allocated = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]
+        node, own = allocated["pools"]["train"][0], str(allocated["leader"])
+        info = slurm.show_job(own)
+        assert (info["ArrayJobId"], info["ArrayTaskId"]) == (array, "0"), info  # the task's own id
+        head = [e for e in phases(run_dir) if e["phase"] == "head_up"][-1]["address"]
+        printed = sf("attach", run, "--print")
+        assert printed.returncode == 0 and f" --jobid={own} " in printed.stdout, printed.stdout + printed.stderr
+        probe = sf("attach", run, "--", "sh", "-c", PROBE, timeout=120)
+        assert probe.returncode == 0, probe.stderr
+        line = probe.stdout.strip().splitlines()[-1]
+        assert f"node={node} " in line and f"job={own} " in line and f"ray={head} " in line, line
+        assert f"token={run_dir}/.ray-auth/{own}.token " in line and f"run={run_dir} " in line, line
+        status = sf("attach", run, "--", "ray", "status", timeout=180)
+        deadline = time.monotonic() + 90
+        while "Active:" not in status.stdout and time.monotonic() < deadline:
+            time.sleep(3)
+            status = sf("attach", run, "--", "ray", "status", timeout=180)
+        assert "Active:" in status.stdout, status.stdout + status.stderr
+        assert job_state(own) == "RUNNING"  # the step left the task alone
+        print(f"\nsf attach: point {run} of array {array} (task job {own}) on {node}: {line}")
+    finally:
+        subprocess.run(["scancel", array], check=False)
