@@ -182,8 +182,14 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
     return request
 
 
+def _complete_runs(ctx, param, incomplete):
+    from launcher.cmd_monitor import complete_run_ids
+
+    return complete_run_ids(ctx, param, incomplete)
+
+
 @click.command("export")
-@click.argument("name", metavar="NAME|RUN")
+@click.argument("name", metavar="NAME|RUN", shell_complete=_complete_runs)
 @click.option("--checkpoint", "checkpoint", default=None, metavar="PATH",
               help="verl checkpoints dir, a global_step_N dir, or its actor/ dir "
                    "(default for a RUN: its checkpoints/).")
