@@ -16,6 +16,7 @@ from test_bringup import REPO, job_state, phases, sf  # noqa: E402
 from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
 
 from launcher import slurm  # noqa: E402
+from launcher.states import slurm_done  # noqa: E402
 
 SLEEPER = 'echo "test driver: attempt ${SLURM_RESTART_COUNT:-0}"; exec sleep 600'
 
@@ -281,8 +282,10 @@ def sft_experiment(tmp_path: Path) -> str:
 
 def _sacct_times(job: str) -> tuple[str, str, str]:
     out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,Start,End"], capture_output=True,
-                         text=True, check=True).stdout.strip().splitlines()[0]
-    state, start, end = out.split("|")
+                         text=True, check=True).stdout.strip().splitlines()
+    if not out:  # not in accounting yet
+        return "PENDING", "", ""
+    state, start, end = out[0].split("|")
     return state.split()[0], start, end
 
 
@@ -321,9 +324,13 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
         assert target == f"{grpo.dir.parent / sft_run}/exports/{export['id']}"
         assert grpo.record()["model_from"]["export_job"] == export_job
         assert f"actor_rollout_ref.model.path={target}\n" in (grpo.dir / "overrides.txt").read_text()
-        states = {job: _wait(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=420)["JobState"]
-                  for job in jobs}
-        times = {job: _sacct_times(job) for job in jobs}
+        deadline = time.monotonic() + 420
+        while True:  # sacct, not scontrol: a job that ended a while ago is gone from scontrol
+            times = {job: _sacct_times(job) for job in jobs}
+            if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        states = {job: t[0] for job, t in times.items()}
         print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
         log = Path(export["log"].replace("%j", export_job)) if export.get("log") else None
         assert states == dict.fromkeys(jobs, "COMPLETED"), (states, log.read_text()[-2000:] if log else "")
