@@ -101,7 +101,8 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     record = run.record()
     if record.get("kind") == "sweep":
         raise SpecError("--model", f"{run.id} is a sweep; pass one of its runs (`sf status {run.id}`)")
-    exports = [e for e in record.get("exports") or [] if e.get("target")]
+    # a preflight export merges nothing: never a model (another preflight chain makes its own)
+    exports = [e for e in record.get("exports") or [] if e.get("target") and not e.get("preflight")]
     if not exports:
         after = _dependency_on(run, "--model", f"or pass another --model than run:{run.id}")
         export_id = export_id_now()
@@ -116,8 +117,7 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     job = str(newest.get("job_id") or "")
     state = slurm.job_states([job]).get(job) if job.isdigit() else None
     if state is None or slurm_done(state.state):
-        what = "a preflight export, which merges nothing" if newest.get("preflight") else "no model"
-        raise SpecError("--model", f"run {run.id}'s newest export ({newest.get('id')}) holds {what} in {target} "
+        raise SpecError("--model", f"run {run.id}'s newest export ({newest.get('id')}) holds no model in {target} "
                         f"(export job {job or 'none'}: {state.state if state else 'not submitted'}); "
                         f"export it again (`sf export {run.id} ...`)")
     return target, f"afterok:{job}", None

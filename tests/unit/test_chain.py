@@ -209,3 +209,12 @@ def test_hetjob_sweep_throttle_keeps_the_points_own_dependency(fake_slurm, site)
     first, second = fake_slurm.calls("sbatch")
     assert "--dependency" not in first  # no throttle: the script's own line stands
     assert "--dependency=afterany:7,singleton,afterany:700 " in second, second
+
+
+def test_a_preflight_export_is_never_the_model(fake_slurm, tmp_path):
+    """RUN's newest export is a preflight (it merged nothing): --model run:RUN takes the real
+    export before it."""
+    run, target = _with_export(fake_slurm, tmp_path, done=True)
+    run.update(exports=[*run.record()["exports"], {"id": "export-2", "target": str(tmp_path / "pre"), "job_id": "605",
+                                                   "preflight": True}])
+    assert chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir) == (target, None, None)
