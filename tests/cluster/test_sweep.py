@@ -177,8 +177,8 @@ def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
         {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
         roles={"actor": "train", "rollout": "train", "teacher": "teach"}, method="verl/distillation")
     # the points' own --dependency: a held job, so Slurm still shows it unfulfilled below
-    held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"], capture_output=True,
-                          text=True, check=True).stdout.strip().split(";")[0]
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
+                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     out = sweep(exp, "--grid", "rollout_n=4,8", "--max-parallel", "1", "--dependency", f"afterany:{held}",
                 env={"SF_TEST_SLEEP": "2"})
     jobs = [p["job_id"] for p in out["points"]]
