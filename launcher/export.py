@@ -323,7 +323,9 @@ def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt, targe
     merge = " ".join(shlex.quote(str(a)) for a in wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)))
     if later:  # only sf's own slots may become variables: a path that spells one is refused
         if any(slot in str(v) for slot in (ACTOR_SLOT, BACKEND_SLOT) for v in (target_dir, run_dir, *extra)):
-            raise LayoutError(f"{target_dir!r}: a path cannot hold {ACTOR_SLOT} or {BACKEND_SLOT}")
+            from launcher.errors import SpecError
+
+            raise SpecError("--target", f"{target_dir!r}: a path cannot hold {ACTOR_SLOT} or {BACKEND_SLOT}")
         merge = merge.replace(ACTOR_SLOT, '"$SF_ACTOR_DIR"').replace(BACKEND_SLOT, '"$SF_BACKEND"')
     return _render("export.sbatch.j2", res=res, setup=setup, env=env, run_dir=run_dir, kind="export",
                    ended={"export_id": export_id}, sf_python=sf_python, export_id=export_id, ckpt=ckpt,
