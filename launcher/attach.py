@@ -35,7 +35,7 @@ DASHBOARD_LOCAL_PORT = 8265
 class Where:
     """The current attempt of a running job, as its events tell it."""
 
-    job_id: str  # the job (a hetjob's leader)
+    job_id: str  # the job (a hetjob's leader; an array task's own job id, not `<array>_<task>`)
     pools: dict  # pool name -> [hosts] (the latest `allocated` phase)
     het_groups: dict  # pool name -> het group (plan.json)
     roles: dict  # pool name -> [roles] (plan.json)
@@ -64,7 +64,14 @@ def where(record: dict, phases: list[dict], plan: dict | None) -> Where:
     heads = [e.get("address") for e in phases[last:] if e.get("phase") == "head_up" and e.get("address")]
     pools = {str(k): [str(h) for h in v] for k, v in phases[last]["pools"].items()}
     plan_pools = {p["name"]: p for p in (plan or {}).get("pools", [])}
-    return Where(job_id=job_ids[-1], pools=pools,
+    job_id = job_ids[-1]
+    leader = str(phases[last].get("leader") or "")
+    if "_" in job_id and leader.isdigit():
+        # a point of an array sweep (`<array>_<task>`): srun --jobid takes the task's own job
+        # id, which is also what its Ray token is named after (SLURM_JOB_ID in the task; the
+        # supervisor records it as `leader` when the task is allocated)
+        job_id = leader
+    return Where(job_id=job_id, pools=pools,
                  het_groups={n: int(plan_pools.get(n, {}).get("het_group", i)) for i, n in enumerate(pools)},
                  roles={n: list(plan_pools.get(n, {}).get("roles", ())) for n in pools},
                  head_address=heads[-1] if heads else None)

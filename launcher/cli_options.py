@@ -18,8 +18,9 @@ from pathlib import Path
 import click
 
 _OPTIONS = (
-    click.option("--model", metavar="PATH_OR_HF_ID",
-                 help="Model -> actor_rollout_ref.model.path (model.path for SFT)."),
+    click.option("--model", metavar="PATH_OR_HF_ID|run:RUN", shell_complete=lambda *a: complete_model(*a),
+                 help="Model -> actor_rollout_ref.model.path (model.path for SFT); run:RUN takes RUN's export "
+                      "(exported on the fly, after RUN succeeds, when it has none yet)."),
     click.option("--train-data", "train_data", metavar="FILE", multiple=True,
                  help="Training file -> data.train_files (repeatable; relative to --train-dataset when given)."),
     click.option("--validation-data", "validation_data", metavar="FILE", multiple=True,
@@ -32,6 +33,20 @@ _OPTIONS = (
                  help="A knob (rollout_n=8) or a raw Hydra key (a.b.c=1); repeatable."),
     click.option("--site", metavar="FILE", help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...)."),
 )
+
+
+def complete_model(ctx, param, incomplete):
+    """--model: `run:<id>` for the runs of the runs folder once `r`/`run:` is typed, else files."""
+    from click.shell_completion import CompletionItem
+
+    if "run:".startswith(incomplete[:4]) and incomplete:
+        from launcher.cmd_monitor import complete_run_ids
+
+        ids = complete_run_ids(ctx, param, incomplete[4:] if incomplete.startswith("run:") else "")
+        items = [CompletionItem(f"run:{i}") for i in ids if f"run:{i}".startswith(incomplete)]
+        if items:
+            return items
+    return [CompletionItem(incomplete, type="file")]
 
 
 def spec_options(func):

@@ -110,8 +110,86 @@ def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
 
 # --- export ---------------------------------------------------------------------------
 
+def _format_of(run) -> str | None:
+    """The checkpoint format a run will save, from its plan (megatron needs a GPU to merge)."""
+    plan = run.read_json("plan.json") if run else None
+    overrides = " ".join(str(o) for o in (plan or {}).get("overrides", ()))
+    if "strategy=megatron" in overrides or "model_engine=megatron" in overrides:
+        return "verl-megatron"
+    return None
+
+
+def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, target=None,
+                   framework_version=None, partition=None, time_limit=None, gpus=None, export_id=None,
+                   later: bool = False, after: str | None = None, preflight: bool = False,
+                   upstream_preflight: bool = False):
+    """The pipeline Request of one export job (checked against the placeholder run dir:
+    bad input raises SpecError and leaves nothing behind). `later`: the job looks up the
+    run's last checkpoint itself when it runs (a chained export, queued with `after` =
+    afterok:<the run's job> before that checkpoint exists). `preflight`: check, merge nothing."""
+    from launcher import export as ex
+    from launcher import runs
+    from launcher.pipeline import Rendered, Request, absolute_runs_dir
+
+    if later:
+        fmt = fmt or _format_of(run)
+        ckpt = ex.LaterCheckpoint(str(run.checkpoints_dir), fmt)
+        step_name = "latest"
+    else:
+        if checkpoint is None:
+            if run is None:
+                raise SpecError("--checkpoint", f"{name} is not a run of {root}; pass --checkpoint PATH "
+                                "(a verl checkpoints dir or global_step_N dir)")
+            checkpoint = str(run.checkpoints_dir)
+        ckpt = _checkpoint(checkpoint, fmt)
+        step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
+    version = _framework_version(site, run, framework_version)
+    rt, setup, env, wrap = _runtime_parts(site, version)
+    export_id = export_id or f"export-{_stamp()}"
+    script_name = f"{export_id}.sbatch"
+    megatron = (ckpt.fmt or "") == "verl-megatron"
+
+    def render(run_dir: str) -> Rendered:
+        target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
+        if (Path(target_dir) / "config.json").is_file():
+            raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
+                            "pass another --target or remove it")
+        report = f"{run_dir}/exports/{export_id}.preflight.json" if preflight else None
+        res = ex.resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
+                               gpus=gpus if gpus is not None else (1 if megatron else 0),
+                               partition=partition, time=time_limit, dependency=after)
+        try:
+            script = ex.render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
+                                      sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap,
+                                      preflight=preflight, report=report, upstream_preflight=upstream_preflight)
+        except ex.LayoutError as exc:
+            raise SpecError("--checkpoint-format", str(exc)) from None
+        entry = {"id": export_id, "checkpoint": ckpt.checkpoints_dir if later else ckpt.actor_dir,
+                 "format": ckpt.fmt, "step": ckpt.step, "target": target_dir, "script": f"{run_dir}/{script_name}",
+                 "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
+        if later:
+            entry["checkpoint_at_run_time"] = True  # the job looked up the last checkpoint itself
+        if after:
+            entry["after"] = after
+        if preflight:
+            entry.update(preflight=True, report=report)
+        return Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
+
+    request = Request(experiment=name, runs_dir=absolute_runs_dir(root), render=render, run=run,
+                      record={"task": "export", "framework_version": version}, entry_key="exports",
+                      sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
+    request.rendered()  # every check, against the placeholder dir: bad input leaves no record
+    return request
+
+
+def _complete_runs(ctx, param, incomplete):
+    from launcher.cmd_monitor import complete_run_ids
+
+    return complete_run_ids(ctx, param, incomplete)
+
+
 @click.command("export")
-@click.argument("name", metavar="NAME|RUN")
+@click.argument("name", metavar="NAME|RUN", shell_complete=_complete_runs)
 @click.option("--checkpoint", "checkpoint", default=None, metavar="PATH",
               help="verl checkpoints dir, a global_step_N dir, or its actor/ dir "
                    "(default for a RUN: its checkpoints/).")
@@ -121,13 +199,15 @@ def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
               help="Hugging Face folder to write (default: <run>/exports/global_step_N).")
 @click.option("--local", is_flag=True, help="Run the merge here instead of as a Slurm job.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit and record nothing.")
+@click.option("--preflight", is_flag=True,
+              help="The job checks the checkpoint, verl's merger and the target, and merges nothing.")
 @click.option("--framework-version", default=None, metavar="V",
               help="verl runtime (default: the run's, else the newest published).")
 @click.option("--partition", default=None, help="Partition (default: the site's default series').")
 @click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", help="Time limit (default: the site's).")
 @click.option("--gpus", type=int, default=None, help="GPUs for the job (default: 0 for FSDP, 1 for Megatron).")
 @runs_options
-def export(name, checkpoint, fmt, target, local, dry_run, framework_version, partition, time_limit, gpus,
+def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_version, partition, time_limit, gpus,
            site_path, runs_dir):
     """Merge a verl checkpoint into a Hugging Face folder with verl's model merger.
 
@@ -137,9 +217,7 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
       sf export my-grpo-k3x7q --checkpoint-format verl-fsdp
       sf export my-grpo --checkpoint /scratch/ckpt/global_step_200 --checkpoint-format verl-fsdp
     """
-    from launcher import export as ex
     from launcher import runs
-    from launcher.pipeline import Rendered, Request, absolute_runs_dir
     from launcher.site import load_site
 
     site = load_site(site_path)
@@ -151,46 +229,20 @@ def export(name, checkpoint, fmt, target, local, dry_run, framework_version, par
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             raise SpecError("NAME", f"{name!r} is neither a run nor an experiment name "
                             "(letters, digits, ._-)") from None
-    if checkpoint is None:
-        if run is None:
-            raise SpecError("--checkpoint", f"{name} is not a run of {root}; pass --checkpoint PATH "
-                            "(a verl checkpoints dir or global_step_N dir)")
-        checkpoint = str(run.checkpoints_dir)
-    ckpt = _checkpoint(checkpoint, fmt)
-    version = _framework_version(site, run, framework_version)
-    rt, setup, env, wrap = _runtime_parts(site, version)
-    export_id = f"export-{_stamp()}"
-    step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
-    script_name = f"{export_id}.sbatch"
-
-    def render(run_dir: str) -> Rendered:
-        target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
-        if (Path(target_dir) / "config.json").is_file():
-            raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
-                            "pass another --target or remove it")
-        res = ex.resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
-                               gpus=gpus if gpus is not None else (1 if ckpt.backend == "megatron" else 0),
-                               partition=partition, time=time_limit)
-        script = ex.render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
-                                  sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap)
-        entry = {"id": export_id, "checkpoint": ckpt.actor_dir, "format": ckpt.fmt, "step": ckpt.step,
-                 "target": target_dir, "script": f"{run_dir}/{script_name}",
-                 "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
-        return Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
-
-    request = Request(experiment=name, runs_dir=absolute_runs_dir(root), render=render, run=run,
-                      record={"task": "export", "framework_version": version}, entry_key="exports",
-                      sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
-    request.rendered()  # every check, against the placeholder dir: bad input leaves no record
+    request = export_request(site, root, name, run, checkpoint=checkpoint, fmt=fmt, target=target,
+                             framework_version=framework_version, partition=partition, time_limit=time_limit,
+                             gpus=gpus, preflight=preflight)
     sent = _send(request, dry_run=dry_run, local=local, what="export")
     if sent is None:
         return
     run, job_id, rendered = sent
-    target_dir = rendered.entry["target"]
+    entry = rendered.entry
+    what = "export preflight" if preflight else "export"
     if job_id is None:
-        click.echo(f"exported {ckpt.actor_dir} -> {target_dir}")
+        click.echo(f"export preflight: {entry['checkpoint']} -> {entry['target']} (report {entry['report']})"
+                   if preflight else f"exported {entry['checkpoint']} -> {entry['target']}")
         return
-    click.echo(f"submitted export job {job_id} (run {run.id}): {ckpt.actor_dir} -> {target_dir}")
+    click.echo(f"submitted {what} job {job_id} (run {run.id}): {entry['checkpoint']} -> {entry['target']}")
     click.echo(f"log: {rendered.log_path.replace('%j', job_id)}")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import click
 
 from launcher.cli_options import say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.errors import SpecError
 
 
 def _warn(warnings) -> None:
@@ -42,6 +43,10 @@ def render(name, out_dir, preflight, **kwargs):
     from launcher.pipeline import prepare_run
 
     request = prepare_run(name, spec_flags(kwargs), preflight=preflight)
+    if request.upstream is not None:
+        ce = request.spec.chain_export
+        raise SpecError("--model", f"run {ce.run_id} has no export yet and sf render submits nothing; "
+                        f"`sf submit` queues the export first, or `sf export {ce.run_id}` and render after it")
     out = Path(out_dir).expanduser().resolve()
     files = request.rendered(str(out)).files
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -73,6 +78,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
     request = pipeline.prepare_run(name, spec_flags(kwargs), preflight=preflight)
     plan = request.plan
     say_sbatch_env_left_out(request.pass_sbatch_env)  # what sbatch runs with is part of the request
+    chain = request.spec.chain_export if request.upstream is not None else None
     if dry_run:
         script = request.script
         if as_json:
@@ -81,10 +87,13 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
                 "run_dir": request.run_dir, "launcher": plan.launcher, "entry": list(plan.entry),
                 "overrides": list(plan.overrides), "sources": list(plan.sources), "pools": plan.to_dict()["pools"],
                 "runtime": request.record["runtime"], "preflight": preflight, "script": script,
+                "chain_export": {**chain.describe(), "script": request.upstream.script} if chain else None,
                 "warnings": list(request.warnings)}, indent=2))
         else:
             click.echo(script, nl=False)
             _warn(request.warnings)
+            if chain:
+                click.echo(_chain_line(chain, None, preflight, dry_run=True), err=True)
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
@@ -94,9 +103,13 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
     _warn((*request.warnings, *live_warnings))
+    export_job = (run.raw_record().get("model_from") or {}).get("export_job") if chain else None
     if as_json and not wait:
-        click.echo(json.dumps({"run": run.id, "run_dir": str(run.dir), "job_id": job_id, "preflight": preflight}))
+        click.echo(json.dumps({"run": run.id, "run_dir": str(run.dir), "job_id": job_id, "preflight": preflight,
+                               "export_job": export_job}))
     elif not as_json:
+        if chain:
+            click.echo(_chain_line(chain, export_job, preflight))
         click.echo(f"submitted run {run.id} as job {job_id} ({'preflight, ' if preflight else ''}"
                    f"{len(plan.pools)} pool{'s' if len(plan.pools) > 1 else ''}); run dir {run.dir}")
     from launcher.logger_env import after_submit  # W&B offline: the `wandb sync` line
@@ -105,6 +118,16 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
         click.echo(line, err=True)
     if wait:
         sys.exit(wait_for_job(run, job_id, preflight=preflight, as_json=as_json))
+
+
+def _chain_line(chain, export_job: str | None, preflight: bool, dry_run: bool = False) -> str:
+    """What `--model run:RUN` queued (or would queue) before the run: RUN's export."""
+    kind = "export preflight (checks, merges nothing)" if preflight else "export"
+    when = f"after {chain.after}" if chain.after else "now (the run completed)"
+    if dry_run:
+        return (f"sf: dry run: would first queue an {kind} of run {chain.run_id}'s last checkpoint, {when}, "
+                f"into {chain.target}; this job would wait on afterok:<that export job>")
+    return (f"queued {kind} job {export_job} of run {chain.run_id}'s last checkpoint ({when}) -> {chain.target}")
 
 
 # --wait: the monitor's poll (one sacct per poll), spaced out the way submitit's watcher

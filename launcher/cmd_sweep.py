@@ -52,6 +52,12 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
         except SpecError as exc:
             errors.append(SpecError(where, str(exc)))
             continue
+        if spec.chain_export is not None:
+            ce = spec.chain_export
+            raise SpecError("--model", f"run {ce.run_id} has no export yet and a sweep does not export it on the "
+                            f"fly: `sf export {ce.run_id}` first (its points then wait for that export job), or "
+                            f"`sf submit` one run with --model run:{ce.run_id} and sweep with --model run:{ce.run_id}"
+                            " after it")
         compiled.append((params, spec, plan))
     if errors:
         raise SpecErrors(errors)
@@ -251,7 +257,9 @@ def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
-        dep = sweep_mod.dependency_for(i, submitted, k)
+        # the throttle on sbatch's command line replaces the script's --dependency: join them
+        dep = sweep_mod.throttled_dependency(sweep_mod.script_dependency(m.read_text("job.sbatch") or ""),
+                                             sweep_mod.dependency_for(i, submitted, k))
         try:
             job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
                                   pass_env=pass_env)

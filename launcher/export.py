@@ -5,8 +5,13 @@ Login side, pure:
   - `merge_argv(...)` is verl's merge command (`python -m verl.model_merger merge`);
   - `render_export(...)` / `render_eval(...)` render templates/export.sbatch.j2 and
     templates/eval.sbatch.j2 (text out; their shared header is templates/_one_node_job.j2).
+  - `LaterCheckpoint`: a run's last checkpoint that the export job looks up itself (it does
+    not exist yet when `sf submit --model run:RUN` queues the export; launcher.chain).
 
-The eval job's own step is launcher/injob/evaluate.py.
+Job side (no launcher imports beyond this module): `python -m launcher.injob checkpoint`
+resolves a LaterCheckpoint with `find_actor_dir`; `python -m launcher.injob export-preflight`
+(`preflight_report`) checks what a merge needs without merging. The eval job's own step is
+launcher/injob/evaluate.py.
 
 verl checkpoint layout (verl/trainer/ppo/ray_trainer.py `_save_checkpoint`,
 verl/model_merger/*.py):
@@ -51,6 +56,29 @@ class Checkpoint:
     @property
     def backend(self) -> str:
         return FORMATS[self.fmt]
+
+
+# What the export job substitutes when it looks the checkpoint up itself (LaterCheckpoint):
+# plain words that shlex leaves unquoted, replaced by quoted shell variables in the script.
+ACTOR_SLOT, BACKEND_SLOT = "@SF_ACTOR_DIR@", "@SF_BACKEND@"
+
+
+@dataclass(frozen=True)
+class LaterCheckpoint:
+    """The last checkpoint in `checkpoints_dir`, looked up by the export job when it runs
+    (after the training job ended): nothing is there when the export is queued."""
+
+    checkpoints_dir: str  # absolute
+    fmt: str | None = None  # None: detected by the job from the files
+    step = None
+
+    @property
+    def actor_dir(self) -> str:
+        return ACTOR_SLOT
+
+    @property
+    def backend(self) -> str:
+        return BACKEND_SLOT
 
 
 def _step_dirs(path: Path) -> list[int]:
@@ -205,10 +233,12 @@ class JobResources:
     time: str = "01:00:00"
     account: str | None = None
     qos: str | None = None
+    dependency: str | None = None  # e.g. afterok:<the training job> (a chained export)
 
 
 def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: str | None = None,
-                  time: str | None = None, cpus: int | None = None, mem: str | None = None) -> JobResources:
+                  time: str | None = None, cpus: int | None = None, mem: str | None = None,
+                  dependency: str | None = None) -> JobResources:
     """Header from the site: the default series' partition and GPU directive."""
     series = site.series.get(site.default_series or "") or next(iter(site.series.values()), None)
     return JobResources(
@@ -219,7 +249,7 @@ def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: s
         gres_name=series.gres_name if series else "gpu",
         cpus=cpus or (min(series.cpus_per_node, 8) if series else 2),
         mem=mem or (series.mem_per_node if series else None),
-        time=time or site.time, account=site.account, qos=site.qos,
+        time=time or site.time, account=site.account, qos=site.qos, dependency=dependency,
     )
 
 
@@ -239,6 +269,12 @@ def check_resources(res: JobResources) -> JobResources:
     sbatch_values.gres_name(res.gres_name, "gres_name")
     sbatch_values.whole(res.gpus, "--gpus")
     sbatch_values.whole(res.cpus, "cpus", minimum=1)
+    if res.dependency is not None:
+        from launcher.errors import SpecError
+        from launcher.scheduler_options import DEPENDENCY
+
+        if not DEPENDENCY.fullmatch(res.dependency):
+            raise SpecError("--dependency", f"{res.dependency!r} is not a Slurm dependency like afterok:123")
     return res
 
 
@@ -265,14 +301,70 @@ def _render(template: str, *, res: JobResources, setup: list[str], env: dict, ru
         ended=[f"{key}={shlex.quote(str(value))}" for key, value in ended.items()], **values)
 
 
-def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt: Checkpoint, target_dir: str,
-                  sf_python: str, run_dir: str, export_id: str, extra=(), wrap=_same) -> str:
+# Where verl's merger is on the runtime, without importing verl (which pulls torch):
+# find_spec of a top-level package does not run it.
+FIND_MERGER = ("import importlib.util, os; s = importlib.util.find_spec('verl'); "
+               "p = os.path.join(os.path.dirname(s.origin), 'model_merger', '__main__.py') if s and s.origin else ''; "
+               "print(p if p and os.path.isfile(p) else '')")
+
+
+def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt, target_dir: str,
+                  sf_python: str, run_dir: str, export_id: str, extra=(), wrap=_same, preflight: bool = False,
+                  report: str | None = None, upstream_preflight: bool = False) -> str:
     """`wrap(argv)` turns a `python ...` argv into how it runs on the runtime (the venv's
-    python, `apptainer exec ...`, an srun step with a pyxis image)."""
-    _one_line(checkpoint=ckpt.actor_dir, target=target_dir, run_dir=run_dir, export_id=export_id)
+    python, `apptainer exec ...`, an srun step with a pyxis image). `ckpt` is a Checkpoint,
+    or a LaterCheckpoint the job looks up itself. `preflight`: the job checks what the
+    merge needs (preflight_report into `report`) and merges nothing."""
+    later = isinstance(ckpt, LaterCheckpoint)
+    _one_line(checkpoint=ckpt.checkpoints_dir if later else ckpt.actor_dir, target=target_dir, run_dir=run_dir,
+              export_id=export_id, report=report)
+    if ckpt.fmt is not None and ckpt.fmt not in FORMATS:
+        raise LayoutError(f"--checkpoint-format must be one of {', '.join(FORMATS)}, not {ckpt.fmt!r}")
+    merge = " ".join(shlex.quote(str(a)) for a in wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)))
+    if later:  # only sf's own slots may become variables: a path that spells one is refused
+        if any(slot in str(v) for slot in (ACTOR_SLOT, BACKEND_SLOT) for v in (target_dir, run_dir, *extra)):
+            from launcher.errors import SpecError
+
+            raise SpecError("--target", f"{target_dir!r}: a path cannot hold {ACTOR_SLOT} or {BACKEND_SLOT}")
+        merge = merge.replace(ACTOR_SLOT, '"$SF_ACTOR_DIR"').replace(BACKEND_SLOT, '"$SF_BACKEND"')
     return _render("export.sbatch.j2", res=res, setup=setup, env=env, run_dir=run_dir, kind="export",
                    ended={"export_id": export_id}, sf_python=sf_python, export_id=export_id, ckpt=ckpt,
-                   target_dir=target_dir, merge=wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)))
+                   later=later, target_dir=target_dir, merge_line=merge, preflight=preflight, report=report,
+                   upstream_preflight=upstream_preflight, find_merger=wrap(["python", "-c", FIND_MERGER]))
+
+
+def preflight_report(checkpoint: str, fmt: str | None, target: str, merger: str,
+                     upstream_preflight: bool = False) -> dict:
+    """The export job's preflight (job side): the checkpoint it would merge (looked up now),
+    verl's merger on the runtime (`merger`: its path, found by FIND_MERGER, or empty), the
+    target folder (made, writable, holding no model yet). Merges nothing; writes nothing
+    but the target folder. `failures` empty means a real export would get to the merge."""
+    failures = []
+    try:
+        ck = find_actor_dir(checkpoint, fmt)
+        found = {"found": True, "actor_dir": ck.actor_dir, "step": ck.step, "format": ck.fmt}
+    except LayoutError as exc:
+        found = {"found": False, "note": str(exc)}
+        if upstream_preflight:  # what a preflight chain can honestly say: nothing was trained
+            found["note"] = ("the run is a preflight: it trained and saved nothing; a real chain merges its last "
+                             "global_step_N here")
+        else:
+            failures.append(f"checkpoint: {exc}")
+    if not merger:
+        failures.append("verl's model merger (verl/model_merger/__main__.py) is not on the runtime")
+    target_report = {"dir": target}
+    try:
+        os.makedirs(target, exist_ok=True)
+        target_report["writable"] = os.access(target, os.W_OK)
+        if not target_report["writable"]:
+            failures.append(f"target: {target} is not writable")
+    except OSError as exc:
+        target_report["writable"] = False
+        failures.append(f"target: cannot make {target}: {exc}")
+    if os.path.isfile(os.path.join(target, "config.json")):
+        failures.append(f"target: {target} already holds a model (config.json)")
+    return {"checkpoint": found, "merger": merger or None, "target": target_report, "merged": False,
+            "failures": failures}
 
 
 EVALUATE_PY = Path(__file__).resolve().parent / "injob" / "evaluate.py"

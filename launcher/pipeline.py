@@ -12,6 +12,11 @@ script is the dry run's with the run id filled in (tests/cluster/test_pipeline.p
 
 `sf submit`, `sf render`, `sf sweep` (one request per point), `sf export` and `sf eval`
 (launcher.cmd_export builds their requests) all go through here.
+
+A request may carry an `upstream` request that `submit` sends first: `--model run:RUN` for
+a RUN without an export queues the export of RUN's last checkpoint (launcher.chain), and
+the training request is then rendered with `afterok:<that export job>` added to its
+dependency, the one thing its script does not know before submit.
 """
 
 from __future__ import annotations
@@ -70,14 +75,20 @@ class Request:
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
     site: object = None  # the launcher.site.Site it was compiled for
     spec: object = None  # the launcher.spec.MergedSpec it came from
+    upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
+    chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
 
     @property
     def run_dir(self) -> str:
         """The run dir the dry run shows: the real one when the run exists already."""
         return str(self.run.dir) if self.run else placeholder_run_dir(self.runs_dir, self.experiment)
 
-    def rendered(self, run_dir: str | None = None) -> Rendered:
-        return self.render(run_dir or self.run_dir)
+    def rendered(self, run_dir: str | None = None, after: str | None = None) -> Rendered:
+        """`after`: a dependency known only at submit time (the upstream's job), training
+        requests only."""
+        if after is None:
+            return self.render(run_dir or self.run_dir)
+        return self.render(run_dir or self.run_dir, after)
 
     @property
     def script(self) -> str:
@@ -102,17 +113,23 @@ def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
 
     spec, plan, site = check(name, flags)
     runtime = resolve_runtime(plan.framework, plan.framework_version, site)
-    return run_request(spec, plan, site, runtime, preflight=preflight)
+    upstream = None
+    if spec.chain_export is not None:  # --model run:RUN, RUN without an export: export it first
+        from launcher.chain import export_request
+
+        upstream = export_request(spec.chain_export, site, preflight=preflight)
+    return run_request(spec, plan, site, runtime, preflight=preflight, upstream=upstream)
 
 
-def run_request(spec, plan, site, runtime, *, preflight: bool = False) -> Request:
+def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream: Request | None = None) -> Request:
     """The Request of a compiled plan (its run dir the placeholder of its runs dir)."""
     return Request(
         experiment=spec.name, runs_dir=absolute_runs_dir(site.runs_dir),
-        render=lambda run_dir: run_files(spec, plan.with_run_dir(run_dir), site, runtime, preflight=preflight),
+        render=lambda run_dir, after=None: run_files(spec, plan.with_run_dir(run_dir).with_dependency(after), site,
+                                                     runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict()},
         warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site,
-        pass_sbatch_env=site.pass_sbatch_env,
+        pass_sbatch_env=site.pass_sbatch_env, upstream=upstream, chain=getattr(spec, "model_from", None),
     )
 
 
@@ -134,13 +151,14 @@ def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict
 
 # --- sending ------------------------------------------------------------------------------
 
-def bind(request: Request) -> tuple[runs.Run, bool, Rendered]:
-    """The run of the request (created now unless it exists) and the request rendered for
-    it, its files written. A failure to render records submit_failed on a new run."""
+def bind(request: Request, after: str | None = None, record: dict | None = None) -> tuple[runs.Run, bool, Rendered]:
+    """The run of the request (created now unless it exists, with `record` added to its
+    fields) and the request rendered for it, its files written. A failure to render records
+    submit_failed on a new run."""
     new = request.run is None
-    run = request.run or runs.create_run(request.runs_dir, request.experiment, **request.record)
+    run = request.run or runs.create_run(request.runs_dir, request.experiment, **request.record, **(record or {}))
     try:
-        rendered = request.rendered(str(run.dir))
+        rendered = request.rendered(str(run.dir), after=after)
     except Exception as exc:
         if new:
             run.add_state(SUBMIT_FAILED, error=str(exc))
@@ -152,10 +170,25 @@ def bind(request: Request) -> tuple[runs.Run, bool, Rendered]:
 
 def submit(request: Request) -> Submitted:
     """Create/bind the run, write its files, sbatch the script; the record says
-    submitting -> submitted (job id) or submit_failed (the error, re-raised)."""
+    submitting -> submitted (job id) or submit_failed (the error, re-raised).
+
+    With an upstream request: that one is submitted first, and this run waits on
+    afterok:<its job>; the record's `model_from` names that job (`export_job`). If this
+    sbatch then fails, the upstream job stays queued (it is recorded in its own run, and
+    the next `--model run:RUN` waits on it instead of exporting again)."""
     from launcher import slurm
 
-    run, new, rendered = bind(request)
+    after, record = None, {}
+    if request.chain is not None:
+        record["model_from"] = dict(request.chain)
+    if request.upstream is not None:
+        request.rendered()  # this request's own checks first: a bad one sends nothing upstream
+        up = submit(request.upstream)
+        after = f"afterok:{up.job_id}"
+        record["model_from"] = {**record.get("model_from", {}), "export_job": up.job_id,
+                                "export_id": (up.rendered.entry or {}).get("id"), "exported_by_chain": True,
+                                "export_after": (up.rendered.entry or {}).get("after")}
+    run, new, rendered = bind(request, after=after, record=record)
     if new:
         run.add_state(SUBMITTING)
     script = run.path(rendered.script_name)

@@ -92,6 +92,14 @@ class Plan:
             env=tuple((key, moved(value)) for key, value in self.env),
         )
 
+    def with_dependency(self, extra: str | None) -> "Plan":
+        """The same plan also waiting on `extra` (joined with its own dependency by `,`): a
+        job id known only at submit time, such as the export `--model run:RUN` queues."""
+        if not extra:
+            return self
+        dependency = ",".join(d for d in (self.slurm.dependency, extra) if d)
+        return replace(self, slurm=replace(self.slurm, dependency=dependency))
+
     def to_dict(self) -> dict:
         return asdict(self)
 

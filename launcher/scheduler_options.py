@@ -266,7 +266,8 @@ def click_options():
         click.option("--exclude", metavar="NODES", help="Nodes to leave out, e.g. node[01-02] (every het group)."),
         click.option("--constraint", metavar="FEATURES",
                      help="Node features, joined with the series' own by & (every het group)."),
-        click.option("--after", metavar="RUN", help="Wait for another run (or sweep) to succeed: afterok on its "
+        click.option("--after", metavar="RUN", shell_complete=_complete_runs,
+                     help="Wait for another run (or sweep) to succeed: afterok on its "
                      "current job, still right after it is requeued."),
         click.option("--exclude-bad-nodes", "exclude_bad_nodes", is_flag=True, default=None,
                      help="Check every node (object transfers; NCCL all-reduce and a GEMM per GPU on GPU nodes) "
@@ -275,6 +276,13 @@ def click_options():
                      help="Another long sbatch option from sf's allowlist, e.g. mem-per-gpu=32G (repeatable; "
                           "job-wide ones such as begin go to the first het group, per-node ones to every group)."),
     )
+
+
+def _complete_runs(ctx, param, incomplete):
+    """--after RUN: the run ids of the runs folder (imported late: cmd_monitor needs click options)."""
+    from launcher.cmd_monitor import complete_run_ids
+
+    return complete_run_ids(ctx, param, incomplete)
 
 
 def pop_flags(kwargs: dict) -> tuple[dict, dict]:

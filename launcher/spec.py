@@ -40,6 +40,9 @@ class MergedSpec:
     override_sources: list = field(default_factory=list)  # one label per values["overrides"] item
     main_py: str | None = None  # absolute path of experiments/NAME/main.py when it exists
     dataset_dir: str | None = None  # resolved data.train.dataset folder
+    # --model run:RUN: {"run", "target", "export_job"} (the export it waits for, when queued)
+    model_from: dict | None = None
+    chain_export: object = None  # launcher.chain.ChainExport: RUN has no export, sf submit queues one first
 
     @property
     def method(self) -> str:
@@ -418,12 +421,15 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     cli: dict = {}
     cli_prov: dict = {}
     chained = None
+    model_from = chain_export = None
     if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.chain)
         from launcher.chain import model_from_run
         from launcher.cli_options import runs_root
 
-        cli["model"], chained = model_from_run(str(flags["model"]), runs_root(None, None, site))
+        cli["model"], chained, chain_export = model_from_run(str(flags["model"]), runs_root(None, None, site))
         cli_prov["model"] = "--model"
+        model_from = {"run": str(flags["model"])[len("run:"):], "target": cli["model"],
+                      "export_job": chained.split(":", 1)[1] if chained else None}
     elif flags.get("model"):
         cli["model"] = _model_path(flags["model"], cwd)
         cli_prov["model"] = "--model"
@@ -506,6 +512,8 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         override_sources=override_sources,
         main_py=str(main_py) if main_py.is_file() else None,
         dataset_dir=dataset_dir,
+        model_from=model_from,
+        chain_export=chain_export,
     )
 
 

@@ -11,7 +11,10 @@ How points become Slurm jobs:
               the supervisor its overrides, checkpoint dir and paths.
   several     Slurm has no arrays of hetjobs: n hetjob submissions, point i depending on
               point i-K (`--dependency=afterany:<job of i-K>`), so at most K run at once
-              and nothing on the login node has to stay alive.
+              and nothing on the login node has to stay alive. That throttle goes on
+              sbatch's command line, which replaces the script's `--dependency` line, so
+              it carries the point's own dependency too (its singleton, --after,
+              --dependency; `throttled_dependency`).
 
 Records (launcher.runs): the sweep is a record kind="sweep" (job_ids = [array id] for an
 array sweep, [] for hetjob sweeps; `points` = [{index, params}], `members` = the point run
@@ -132,6 +135,28 @@ def dependency_for(i: int, submitted: list[str | None], max_parallel: int) -> st
             return f"afterany:{submitted[j]}"
         j -= max_parallel
     return None
+
+
+def script_dependency(script: str) -> str | None:
+    """The job-wide `#SBATCH --dependency=` of a rendered batch script (it stands in the
+    first het group's block), or None. Pure."""
+    for line in script.splitlines():
+        if line.strip() == "#SBATCH hetjob":
+            break
+        if line.startswith("#SBATCH --dependency="):
+            return line.split("=", 1)[1].strip() or None
+    return None
+
+
+def throttled_dependency(own: str | None, throttle: str | None) -> str | None:
+    """The `--dependency` for sbatch's command line of a throttled point: the command line
+    replaces the script's own (singleton, --after, --dependency), so both are joined and
+    must all hold. None when there is no throttle (the script's own line stands). Pure."""
+    if not throttle:
+        return None
+    if own and "?" in own:  # any-of cannot be joined with an all-of throttle (sf refuses it for runs)
+        raise SpecError("--dependency", f"{own!r} joins with ? (any of); a throttled sweep point needs , (all of)")
+    return ",".join(d for d in (own, throttle) if d)
 
 
 def manifest(sweep_id: str, points: list[dict]) -> dict:

@@ -8,6 +8,9 @@
   phase RUN_DIR NAME [k=v ...]   append a phase to the run's events (the requeue trap)
   reason RUN_DIR TEXT      write the run's reason file (the requeue trap, at the bound)
   point MANIFEST TASK      print the run dir of an array sweep's point TASK (the batch script)
+  checkpoint DIR FMT|-     print "<backend>\t<actor dir>" of DIR's last checkpoint (a chained export)
+  export-preflight CKPT TARGET REPORT MERGER FMT|- [upstream-preflight]
+                           an export job's preflight: report JSON, exit 1 on a failure
 """
 
 from __future__ import annotations
@@ -64,8 +67,41 @@ def main(argv: list[str]) -> int:
             return 2
         print(point["run_dir"])
         return 0
+    if cmd in ("checkpoint", "export-preflight"):
+        return _export(cmd, rest)
     print(f"unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
     return 2
+
+
+def _export(cmd: str, rest: list[str]) -> int:
+    import json
+
+    from launcher.export import FORMATS, LayoutError, find_actor_dir, preflight_report
+
+    if cmd == "checkpoint":
+        directory, fmt = rest[0], (rest[1] if len(rest) > 1 and rest[1] != "-" else None)
+        try:
+            ckpt = find_actor_dir(directory, fmt)
+        except LayoutError as exc:
+            print(f"sf: no checkpoint to export: {exc}", file=sys.stderr)
+            return 2
+        print(f"{FORMATS[ckpt.fmt]}\t{ckpt.actor_dir}")
+        return 0
+    checkpoint, target, report_path, merger, fmt = rest[:5]
+    report = preflight_report(checkpoint, None if fmt == "-" else fmt, target, merger,
+                              upstream_preflight="upstream-preflight" in rest[5:])
+    import os
+
+    os.makedirs(os.path.dirname(report_path) or ".", exist_ok=True)
+    with open(report_path, "w") as handle:
+        json.dump(report, handle, indent=2)
+    ck = report["checkpoint"]
+    print(f"[sf] export preflight: checkpoint: {ck.get('actor_dir') or ck.get('note')}")
+    print(f"[sf] export preflight: merger: {report['merger'] or 'missing'}; target {target} "
+          f"writable: {report['target'].get('writable')}; merged: no (preflight)")
+    for failure in report["failures"]:
+        print(f"[sf] export preflight FAILED: {failure}", file=sys.stderr)
+    return 1 if report["failures"] else 0
 
 
 if __name__ == "__main__":

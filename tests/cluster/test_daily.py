@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import job_state, phases, sf  # noqa: E402
+from test_bringup import REPO, job_state, phases, sf  # noqa: E402
 from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
 
 from launcher import slurm  # noqa: E402
+from launcher.states import slurm_done  # noqa: E402
 
 SLEEPER = 'echo "test driver: attempt ${SLURM_RESTART_COUNT:-0}"; exec sleep 600'
 
@@ -257,3 +258,140 @@ def test_after_waits_for_success_across_a_requeue(tmp_path):
     finally:
         for job in jobs:
             cleanup(job)
+
+
+# --- chains: SFT -> GRPO with the export made on the fly (issue 12 item 3, second part) ----------
+
+def sft_experiment(tmp_path: Path) -> str:
+    """A one-node SFT experiment (verl/sft under torchrun) on the example's assets."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
+    assets = REPO / "examples" / "assets"
+    data.update(method="verl/sft", model=str(assets / "model"), knobs={},
+                data={"train": {"files": str(assets / "data" / "train.parquet")},
+                      "validation": {"files": str(assets / "data" / "test.parquet")}})
+    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
+    data["slurm"] = {"time": "00:10:00"}
+    exp = tmp_path / "chainsft"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    return str(exp)
+
+
+def _sacct_times(job: str) -> tuple[str, str, str]:
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,Start,End"], capture_output=True,
+                         text=True, check=True).stdout.strip().splitlines()
+    if not out:  # not in accounting yet
+        return "PENDING", "", ""
+    state, start, end = out[0].split("|")
+    return state.split()[0], start, end
+
+
+def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
+    """sf submit SFT --preflight, then at once sf submit GRPO --preflight --model run:SFT while
+    the SFT is still pending: sf queues SFT's export (a preflight: it looks for SFT's last
+    checkpoint, finds verl's merger on the runtime, makes the target folder, merges nothing)
+    with afterok:<SFT job>, and GRPO with afterok:<export job>, its model the export's folder.
+    All three end COMPLETED, each after the one it waits for."""
+    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
+    # begin=now+20: the SFT is surely still queued when the GRPO is submitted
+    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
+    assert proc.returncode == 0, proc.stderr
+    sft_out = json.loads(proc.stdout)
+    sft_run, sft_job = sft_out["run"], sft_out["job_id"]
+    jobs = [sft_job]
+    try:
+        proc = sf("submit", grpo_exp, "--preflight", "--json", "--model", f"run:{sft_run}")
+        assert proc.returncode == 0, proc.stderr
+        grpo_out = json.loads(proc.stdout)
+        grpo_run, grpo_job, export_job = grpo_out["run"], grpo_out["job_id"], grpo_out["export_job"]
+        jobs += [export_job, grpo_job]
+        squeue = subprocess.run(["squeue", "-j", ",".join(jobs), "-o", "%.8i %.26j %.9T %.22E %R"],
+                                capture_output=True, text=True).stdout
+        print(f"\n$ squeue -j {','.join(jobs)} -o '%.8i %.26j %.9T %.22E %R'\n{squeue}")
+        export_info, grpo_info = slurm.show_job(export_job), slurm.show_job(grpo_job)
+        assert export_info["JobState"] == "PENDING" and export_info["Dependency"].startswith(f"afterok:{sft_job}")
+        assert export_info["JobName"] == f"sf-export-{sft_run}"
+        assert grpo_info["JobState"] == "PENDING" and grpo_info["Dependency"].startswith(f"afterok:{export_job}")
+        from launcher import runs
+
+        sft_rec = runs.open_run("/var/lib/sfdev/runs", sft_run).record()
+        [export] = sft_rec["exports"]
+        grpo = runs.open_run("/var/lib/sfdev/runs", grpo_run)
+        target = export["target"]
+        assert target == f"{grpo.dir.parent / sft_run}/exports/{export['id']}"
+        assert grpo.record()["model_from"]["export_job"] == export_job
+        assert f"actor_rollout_ref.model.path={target}\n" in (grpo.dir / "overrides.txt").read_text()
+        deadline = time.monotonic() + 420
+        while True:  # sacct, not scontrol: a job that ended a while ago is gone from scontrol
+            times = {job: _sacct_times(job) for job in jobs}
+            if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        states = {job: t[0] for job, t in times.items()}
+        print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
+        log = Path(export["log"].replace("%j", export_job)) if export.get("log") else None
+        assert states == dict.fromkeys(jobs, "COMPLETED"), (states, log.read_text()[-2000:] if log else "")
+        # each started only after the one it waited for ended
+        assert times[export_job][1] >= times[sft_job][2] and times[grpo_job][1] >= times[export_job][2], times
+        # what the export preflight really did: no checkpoint (the SFT was a preflight), the
+        # runtime's merger found, the folder made, nothing merged
+        report = json.loads(Path(export["report"]).read_text())
+        assert report["failures"] == [] and report["merged"] is False
+        assert not report["checkpoint"]["found"] and "is a preflight" in report["checkpoint"]["note"]
+        assert report["merger"].endswith("/verl/model_merger/__main__.py") and report["target"]["writable"]
+        assert not (Path(target) / "config.json").exists()
+        # the GRPO preflight read the export's folder (its model path) on its node
+        pre = json.loads((grpo.dir / "preflight.json").read_text())
+        checked = [checks[target] for checks in pre["paths"].values() if target in checks]
+        assert checked and all(c["readable"] for c in checked), pre["paths"]
+        print(f"chain: SFT {sft_run} (job {sft_job}) -> export preflight (job {export_job}) -> "
+              f"GRPO {grpo_run} (job {grpo_job}), model {target}")
+    finally:
+        for job in jobs:
+            cleanup(job)
+
+
+# --- sf attach on a point of an array sweep -------------------------------------------------------
+
+def test_attach_reaches_an_array_sweep_point_through_a_real_step(tmp_path):
+    """A one-pool sweep is one job array; its point's record says `<array>_<task>`. sf attach
+    runs a real overlapping step in that task (srun --jobid=<the task's own job id>), with
+    the task's Ray address and token."""
+    proc = sf("sweep", experiment(tmp_path, max_requeues=1), "--grid", "rollout_n=4,8", "--max-parallel", "1",
+              "--json", env={"SF_TEST_DRIVER": SLEEPER})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    array = out["job_ids"][0]
+    point = out["points"][0]
+    run, task = point["run"], point["job_id"]
+    assert task == f"{array}_0"
+    from launcher import runs
+
+    run_dir = runs.open_run("/var/lib/sfdev/runs", run).dir
+    try:
+        wait_event(run_dir, "driver_started", restart=0, timeout=180)
+        allocated = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]
+        node, own = allocated["pools"]["train"][0], str(allocated["leader"])
+        info = slurm.show_job(own)
+        assert (info["ArrayJobId"], info["ArrayTaskId"]) == (array, "0"), info  # the task's own id
+        head = [e for e in phases(run_dir) if e["phase"] == "head_up"][-1]["address"]
+        printed = sf("attach", run, "--print")
+        assert printed.returncode == 0 and f" --jobid={own} " in printed.stdout, printed.stdout + printed.stderr
+        probe = sf("attach", run, "--", "sh", "-c", PROBE, timeout=120)
+        assert probe.returncode == 0, probe.stderr
+        line = probe.stdout.strip().splitlines()[-1]
+        assert f"node={node} " in line and f"job={own} " in line and f"ray={head} " in line, line
+        assert f"token={run_dir}/.ray-auth/{own}.token " in line and f"run={run_dir} " in line, line
+        status = sf("attach", run, "--", "ray", "status", timeout=180)
+        deadline = time.monotonic() + 90
+        while "Active:" not in status.stdout and time.monotonic() < deadline:
+            time.sleep(3)
+            status = sf("attach", run, "--", "ray", "status", timeout=180)
+        assert "Active:" in status.stdout, status.stdout + status.stderr
+        assert job_state(own) == "RUNNING"  # the step left the task alone
+        print(f"\nsf attach: point {run} of array {array} (task job {own}) on {node}: {line}")
+    finally:
+        subprocess.run(["scancel", array], check=False)

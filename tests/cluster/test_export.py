@@ -75,3 +75,45 @@ def test_export_then_eval_as_slurm_jobs(env, slurm, tmp_path):
     assert summary["samples"] == 1 and summary["val_loss"] > 0
     phases = [p for p in sft.record()["phases"] if p["phase"] in ("eval_started", "eval_ended")]
     assert [p["phase"] for p in phases] == ["eval_started", "eval_ended"] and phases[-1]["rc"] == "0"
+
+
+def test_chained_export_merges_the_checkpoint_its_run_saves_later(env, slurm, monkeypatch):
+    """The export `sf submit --model run:RUN` queues for a RUN that has saved nothing yet
+    (chain.export_request sent by pipeline.submit, as sf submit sends it): it waits on
+    afterok:<RUN's job>, then looks up the checkpoint RUN saved meanwhile and merges it
+    with verl's merger into the folder fixed at submit time."""
+    from launcher import chain, pipeline, runs
+    from launcher.site import load_site
+
+    e, runs_dir = env
+    for key in ("SF_RUNS_DIR", "FORGE_RUNTIME_REGISTRY_FILE", "SF_SITE"):
+        monkeypatch.setenv(key, e[key])
+    monkeypatch.delenv("FORGE_IMAGE_VERL", raising=False)
+    train = runs.create_run(runs_dir, "tiny-sft")
+    train.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1", "overrides": []})
+    # the training job: a real job that saves a verl FSDP checkpoint into the run's checkpoints/
+    save = f"sleep 8; {VENV}/bin/python {FIXTURES}/make_checkpoint.py {train.checkpoints_dir} 3"
+    job = slurm.sbatch("-p", "train", "-t", "5", "-o", f"{train.dir}/logs/train-%j.out", "--wrap", save)
+    train.set_job_ids([job])
+    train.add_state("submitted", job_id=job)
+    try:
+        model, dependency, export = chain.model_from_run(f"run:{train.id}", runs_dir)
+        assert dependency is None and export.after == f"afterok:{job}" and model == export.target
+        assert not (train.checkpoints_dir / "latest_checkpointed_iteration.txt").exists()  # nothing saved yet
+        sent = pipeline.submit(chain.export_request(export, load_site(None), preflight=False))
+        info = slurm.show_job(sent.job_id)
+        assert info["JobState"] == "PENDING" and info["Dependency"].startswith(f"afterok:{job}"), info
+        assert slurm.wait_terminal(job, timeout=180)[job] == "COMPLETED"
+        states = slurm.wait_terminal(sent.job_id, timeout=300)
+        [entry] = train.record()["exports"]
+        log = Path(entry["log"]).read_text() if Path(entry["log"]).exists() else ""
+        assert states[sent.job_id] == "COMPLETED", log[-3000:]
+        assert entry["target"] == export.target and entry["checkpoint_at_run_time"]
+        assert f"global_step_3/actor -> {export.target}" in log.replace('"', "")
+        check = subprocess.run([str(VENV / "bin" / "python"), str(FIXTURES / "check_merged.py"), export.target,
+                                str(train.checkpoints_dir / "reference.pt")], capture_output=True, text=True)
+        assert "ok 27 tensors" in check.stdout, check.stderr[-2000:]
+        # the next --model run:RUN takes that model, no new export
+        assert chain.model_from_run(f"run:{train.id}", runs_dir) == (export.target, None, None)
+    finally:
+        slurm.cancel(job)

@@ -176,11 +176,19 @@ def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
         {"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
         {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
         roles={"actor": "train", "rollout": "train", "teacher": "teach"}, method="verl/distillation")
-    out = sweep(exp, "--grid", "rollout_n=4,8", "--max-parallel", "1", env={"SF_TEST_SLEEP": "2"})
+    # the points' own --dependency: a held job, so Slurm still shows it unfulfilled below
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
+                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    out = sweep(exp, "--grid", "rollout_n=4,8", "--max-parallel", "1", "--dependency", f"afterany:{held}",
+                env={"SF_TEST_SLEEP": "2"})
     jobs = [p["job_id"] for p in out["points"]]
     try:
         assert out["mode"] == "hetjobs" and len(jobs) == 2 and out["job_ids"] == []
-        assert "afterany:" + jobs[0] in slurm.show_job(jobs[1]).get("Dependency", ""), slurm.show_job(jobs[1])
+        # the throttled point keeps its own dependency (sbatch's --dependency replaces the script's)
+        second = slurm.show_job(jobs[1]).get("Dependency", "")
+        assert "afterany:" + jobs[0] in second and f"afterany:{held}" in second, second
+        assert f"afterany:{held}" in slurm.show_job(jobs[0]).get("Dependency", "")
+        subprocess.run(["scontrol", "release", held], check=True)
         shown = status_json(out["sweep"])
         assert [p["index"] for p in shown["points"]] == [0, 1]
         assert [p["job_id"] for p in shown["points"]] == jobs
@@ -193,4 +201,4 @@ def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
         assert [p["state"] for p in shown["points"]] == ["completed", "completed"]
         assert shown["state"] == "completed"
     finally:
-        subprocess.run(["scancel", *jobs], check=False)
+        subprocess.run(["scancel", *jobs, held], check=False)

@@ -198,3 +198,20 @@ def test_dashboard_command(fake_slurm, tmp_path):
     assert first.startswith("ssh -N -L 9000:127.0.0.13:20108 ")
     assert second.endswith(f"cat {run.dir}/.ray-auth/42.token)")
     assert json.dumps(first)  # one line
+
+
+def test_an_array_point_is_reached_through_its_own_job_id():
+    """A sweep point in a job array: the record says `<array>_<task>`; srun --jobid and the
+    Ray token take the task's own job id, which the supervisor recorded as `leader`."""
+    rec = {"id": "grpo-abcde", "state": "running", "job_ids": ["120_1"]}
+    phases = [{"phase": "allocated", "pools": {"train": ["dev2"]}, "leader": "122"},
+              {"phase": "head_up", "address": "127.0.0.12:20001"}]
+    w = attach.where(rec, phases, {"pools": [{"name": "train", "het_group": 0, "roles": ["actor"]}]})
+    assert w.job_id == "122"
+    argv = attach.shell_argv("/runs/grpo-abcde", w, Runtime(framework="verl", version="0.9.1", kind="venv",
+                                                            path="/rt"), "dev2", None, ("true",))
+    assert "--jobid=122" in argv and "--het-group" not in " ".join(argv)
+    assert "RAY_AUTH_TOKEN_PATH=/runs/grpo-abcde/.ray-auth/122.token" in argv[argv.index("-c") + 1]
+    # a plain job keeps its id, whatever `leader` says
+    plain = attach.where({**rec, "job_ids": ["7"]}, phases, None)
+    assert plain.job_id == "7"

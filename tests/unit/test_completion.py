@@ -45,3 +45,15 @@ def test_daily_use_flags_and_commands(tmp_path):
     assert complete("sf attach my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
     assert complete("sf dashboard my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
     assert complete("sf attach x --r") == ["--role", "--runs-dir"]
+
+
+def test_chain_flags(tmp_path):
+    """--after and --model run:RUN complete run ids; sf export RUN too; --model else files."""
+    from launcher import runs
+
+    run = runs.create_run(tmp_path, "my-sft")
+    assert complete("sf submit x --after my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
+    assert complete("sf submit x --model run:my", SF_RUNS_DIR=str(tmp_path)) == [f"run:{run.id}"]
+    assert complete("sf submit x --model ru", SF_RUNS_DIR=str(tmp_path)) == [f"run:{run.id}"]
+    assert complete("sf export my-", SF_RUNS_DIR=str(tmp_path)) == [run.id]
+    assert "--preflight" in complete("sf export x --pre")

@@ -312,3 +312,68 @@ def test_export_local_runs_the_request_and_records_it(env, monkeypatch):
     assert (Path(exp["target"]) / "config.json").is_file() and Path(exp["log"]).is_file()
     assert [p["phase"] for p in rec["phases"]] == ["export_started", "export_ended"]
     assert rec["task"] == "export" and rec["phases"][-1]["rc"] == "0"
+
+
+def _later_script(tmp_path, run, target, **kw):
+    """An export of `run`'s last checkpoint looked up by the job (a chained export), its
+    merger a stand-in that records its argv."""
+    import sys
+
+    from launcher import export as ex
+    from launcher.site import load_site
+
+    record = ("import pathlib, sys; t = pathlib.Path(sys.argv[sys.argv.index('--target_dir') + 1]); "
+              "t.mkdir(parents=True, exist_ok=True); (t / 'argv.txt').write_text(' '.join(sys.argv[1:])); "
+              "(t / 'config.json').write_text('{}')")
+
+    def wrap(argv):
+        if argv[:2] == ["python", "-c"]:  # the merger lookup of the preflight
+            return [sys.executable, "-c", "print('/rt/verl/model_merger/__main__.py')"]
+        return [sys.executable, "-c", record, *argv[1:]]
+
+    res = ex.resources_for(load_site(str(Path(__file__).resolve().parents[2] / "site" / "dev.yaml")),
+                           job_name="sf-export-x", log_path=f"{run.dir}/logs/e-%j.out", gpus=0,
+                           dependency="afterok:77")
+    return ex.render_export(res=res, setup=[], env={}, ckpt=ex.LaterCheckpoint(str(run.checkpoints_dir)),
+                            target_dir=str(target), sf_python=sys.executable, run_dir=str(run.dir),
+                            export_id="export-1", wrap=wrap, **kw)
+
+
+def test_chained_export_looks_the_checkpoint_up_when_it_runs(tmp_path):
+    """Rendered before any checkpoint exists (sf submit --model run:RUN); run by bash after
+    RUN saved step 5: the merger gets that step's actor dir and the fixed target."""
+    run = runs.create_run(tmp_path / "runs", "sft")
+    target = run.dir / "exports" / "export-1"
+    script = _later_script(tmp_path, run, target)
+    assert "#SBATCH --dependency=afterok:77\n" in script
+    path = run.write_text("export-1.sbatch", script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=run.dir)
+    assert proc.returncode == 2 and "no checkpoint to export" in proc.stderr  # nothing saved yet
+    actor = fsdp_layout(run.checkpoints_dir, step=5, world=1)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=run.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "argv.txt").read_text() == (f"-m verl.model_merger merge --backend fsdp --local_dir {actor} "
+                                                 f"--target_dir {target}")
+
+
+@pytest.mark.parametrize("upstream_preflight", [True, False])
+def test_export_preflight_checks_and_merges_nothing(tmp_path, upstream_preflight):
+    run = runs.create_run(tmp_path / "runs", "sft")
+    target = run.dir / "exports" / "export-1"
+    report = run.dir / "exports" / "export-1.preflight.json"
+    script = _later_script(tmp_path, run, target, preflight=True, report=str(report),
+                           upstream_preflight=upstream_preflight)
+    path = run.write_text("export-1.sbatch", script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True, cwd=run.dir)
+    data = json.loads(report.read_text())
+    assert data["merger"] == "/rt/verl/model_merger/__main__.py" and data["merged"] is False
+    assert data["target"] == {"dir": str(target), "writable": True} and not (target / "config.json").exists()
+    assert not data["checkpoint"]["found"]
+    if upstream_preflight:  # nothing was trained: said, not failed
+        assert proc.returncode == 0 and data["failures"] == [], proc.stderr
+        assert "is a preflight" in data["checkpoint"]["note"]
+    else:
+        assert proc.returncode == 1 and data["failures"][0].startswith("checkpoint: ")
+    phases = runs.read_phases(run.dir)
+    assert phases[0]["phase"] == "export_started" and phases[0]["preflight"] == "1"
+    assert phases[-1]["rc"] == str(proc.returncode)

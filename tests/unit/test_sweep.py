@@ -94,6 +94,20 @@ def test_hetjob_throttle_point_i_waits_for_i_minus_k():
     assert [sweep.dependency_for(i, ids[:i], 1) for i in range(3)] == [None, "afterany:10", "afterany:11"]
 
 
+def test_throttle_joins_the_points_own_dependency():
+    """sbatch's command-line --dependency replaces the script's: the throttle of a hetjob
+    point carries the point's singleton / --after / --dependency too."""
+    script = ("#!/bin/bash\n#SBATCH --job-name=sf-x.g0\n#SBATCH --dependency=afterok:5,singleton\n"
+              "#SBATCH hetjob\n#SBATCH --dependency=afterok:9\n")
+    assert sweep.script_dependency(script) == "afterok:5,singleton"
+    assert sweep.script_dependency("#!/bin/bash\n#SBATCH hetjob\n#SBATCH --dependency=afterok:9\n") is None
+    assert sweep.throttled_dependency("afterok:5,singleton", "afterany:10") == "afterok:5,singleton,afterany:10"
+    assert sweep.throttled_dependency(None, "afterany:10") == "afterany:10"
+    assert sweep.throttled_dependency("singleton", None) is None  # no throttle: the script's line stands
+    with pytest.raises(SpecError):
+        sweep.throttled_dependency("afterok:1?afterok:2", "afterany:10")
+
+
 def test_failed_points():
     points = [{"index": 0, "state": "completed"}, {"index": 1, "state": "failed"},
               {"index": 2, "state": "running"}, {"index": 3, "state": "timeout"},
