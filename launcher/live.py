@@ -9,7 +9,7 @@ matter here: only what the partition could give if everything were free.
 
 Account and QOS: when the cluster enforces associations (`AccountingStorageEnforce` in
 `scontrol show config` holds associations, limits, safe, qos or wckeys), the run's account
-(`slurm.account` of config.yaml, else the site's) must be one of the user's associations
+(`--account`, else `slurm.account` of config.yaml, else the site's) must be one of the user's associations
 on the cluster (for the pools' partitions), and when it enforces `qos` the run's QOS must
 exist and be allowed for that account (the user's default account when none is given):
 one `sacctmgr show user withassoc` and one `sacctmgr show qos`. A wrong one exits 2 naming

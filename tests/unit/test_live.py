@@ -114,6 +114,11 @@ def test_the_field_is_the_site_files_when_the_account_came_from_there():
     assert err.field == "site.slurm.account" and "set site.slurm.account to" in str(err)
 
 
+def test_the_field_is_the_flag_when_the_account_came_from_one():
+    (err,) = _acct("nope", None, provenance={"slurm.account": "--account"})
+    assert err.field == "--account" and "set --account to one of them" in str(err)
+
+
 def test_a_user_without_any_association_is_told_every_job_would_be_refused():
     (err,) = _acct(None, None, assocs=[])
     assert err.field == "slurm.account" and "user alice has no Slurm association on cluster c1" in str(err)
