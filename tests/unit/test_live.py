@@ -146,25 +146,8 @@ def test_validate_live_refuses_an_account_by_one_batched_sacctmgr_query(fake_slu
 
     from launcher.cli import main
 
-    parts = "PartitionName=train State=UP Nodes=dev[1-6]\n"
-    nodes = "".join(f"NodeName=dev{i} Gres=gpu:4 Partitions=train\n" for i in range(1, 7))
-    fake_slurm.set("scontrol", out=parts)
-    fake_slurm.set("scontrol", out=nodes, from_call=2)
-    fake_slurm.set("scontrol", out="AccountingStorageEnforce = associations,limits,qos\nClusterName = c1\n",
-                   from_call=3)
-    fake_slurm.set("sacctmgr", out="".join("|".join(a[f] for a in [row] for f in (
-        "User", "DefaultAccount", "Cluster", "Account", "Partition", "QOS", "DefaultQOS")) + "\n" for row in ASSOCS))
-    exp = tmp_path / "exp"
-    exp.mkdir()
-    src = Path(__file__).resolve().parents[2] / "examples" / "grpo" / "config.yaml"
-    import yaml
-
-    config = yaml.safe_load(src.read_text())
-    assets = src.parents[1] / "assets"
-    config.update(model=str(assets / "model"), data={"train": {"files": str(assets / "data" / "train.parquet")},
-                                                     "validation": {"files": str(assets / "data" / "test.parquet")}})
-    config.setdefault("slurm", {})["account"] = "nope"
-    (exp / "config.yaml").write_text(yaml.safe_dump(config))
+    _enforcing(fake_slurm)
+    exp = _experiment(tmp_path, account="nope")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     result = CliRunner().invoke(main, ["validate", str(exp), "--live", "--json"])
     assert result.exit_code == 2, result.output
@@ -174,3 +157,47 @@ def test_validate_live_refuses_an_account_by_one_batched_sacctmgr_query(fake_slu
     sacctmgr = fake_slurm.calls("sacctmgr")
     assert len(sacctmgr) == 1 and "withassoc" in sacctmgr[0] and "name=" in sacctmgr[0] and "cluster=c1" in sacctmgr[0]
     assert [c.split()[2] for c in fake_slurm.calls("scontrol")] == ["partition", "node", "config"]
+
+
+def test_submit_and_sweep_refuse_it_before_anything_is_written_or_sent(fake_slurm, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    exp = _experiment(tmp_path, account="nope")
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    for args in (["submit", str(exp), "--qos", "gold"], ["sweep", str(exp), "--grid", "rollout_n=4,8"]):
+        (fake_slurm.dir.parent / "calls.log").unlink(missing_ok=True)
+        _enforcing(fake_slurm)
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "sf: error: slurm.account: account 'nope' is not one of user" in result.stderr, result.stderr
+        assert not fake_slurm.calls("sbatch")
+        assert not fake_slurm.runs_dir.exists() or not any(fake_slurm.runs_dir.iterdir())
+
+
+def _enforcing(fake_slurm):
+    """scontrol answers partition, node, config in turn (enforcing associations and qos)."""
+    parts = "PartitionName=train State=UP Nodes=dev[1-6]\n"
+    nodes = "".join(f"NodeName=dev{i} Gres=gpu:4 Partitions=train\n" for i in range(1, 7))
+    fake_slurm.set("scontrol", out=parts)
+    fake_slurm.set("scontrol", out=nodes, from_call=2)
+    fake_slurm.set("scontrol", out="AccountingStorageEnforce = associations,limits,qos\nClusterName = c1\n",
+                   from_call=3)
+    fake_slurm.set("sacctmgr", out="".join("|".join(row[f] for f in (
+        "User", "DefaultAccount", "Cluster", "Account", "Partition", "QOS", "DefaultQOS")) + "\n" for row in ASSOCS))
+
+
+def _experiment(tmp_path, **slurm_keys):
+    import yaml
+
+    exp = tmp_path / "exp"
+    exp.mkdir(exist_ok=True)
+    src = Path(__file__).resolve().parents[2] / "examples" / "grpo" / "config.yaml"
+    config = yaml.safe_load(src.read_text())
+    assets = src.parents[1] / "assets"
+    config.update(model=str(assets / "model"), data={"train": {"files": str(assets / "data" / "train.parquet")},
+                                                     "validation": {"files": str(assets / "data" / "test.parquet")}})
+    config.setdefault("slurm", {}).update(slurm_keys)
+    (exp / "config.yaml").write_text(yaml.safe_dump(config))
+    return exp
