@@ -58,7 +58,8 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
 def verify_accounts(plan, site, provenance: dict | None = None) -> list[SpecError]:
     """The account/QOS part of `verify`: nothing is asked of sacctmgr (and nothing said)
     unless `scontrol show config` says the cluster enforces associations."""
-    import getpass
+    import os
+    import pwd
 
     from launcher import slurm
 
@@ -68,7 +69,7 @@ def verify_accounts(plan, site, provenance: dict | None = None) -> list[SpecErro
         return []
     account, qos = run_account(plan, site)
     cluster = config.get("ClusterName") or None
-    user = getpass.getuser()
+    user = pwd.getpwuid(os.getuid()).pw_name  # Slurm knows the submitter by uid, not by $USER
     assocs = slurm.user_associations(user, cluster)
     names = slurm.qos_names() if qos and "qos" in enforce else []
     partitions = {p for p in (partition_of(pool, plan, site) for pool in plan.pools) if p}

@@ -17,8 +17,8 @@ cluster. So:
 """
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -41,7 +41,7 @@ def sacctmgr(*args: str) -> None:
 @pytest.fixture(scope="module")
 def test_account():
     """A test account (root may use it, with QOS normal only) and a test QOS nobody may use."""
-    user = getpass.getuser()
+    user = pwd.getpwuid(os.getuid()).pw_name
     sacctmgr("add", "qos", QOS)
     sacctmgr("add", "account", ACCT, "cluster=sfdev", "Description=sf-test", "Organization=sf")
     sacctmgr("add", "user", user, f"account={ACCT}", "cluster=sfdev", "qos=normal")
