@@ -42,7 +42,9 @@ def main(argv: list[str]) -> int:
         role = "head" if slot == 0 else "worker"
         address = addr_mod.loopback_address(node, prefix)
         args = ray_start_argv(role=role, node=node, pool="train", address=address, head=gcs,
-                              ports=ports_mod.node_ports(job_id, slot, port_range),
+                              ports=ports_mod.block_ports(ports_mod.slot_first_block(
+                                  ports_mod.job_block(job_id, port_range), slot) % ports_mod.n_blocks(port_range),
+                                  slot, port_range),
                               temp=ports_mod.temp_dir(temp_root, job_id, node), cpus=cpus, gpus=gpus)
         (out_dir / f"argv.{node}").write_text("\n".join(args) + "\n")
         (out_dir / f"temp.{node}").write_text(ports_mod.temp_dir(temp_root, job_id, node) + "\n")

@@ -155,8 +155,16 @@ def trial_sf(exp: Path, site: Path, nodes: int, sf_tree: Path | None = None) -> 
     _derive(out)
     if "allocated" in out and "ready" in out:
         out["allocated_to_joined_s"] = round(out["ready"] - out["allocated"], 3)
+    if "health_checked" in by:
+        out["health_checked"] = by["health_checked"]["time"]
+        if "ready" in out:
+            out["health_check_s"] = round(out["health_checked"] - out["ready"], 3)
+    if out.get("batch_start") and out.get("driver_started"):
+        out["to_driver_s"] = round(out["driver_started"] - out["batch_start"], 3)
     if regs and "ready" in out:
         out["barrier_lag_s"] = round(out["ready"] - max(regs), 3)
+    # a bring-up that got every node in but no driver (the health check, or the job, failed) failed too
+    out["ok"] = out["ok"] and "driver_started" in out
     common.remove_temp_dirs(job_id)
     return out
 
@@ -301,10 +309,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--nodes", default="1,2,4,8")
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--health-check", default=None, choices=("preflight", "always"),
+                   help="the site's ray.health_check for the sf trials (always: checked before every driver)")
+    p.add_argument("--extra-reps", default="",
+                   help="N:K - K more sf-only repetitions at N after the matrix (to count bring-up failures)")
     args = p.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    site = common.bench_site(work)
+    site = common.bench_site(work, health_check=args.health_check)
     sizes = [int(n) for n in args.nodes.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     site_data = common.dev_site()
@@ -323,25 +335,33 @@ def main(argv: list[str]) -> int:
         patched_tree(work / "sf-prefix", reverse=True)
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}
     directives = {n: sf_directives(exps[n], site) for n in sizes}
-    result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": []}
+    result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": [],
+              "health_check": args.health_check or (site_data.get("ray") or {}).get("health_check", "preflight"),
+              "start_retries": (site_data.get("ray") or {}).get("start_retries", 2)}
     sampler = CpuSampler()
     sampler.start()
-    for rep in range(args.reps):
-        for n in sizes:
-            order = methods[rep % len(methods):] + methods[: rep % len(methods)]
-            for method in order:
-                for attempt in (1, 2):  # a failed trial (e.g. another job's Ray on our ports) runs once more
-                    trial = run_trial(method, n, rep, exps, site, directives, work, env, sampler)
-                    trial["attempt"] = attempt
-                    result["trials"].append(trial)
-                    common.save(args.out, result)
-                    log(f"rep {rep} N={n} {method:14s} bringup={trial.get('bringup_s')}s "
-                        f"alloc->joined={trial.get('allocated_to_joined_s')} lag={trial.get('barrier_lag_s')} "
-                        f"regs={trial.get('registered_nodes')} state={trial.get('state')} "
-                        f"idle={trial.get('host_idle_fraction')} load={trial['load_before'][0]}"
-                        + ("" if trial.get("ok") else f" FAILED {str(trial.get('error', ''))[-200:]}"))
-                    if trial.get("ok"):
-                        break
+    schedule = [(rep, n, methods[rep % len(methods):] + methods[: rep % len(methods)])
+                for rep in range(args.reps) for n in sizes]
+    if args.extra_reps:
+        n_extra, _, k_extra = args.extra_reps.partition(":")
+        schedule += [(args.reps + i, int(n_extra), ["sf"]) for i in range(int(k_extra))]
+        if int(n_extra) not in exps:
+            exps[int(n_extra)] = write_experiment(work, f"bringup{n_extra}", int(n_extra))
+    for rep, n, order in schedule:
+        for method in order:
+            for attempt in (1, 2):  # a failed trial (e.g. another job's Ray on our ports) runs once more
+                trial = run_trial(method, n, rep, exps, site, directives, work, env, sampler)
+                trial["attempt"] = attempt
+                result["trials"].append(trial)
+                common.save(args.out, result)
+                log(f"rep {rep} N={n} {method:14s} bringup={trial.get('bringup_s')}s "
+                    f"alloc->joined={trial.get('allocated_to_joined_s')} lag={trial.get('barrier_lag_s')} "
+                    f"to_driver={trial.get('to_driver_s')} health={trial.get('health_check_s')} "
+                    f"regs={trial.get('registered_nodes')} state={trial.get('state')} "
+                    f"idle={trial.get('host_idle_fraction')} load={trial['load_before'][0]}"
+                    + ("" if trial.get("ok") else f" FAILED {str(trial.get('error') or trial.get('reason') or '')[-200:]}"))
+                if trial.get("ok"):
+                    break
     common.save(args.out, result)
     return 0
 

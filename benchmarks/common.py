@@ -138,11 +138,15 @@ def dev_site() -> dict:
     return yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
 
 
-def bench_site(work: Path) -> Path:
+def bench_site(work: Path, health_check: str | None = None) -> Path:
     """The dev site with runs under the benchmark's work dir and a series on partition
-    `all` (dev1-dev8), so 8-node jobs fit and benchmark runs stay out of `sf list`."""
+    `all` (dev1-dev8, dev1-dev16 on a 16-node dev cluster), so every node of the cluster
+    can be in one job and benchmark runs stay out of `sf list`. `health_check`: the site's
+    `ray.health_check` (`always`: the node health check before every driver)."""
     data = dev_site()
     data["runs_dir"] = str(work / "runs")
+    if health_check:
+        data.setdefault("ray", {})["health_check"] = health_check
     base = dict(data["series"][data.get("default_series") or "fake"])
     base["partition"] = "all"
     data["series"]["benchall"] = base

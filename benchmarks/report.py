@@ -109,7 +109,8 @@ def section_meta(meta: dict | None) -> list[str]:
         f"- Slurm {meta.get('slurm_version')}; Ray {meta.get('ray_version')} and verl {meta.get('verl_version')} "
         f"(runtime {meta.get('runtime')}); sf at commit {meta.get('sf_commit')}"
         + (" (working tree had uncommitted changes to sf's code)" if meta.get("sf_dirty") else ""),
-        f"- Dev cluster: 8 emulated nodes dev1..dev8 ({meta.get('node_cpus', '?')} CPUs, 4 fake GPUs each as Slurm and Ray see them) on this one "
+        f"- Dev cluster: {meta.get('cluster_nodes') or 8} emulated nodes dev1..dev{meta.get('cluster_nodes') or 8} "
+        f"({meta.get('node_cpus', '?')} CPUs, 4 fake GPUs each as Slurm and Ray see them) on this one "
         f"host, in network namespace `sfdev`; every Ray process of every node shares the host's "
         f"{meta.get('nproc')} cores.",
     ]
@@ -199,9 +200,18 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
                 floor = (hm + (n - 1) * wm) / nproc
                 floors[n] = floor
                 s = med.get(("sf", n))
-                rows.append([n, fmt(hm + (n - 1) * wm), fmt(floor), fmt(s), fmt(s - floor if s else None)])
+                sf_trials = [t for t in trials if t["method"] == "sf" and t["nodes"] == n]
+                drv = [t["to_driver_s"] for t in sf_trials if ok(t) and t.get("to_driver_s") is not None]
+                d = statistics.median(drv) if drv else None
+                rows.append([n, fmt(hm + (n - 1) * wm), fmt(floor), fmt(s), fmt(s - floor if s else None),
+                             fmt(s / floor if s else None), fmt(d), fmt(d / floor if d else None),
+                             f"{sum(1 for t in sf_trials if not ok(t))} of {len(sf_trials)}"])
             out.append(table(["N", "CPU s to start N nodes", f"floor on {nproc} cores, s", "sf median s",
-                              "sf above the floor, s"], rows))
+                              "sf above the floor, s", "sf / floor", "sf to driver s (health check incl.)",
+                              "to driver / floor", "sf bring-up failures"], rows))
+            out += ["", f"(sf trials ran with ray.health_check={data.get('health_check', 'preflight')} and "
+                    f"ray.start_retries={data.get('start_retries', 2)}; a failure is a trial whose job did not reach "
+                    "its driver with every node joined.)"]
     # barrier lag
     lags = [t["barrier_lag_s"] for t in trials if t["method"] == "sf" and t.get("barrier_lag_s") is not None]
     out += ["", "Barrier: `all_joined` (the supervisor acting on the barrier's pass) minus the last "

@@ -50,6 +50,7 @@ def meta() -> dict:
             "ray_version": versions[0] if versions else None, "verl_version": versions[1] if len(versions) > 1 else None,
             "runtime": str(Path(py).parent.parent), "sf_commit": commit,
             "node_cpus": (common.run(["sinfo", "-h", "-N", "-p", "all", "-o", "%c"], check=False).stdout.split() or ["?"])[0], "sf_dirty": bool(dirty),
+            "cluster_nodes": len(common.run(["sinfo", "-h", "-N", "-p", "all", "-o", "%N"], check=False).stdout.split()),
             "sf_dirty_files": dirty.splitlines()}
 
 
@@ -72,6 +73,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--only", default=",".join(ALL), help="a subset of " + ",".join(ALL))
     p.add_argument("--results", type=Path, default=None)
     p.add_argument("--md", type=Path, default=BENCH / "RESULTS.md")
+    p.add_argument("--nodes", default=None, help="bring-up sizes (default 1,2,4,8; 16 needs `scripts/dev-cluster "
+                   "up --nodes 16`)")
+    p.add_argument("--methods", default=None, help="bring-up methods (default sf,verl_example,naive_batched)")
+    p.add_argument("--health-check", default=None, choices=("preflight", "always"),
+                   help="the site's ray.health_check for sf's bring-up trials")
+    p.add_argument("--extra-reps", default=None, help="N:K - K more sf-only bring-ups at N (a failure count)")
     args = p.parse_args(argv)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     results = (args.results or BENCH / "results" / stamp).resolve()
@@ -91,7 +98,10 @@ def main(argv: list[str]) -> int:
         "login": ([py, BENCH / "login_cost.py", "--reps", "3" if args.quick else "7"], 300),
         "cpu": ([py, BENCH / "cpu_cost.py", "--reps", str(reps)], 120 + 240 * reps),
         "bringup": ([py, BENCH / "bringup.py", "--reps", str(reps),
-                     "--nodes", "1,2" if args.quick else "1,2,4,8"], 600 + 900 * reps),
+                     "--nodes", args.nodes or ("1,2" if args.quick else "1,2,4,8"),
+                     *(["--methods", args.methods] if args.methods else []),
+                     *(["--health-check", args.health_check] if args.health_check else []),
+                     *(["--extra-reps", args.extra_reps] if args.extra_reps else [])], 600 + 900 * reps),
         "monitor": ([py, BENCH / "monitor_cost.py", "--polls", "2" if args.quick else "5"], 600),
         "requeue": ([py, BENCH / "requeue.py", "--reps", "1" if args.quick else "3"], 900),
         # not a target: sf before the barrier fix (HEAD minus barrier_fix.patch), a before/after

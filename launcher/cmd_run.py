@@ -99,7 +99,8 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
 
     from launcher.live import verify
 
-    live_warnings = verify(plan, request.site)  # a pool no partition can ever hold: exit 2 here
+    # a pool no partition can ever hold, an account or QOS Slurm would refuse: exit 2 here
+    live_warnings = verify(plan, request.site, getattr(request.spec, "provenance", None))
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
     _warn((*request.warnings, *live_warnings))

@@ -173,7 +173,8 @@ def _sbatch_env_warnings(site) -> list[str]:
 @spec_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--live", is_flag=True,
-              help="Also check the pools against the cluster's partitions (what they can ever give), as submit does.")
+              help="Also check against the live cluster, as submit does: the pools against what the partitions "
+                   "can ever give; the account and QOS where the cluster enforces them.")
 def validate(name, as_json, live, **kwargs):
     """Check an experiment and show the compiled verl command.
 
@@ -185,7 +186,7 @@ def validate(name, as_json, live, **kwargs):
 
         from launcher.live import verify
 
-        plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site)))
+        plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site, spec.provenance)))
     if as_json:
         out = {
             "ok": True,

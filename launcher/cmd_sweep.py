@@ -156,9 +156,15 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
 
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     from launcher import runs
+    from launcher.live import verify
 
     first = compiled[0][1]
     n = len(compiled)
+    # as sf submit: the pools against the partitions, the account/QOS where enforced (the
+    # points differ only in knobs and overrides, so the first point's plan speaks for all);
+    # exit 2 here, before any record is written
+    for warning in verify(first.plan, site, getattr(first.spec, "provenance", None)):
+        click.echo(f"sf: warning: {warning}", err=True)
     sweep_run = runs.create_run(first.runs_dir, first.experiment, kind="sweep", mode=mode,
                                 grid=[{"key": key, "values": values} for key, values in grid],
                                 points=[{"index": i, "params": params} for i, (params, _r) in enumerate(compiled)],

@@ -1,4 +1,5 @@
-"""Checks against the live cluster: can the partitions ever give what the pools ask?
+"""Checks against the live cluster: can the partitions ever give what the pools ask, and
+will Slurm take the run's account and QOS?
 
 A request that no partition can ever satisfy (`--profile fake:100x4` on a partition of 6
 nodes) is accepted by sbatch and pends forever. `sf submit` (and `sf validate --live`) asks
@@ -6,7 +7,17 @@ Slurm once for its partitions and nodes (launcher.slurm.show_partitions/show_nod
 refuses such a pool with the partition's real size. Whether a node is up or busy does not
 matter here: only what the partition could give if everything were free.
 
-`capacity` and `check` are pure; the Slurm calls are the caller's.
+Account and QOS: when the cluster enforces associations (`AccountingStorageEnforce` in
+`scontrol show config` holds associations, limits, safe, qos or wckeys), the run's account
+(`--account`, else `slurm.account` of config.yaml, else the site's) must be one of the user's associations
+on the cluster (for the pools' partitions), and when it enforces `qos` the run's QOS must
+exist and be allowed for that account (the user's default account when none is given):
+one `sacctmgr show user withassoc` and one `sacctmgr show qos`. A wrong one exits 2 naming
+the field, the value and the allowed values. When the cluster enforces neither, nothing is
+asked and nothing said (Slurm then takes any account or QOS).
+
+`capacity`, `check`, `enforcement` and `check_accounts` are pure; the Slurm calls are
+`verify`'s, through launcher.slurm.
 """
 
 from __future__ import annotations
@@ -18,10 +29,13 @@ from launcher.errors import SpecError
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
 
-def verify(plan, site) -> list[str]:
-    """Ask Slurm (one `scontrol show partition` and one `scontrol show node`) and check the
-    plan: SpecErrors (exit 2) when a pool can never run; else the warnings. When Slurm does
-    not answer, one warning says the check was skipped."""
+def verify(plan, site, provenance: dict | None = None) -> list[str]:
+    """Ask Slurm (one `scontrol show partition`, one `scontrol show node`, one `scontrol show
+    config`; where accounts are enforced one `sacctmgr show user withassoc` and, for a QOS,
+    one `sacctmgr show qos`) and check the plan: SpecErrors (exit 2) when a pool can never
+    run or Slurm would refuse the account or QOS; else the warnings. When Slurm does not
+    answer, one warning says what was not checked. `provenance` (the spec's) names the field
+    an account error shows (`slurm.account` or `site.slurm.account`)."""
     from launcher import slurm
     from launcher.errors import SlurmError, SpecErrors
 
@@ -32,9 +46,94 @@ def verify(plan, site) -> list[str]:
     if not cap:
         return ["not checked against the cluster (Slurm reported no partitions)"]
     errors, warnings = check(plan, site, cap)
+    try:
+        errors += verify_accounts(plan, site, provenance)
+    except SlurmError as exc:
+        warnings.append(f"account/QOS not checked against the cluster (Slurm did not answer: {exc})")
     if errors:
         raise SpecErrors(errors)
     return warnings
+
+
+def verify_accounts(plan, site, provenance: dict | None = None) -> list[SpecError]:
+    """The account/QOS part of `verify`: nothing is asked of sacctmgr (and nothing said)
+    unless `scontrol show config` says the cluster enforces associations."""
+    import os
+    import pwd
+
+    from launcher import slurm
+
+    config = slurm.show_config()
+    enforce = enforcement(config.get("AccountingStorageEnforce", ""))
+    if not enforce & ENFORCE_ASSOCIATIONS:
+        return []
+    account, qos = run_account(plan, site)
+    cluster = config.get("ClusterName") or None
+    user = pwd.getpwuid(os.getuid()).pw_name  # Slurm knows the submitter by uid, not by $USER
+    assocs = slurm.user_associations(user, cluster)
+    names = slurm.qos_names() if qos and "qos" in enforce else []
+    partitions = {p for p in (partition_of(pool, plan, site) for pool in plan.pools) if p}
+    return check_accounts(account, qos, enforce=enforce, user=user, cluster=cluster, assocs=assocs,
+                          qos_names=names, partitions=partitions, provenance=provenance)
+
+
+# AccountingStorageEnforce options that make Slurm check the job's association (limits,
+# safe, qos and wckeys each turn associations on: slurm.conf(5)).
+ENFORCE_ASSOCIATIONS = frozenset({"associations", "limits", "safe", "qos", "wckeys"})
+
+
+def enforcement(value: str) -> set[str]:
+    """`associations,limits,qos` -> {"associations", "limits", "qos"}; `none`/empty -> set()."""
+    return {v.strip().lower() for v in (value or "").split(",") if v.strip() and v.strip().lower() not in ("none", "0")}
+
+
+def run_account(plan, site) -> tuple[str | None, str | None]:
+    """The account and QOS the run's #SBATCH lines carry (launcher.render: the spec's
+    slurm.account/qos, else the site's)."""
+    return plan.slurm.account or site.account, plan.slurm.qos or site.qos
+
+
+def _slurm_field(key: str, provenance: dict | None) -> str:
+    source = (provenance or {}).get(f"slurm.{key}", "")
+    if source.startswith("--"):
+        return source
+    return f"site.slurm.{key}" if source == "site" else f"slurm.{key}"
+
+
+def check_accounts(account: str | None, qos: str | None, *, enforce: set[str], user: str, cluster: str | None,
+                   assocs: list[dict], qos_names: list[str], partitions: set[str] = frozenset(),
+                   provenance: dict | None = None) -> list[SpecError]:
+    """Errors for an account that is not one of `user`'s associations (`assocs`: rows of
+    launcher.slurm.user_associations) and, when `qos` is enforced, for a QOS that does not
+    exist (`qos_names`) or that the account's associations do not allow. An association
+    tied to a partition counts only for that partition. Pure."""
+    if not enforce & ENFORCE_ASSOCIATIONS:
+        return []
+    where = f"on cluster {cluster}" if cluster else "on this cluster"
+    rows = [a for a in assocs if a.get("Account") and (not a.get("Partition") or a["Partition"] in partitions)]
+    accounts = sorted({a["Account"] for a in rows})
+    acct_field, qos_field = _slurm_field("account", provenance), _slurm_field("qos", provenance)
+    enforced = f"(the cluster enforces {','.join(sorted(enforce))})"
+    if not accounts:
+        return [SpecError(acct_field, f"user {user} has no Slurm association {where}, so Slurm refuses every job "
+                          f"{enforced}; ask the cluster's admins to add one (sacctmgr add user {user} account=...)")]
+    if account and account not in accounts:
+        return [SpecError(acct_field, f"account {account!r} is not one of user {user}'s associations {where} "
+                          f"(allowed: {', '.join(accounts)}) {enforced}; set {acct_field} to one of them")]
+    if not qos or "qos" not in enforce:
+        return []
+    if qos not in qos_names:
+        known = ", ".join(sorted(qos_names)) or "none"
+        return [SpecError(qos_field, f"QOS {qos!r} does not exist {where} (QOS: {known}); set {qos_field} to an "
+                          "allowed one")]
+    effective = account or next((a.get("DefaultAccount") for a in rows if a.get("DefaultAccount")), None)
+    mine = [a for a in rows if a["Account"] == effective] if effective else rows
+    allowed = sorted({q.strip() for a in mine for q in (a.get("QOS") or "").split(",") if q.strip()})
+    if qos not in allowed:
+        whose = f"account {effective!r}" if effective else f"user {user}"
+        return [SpecError(qos_field, f"QOS {qos!r} is not allowed for {whose} {where} (allowed: "
+                          f"{', '.join(allowed) or 'none'}) {enforced}; set {qos_field} to one of them")]
+    return []
 
 
 def gpus_of(gres: str) -> int:

@@ -257,6 +257,8 @@ def click_options():
     import click
 
     return (
+        click.option("--account", metavar="NAME", help="Slurm account to charge (slurm.account; over the site's)."),
+        click.option("--qos", metavar="NAME", help="Slurm QOS (slurm.qos; over the site's)."),
         click.option("--reservation", metavar="NAME", help="Run in a Slurm reservation (every het group)."),
         click.option("--mail-type", "mail_type", metavar="TYPES",
                      help="Mail on these events, e.g. FAIL or END,FAIL (job-wide)."),
@@ -288,6 +290,11 @@ def _complete_runs(ctx, param, incomplete):
 def pop_flags(kwargs: dict) -> tuple[dict, dict]:
     """Pop the scheduler flags out of click's kwargs -> ({slurm key: value}, {dotted: flag})."""
     slurm, prov = {}, {}
+    for flag, key in (("--account", "account"), ("--qos", "qos")):  # rendered by launcher.render itself
+        value = kwargs.pop(key, None)
+        if value is not None:
+            slurm[key] = sbatch_values.account(value, flag)
+            prov[f"slurm.{key}"] = flag
     for flag, key, *_ in SCALARS:
         value = kwargs.pop(key, None)
         if value is not None:

@@ -472,6 +472,50 @@ def show_nodes() -> list[dict]:
     return [_split_kv(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` (`Key = value` lines) -> {Key: value}."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def show_config() -> dict[str, str]:
+    """`scontrol show config`: {AccountingStorageEnforce, ClusterName, ...}."""
+    return parse_show_config(_run(["scontrol", "show", "config"]).stdout)
+
+
+ASSOC_FIELDS = ("User", "DefaultAccount", "Cluster", "Account", "Partition", "QOS", "DefaultQOS")
+
+
+def parse_parsable(text: str, fields) -> list[dict[str, str]]:
+    """`sacctmgr -n -P ... format=F1,F2` output -> one {field: value} dict per line."""
+    rows = []
+    for line in (text or "").splitlines():
+        if line.strip():
+            values = line.split("|")
+            rows.append(dict(zip(fields, values + [""] * (len(fields) - len(values)), strict=False)))
+    return rows
+
+
+def user_associations(user: str, cluster: str | None = None) -> list[dict[str, str]]:
+    """ONE `sacctmgr show user ... withassoc`: every association of `user` (on `cluster`),
+    each with the user's DefaultAccount, the Account, Partition, QOS (comma-separated) and
+    DefaultQOS. No association: an empty list."""
+    where = [f"name={user}"] + ([f"cluster={cluster}"] if cluster else [])
+    proc = _run(["sacctmgr", "--noheader", "--parsable2", "show", "user", "withassoc", "where", *where,
+                 "format=" + ",".join(ASSOC_FIELDS)])
+    return [row for row in parse_parsable(proc.stdout, ASSOC_FIELDS) if row.get("Account")]
+
+
+def qos_names() -> list[str]:
+    """ONE `sacctmgr show qos`: the names of every QOS of the accounting database."""
+    proc = _run(["sacctmgr", "--noheader", "--parsable2", "show", "qos", "format=Name"])
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
 def run_on_a_node(partition: str, argv: list[str], timeout: float = 60) -> str:
     """One task on one node of `partition` (`srun -N1 -n1 --time=1`): its stdout."""
     proc = _run(["srun", "-p", partition, "-N1", "-n1", "--time=1", "--quiet", *argv], timeout=timeout)

@@ -207,7 +207,9 @@ def main(role: str) -> int:
         # The head's block was chosen free by the supervisor (workers dial its GCS port); a
         # worker's ports only have to be free on its own host, so it moves on to the next
         # block when another job holds its slot there.
-        blocks = [first_block] if role == "head" else ports_mod.candidate_blocks(first_block, port_range)
+        # Slots past SLOTS_PER_JOB start one block further on (ports.slot_first_block).
+        blocks = ([first_block] if role == "head"
+                  else ports_mod.candidate_blocks(ports_mod.slot_first_block(first_block, slot), port_range))
         for block in blocks:
             ports = ports_mod.block_ports(block, slot, port_range)
             busy = busy_ports(address, ports, head=role == "head")

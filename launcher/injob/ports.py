@@ -3,7 +3,8 @@
 The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
 A job takes block `job_id % n_blocks`; node i of the job takes slot `i % SLOTS_PER_JOB`.
 Two jobs whose ids differ by less than n_blocks never share a port, and nor do two
-nodes of one job (emulated nodes, or several jobs on one shared host). Each slot holds
+nodes of one job (emulated nodes, or several jobs on one shared host): a job's nodes past
+the first SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds
 every port a Ray node opens (head-only ones too) and a worker port range.
 """
 
@@ -69,6 +70,14 @@ def job_block(job_id: int | str, port_range: tuple[int, int]) -> int:
 
 def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:
     return int(port_range[0]) + job_block(job_id, port_range) * JOB_BLOCK
+
+
+def slot_first_block(first: int, slot: int) -> int:
+    """The block node slot `slot` of a job tries first: its job's block for the first
+    SLOTS_PER_JOB nodes, the next block for the next SLOTS_PER_JOB, and so on. Nodes of one
+    job that share a host (emulated nodes: 16 on the dev cluster) then never share a port;
+    on separate hosts the block does not matter."""
+    return int(first) + int(slot) // SLOTS_PER_JOB
 
 
 def candidate_blocks(first: int, port_range: tuple[int, int]) -> list[int]:

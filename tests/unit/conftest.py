@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-FAKE_COMMANDS = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun")
+FAKE_COMMANDS = ("sacct", "sacctmgr", "squeue", "sbatch", "scancel", "scontrol", "srun")
 
 # A fake command: logs its argv, keeps the last script sbatch was given (and the SBATCH_*
 # variables it saw), and answers from

@@ -177,3 +177,18 @@ def test_a_worker_moves_to_the_next_block_when_its_slot_is_taken(tmp_path, monke
         assert node.busy_ports("127.0.0.1", nxt, head=False) == []
     finally:
         holder.close()
+
+
+def test_nodes_past_the_eighth_start_in_the_next_block_so_sixteen_nodes_of_one_job_share_no_port():
+    from launcher.injob import ports as P
+
+    rng = (20000, 32767)
+    first = P.job_block(30, rng)
+    assert [P.slot_first_block(first, s) for s in (0, 7, 8, 15, 16)] == [first, first, first + 1, first + 1,
+                                                                          first + 2]
+    seen: set[int] = set()
+    for slot in range(16):  # 16 emulated nodes of one job on one host (dev cluster --nodes 16)
+        block = P.candidate_blocks(P.slot_first_block(first, slot), rng)[0]
+        ports = set(P.block_ports(block, slot, rng).all_ports())
+        assert not ports & seen
+        seen |= ports

@@ -152,7 +152,18 @@ BAD = [
     ("--constraint", "a b"), ("--constraint", "a#b"), ("--constraint", "a\nb"),
     ("--sbatch", "nice=1 --qos=evil"), ("--sbatch", "begin=now\n#SBATCH --x"), ("--sbatch", "comment=a b"),
     ("--sbatch", "comment=$(id)"),
+    ("--account", "a b"), ("--account", "p\n#SBATCH --qos=evil"), ("--qos", "$(id)"),
 ]
+
+
+def test_account_and_qos_flags_over_the_sites(fake_slurm, site):  # noqa: F811 (the imported fixture)
+    path = site(account="site-acct", qos="site-qos")
+    (comp,) = directives(_sf("submit", GRPO, "--site", path, "--dry-run").stdout)
+    assert "--account=site-acct" in comp and "--qos=site-qos" in comp
+    (comp,) = directives(_sf("submit", GRPO, "--site", path, "--dry-run", "--account", "mine", "--qos", "high").stdout)
+    assert "--account=mine" in comp and "--qos=high" in comp and "site-acct" not in comp
+    out = _sf("validate", GRPO, "--site", path, "--account", "mine").stdout
+    assert "slurm.account = 'mine'    [--account]" in out and "slurm.qos = 'site-qos'    [site]" in out
 
 
 @pytest.mark.parametrize("flag,value", BAD)

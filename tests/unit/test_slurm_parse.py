@@ -243,3 +243,15 @@ def test_srun_popen_runs_without_shell(fake_slurm):
     proc = slurm.srun_popen(["echo", "$HOME; true"], het_group=0, stdout=subprocess.PIPE)
     proc.wait(10)
     assert fake_slurm.calls() == ["srun --het-group=0 --kill-on-bad-exit=1 echo $HOME; true"]
+
+
+def test_show_config_and_sacctmgr_parsable_rows():
+    from launcher import slurm
+
+    cfg = slurm.parse_show_config("Configuration data as of 2026-11-30T21:00:00\n"
+                                  "AccountingStorageEnforce = associations,qos\nClusterName             = sfdev\n"
+                                  "SLURM_VERSION           = 22.05.8\n")
+    assert cfg["AccountingStorageEnforce"] == "associations,qos" and cfg["ClusterName"] == "sfdev"
+    rows = slurm.parse_parsable("root|root|sfdev|dev||normal,high|\n\n", slurm.ASSOC_FIELDS)
+    assert rows == [{"User": "root", "DefaultAccount": "root", "Cluster": "sfdev", "Account": "dev", "Partition": "",
+                     "QOS": "normal,high", "DefaultQOS": ""}]
