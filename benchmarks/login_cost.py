@@ -11,14 +11,14 @@ them alike. Commands (examples/grpo, the 2-node GRPO example):
   sf --help
   sf validate examples/grpo
   sf submit examples/grpo --dry-run          spec + compile + the verl compose check + render,
-                                             with an empty compose cache (launcher.verlcache)
+                                             with an empty compose cache (launcher.compile.verlcache)
   ... --dry-run (compose remembered)         the same, the check remembered from a run before
   hydra compose of verl's ppo_trainer        a fresh Python that only composes verl's own
                                              config with Hydra: the floor of any check
   sbatch --test-only <the same script>       (unless --no-slurm)
 
 It prints the ratio of the dry run's median wall time to the bare compose's (issue 15's
-target: at most 1.3x). sf runs as `python -m launcher.cli` from this checkout, so the
+target: at most 1.3x). sf runs as `python -m launcher.cli.app` from this checkout, so the
 tree under test is what is measured whatever `sf` is on PATH.
 """
 
@@ -39,7 +39,7 @@ import common  # noqa: E402
 from common import log  # noqa: E402
 
 TIME = "/usr/bin/time"  # GNU time (Debian package `time`)
-SF = [sys.executable, "-m", "launcher.cli"]
+SF = [sys.executable, "-m", "launcher.cli.app"]
 DRY_COLD = "sf submit examples/grpo --dry-run"
 DRY_WARM = "sf submit examples/grpo --dry-run (compose remembered)"
 COMPOSE = "hydra compose of verl's ppo_trainer (fresh Python)"

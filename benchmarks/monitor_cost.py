@@ -10,7 +10,7 @@ completed at once), each poll is measured two ways:
   cli        `sf status SWEEP --json` as a child process (what a user runs, Python start-up
              included); Slurm commands counted by a PATH-free shim: SF_SLURM_BIN_DIR points
              sf at a folder of wrappers that log each invocation, then exec the real binary
-  in-process launcher.monitor.poll([run]) with launcher.slurm.CALLS before/after
+  in-process launcher.monitor.poll.poll([run]) with launcher.slurm.CALLS before/after
 
 plus one overview poll (`sf status` without a target) over all the sweeps at once.
 Every array is cancelled at the end.
@@ -77,7 +77,8 @@ def cli_poll(run_id: str | None, root: Path, shim: Path, log_file: Path) -> dict
 
 
 def inproc_poll(run, root: Path) -> dict:
-    from launcher import monitor, slurm
+    from launcher import slurm
+    from launcher.monitor import poll as monitor
 
     before = dict(slurm.CALLS)
     t0 = time.perf_counter()

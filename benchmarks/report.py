@@ -370,7 +370,7 @@ def section_monitor(data: dict | None, targets: list) -> list[str]:
     out = [f"Real job arrays of 1, 10 and 100 `sleep {data.get('sleep_s')}` tasks (4 CPUs each, so at most "
            "32 run at once on the 8 nodes: the 100-task array has tasks pending and running at once), each followed "
            "by a sweep run record. `cli` = `sf status SWEEP --json` as a process, Slurm commands counted by "
-           "wrappers in SF_SLURM_BIN_DIR; `in-process` = launcher.monitor.poll with launcher.slurm.CALLS.", "",
+           "wrappers in SF_SLURM_BIN_DIR; `in-process` = launcher.monitor.poll.poll with launcher.slurm.CALLS.", "",
            table(["array tasks", "polls", "Slurm cmds / poll (cli)", "sacct / poll", "commands",
                   "median wall s (cli)", "min-max", "Slurm cmds / poll (in-process)", "median wall s (in-process)",
                   "task states at first poll"], rows)]

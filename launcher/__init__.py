@@ -1,7 +1,13 @@
 """sf: a Slurm-native launcher for verl.
 
-The pipeline is visible in the modules:
-spec -> compile -> render -> slurm (submit) -> monitor, with runs holding the records.
+The pipeline is the folder listing, one subpackage a stage:
+
+    spec/ -> compile/ -> render/ -> submit/ -> monitor/      (login node)
+    injob/                                                    (inside the Slurm job)
+
+cli/ is the click layer over them. Shared by all: plan (what the login node decided; the job
+reads it from plan.json), states (Slurm -> run states, the phases the job emits), runs (the
+only writer of run records), slurm (the only runner of Slurm commands), errors.
 """
 
 __version__ = "0.1.0"

@@ -2,8 +2,8 @@
 
 compile.compile_plan(spec, site, run_dir) -> Plan is pure; render.render_script(plan, site)
 -> str is pure. A plan is compiled once, against a placeholder run dir, and bound to its
-real run dir by `with_run_dir` once the run exists (launcher.pipeline). It is written into
-the run directory (plan.json, with the job contract of launcher.render.job_contract under
+real run dir by `with_run_dir` once the run exists (launcher.submit.pipeline). It is written into
+the run directory (plan.json, with the job contract of launcher.render.script.job_contract under
 "job"), which the job itself reads (`launcher.injob supervise` -> Plan.from_dict: pools,
 launcher, checkpoint dir, paths; "job": runtime, Ray's address/ports/barrier, requeue
 bounds), and `sf status`, `sf eval` and `sf export` read too.
@@ -38,7 +38,7 @@ class SlurmOptions:
     requeue: bool = True
     max_requeues: int = 3
     signal_lead_s: int = 300  # --signal=B:USR1@<lead>
-    # scheduler options (launcher.scheduler_options), checked when compiled and rendered
+    # scheduler options (launcher.compile.scheduler_options), checked when compiled and rendered
     reservation: str | None = None
     mail_type: str | None = None
     mail_user: str | None = None

@@ -33,7 +33,7 @@ def wait_for_fixture():
 
 @pytest.fixture(scope="session", autouse=True)
 def _own_compose_cache(tmp_path_factory):
-    """The tests' own cache of verl compose checks (launcher.verlcache), never the user's;
+    """The tests' own cache of verl compose checks (launcher.compile.verlcache), never the user's;
     sf processes the tests start inherit it."""
     os.environ["SF_CACHE_DIR"] = str(tmp_path_factory.mktemp("sf-cache"))
 

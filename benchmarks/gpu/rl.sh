@@ -102,7 +102,7 @@ fi
 export PYTHONPATH=/tmp/site
 # sf itself: the repository copy on PYTHONPATH of a wrapper (the job finds it the same way)
 mkdir -p "$W/bin"
-printf '#!/bin/sh\nPYTHONPATH=%s:/tmp/site exec %s -m launcher.cli "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
+printf '#!/bin/sh\nPYTHONPATH=%s:/tmp/site exec %s -m launcher.cli.app "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
 chmod +x "$W/bin/sf"
 # the runtime: a venv-shaped folder around the image's python (the registry entry adds the bundle)
 RT=$W/rt; mkdir -p "$RT/bin"

@@ -72,8 +72,8 @@ if want py; then
   fi
   $PY -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|verl|ray|hydra-core|omegaconf|antlr4-python3-runtime|tensordict|torchdata|datasets|pyarrow|pandas|numpy|sf|accelerate|peft) ' | tee "$L/versions.txt"
   if ! command -v sf >/dev/null; then
-    note "sf not on PATH after pip install -e: using a wrapper around launcher.cli"
-    mkdir -p "$W/bin"; printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s -m launcher.cli "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
+    note "sf not on PATH after pip install -e: using a wrapper around launcher.cli.app"
+    mkdir -p "$W/bin"; printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s -m launcher.cli.app "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
     chmod +x "$W/bin/sf"
   fi
 fi

@@ -24,7 +24,7 @@ EndTime, less --requeue-lead seconds (the USR1 lead + 30 s, as the signal can co
 much early) while the job may still be requeued, so verl's forced save lands before the
 requeue; recorded in the `wall_time` phase. USR1 is ignored here (it is the trap's).
 
-Array sweeps (launcher.sweep): --manifest FILE --task N make this task a point of the
+Array sweeps (launcher.submit.sweep): --manifest FILE --task N make this task a point of the
 sweep: its run dir, checkpoint dir, paths to check and overrides come from the manifest.
 
 Test hook: when the job's environment has SF_TEST_DRIVER (a shell command), it runs on the
@@ -57,7 +57,7 @@ from launcher.injob import address as addr_mod
 from launcher.injob import auth, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
-from launcher.runtime import Runtime
+from launcher.spec.runtime import Runtime
 
 POLL_S = 0.5
 TERM_GRACE_S = 8
@@ -95,7 +95,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def read_plan(args: argparse.Namespace, path: Path) -> None:
     """The job's settings from plan.json: the Plan (Plan.from_dict) and its "job" contract
-    (launcher.render.job_contract), onto `args`."""
+    (launcher.render.script.job_contract), onto `args`."""
     from launcher.plan import Plan
 
     data = json.loads(path.read_text())
@@ -117,7 +117,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
 
 
 def load_point(manifest: str, task: int) -> dict:
-    """The point of an array sweep's manifest (written by launcher.sweep) for array task `task`."""
+    """The point of an array sweep's manifest (written by launcher.submit.sweep) for array task `task`."""
     with open(manifest) as handle:
         data = json.load(handle)
     for point in data.get("points", ()):

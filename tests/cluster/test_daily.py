@@ -112,7 +112,7 @@ def requeued_wandb_run(tmp_path_factory):
     requeued once by hand (scontrol requeue); -> (run id, run dir, sf submit's stderr)."""
     import yaml
 
-    from launcher import paths
+    from launcher.spec import paths
 
     tmp = tmp_path_factory.mktemp("wandb")
     exp = Path(experiment(tmp, max_requeues=2))

@@ -18,7 +18,7 @@ VENV = Path(os.environ.get("SF_EXPORT_TEST_VENV", "/var/lib/sfdev/export-test-ve
 
 
 def sf(*args, env):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], capture_output=True, text=True,
                           env=env, timeout=120, cwd=REPO)
 
 
@@ -82,8 +82,9 @@ def test_chained_export_merges_the_checkpoint_its_run_saves_later(env, slurm, mo
     (chain.export_request sent by pipeline.submit, as sf submit sends it): it waits on
     afterok:<RUN's job>, then looks up the checkpoint RUN saved meanwhile and merges it
     with verl's merger into the folder fixed at submit time."""
-    from launcher import chain, pipeline, runs
-    from launcher.site import load_site
+    from launcher import runs
+    from launcher.spec.site import load_site
+    from launcher.submit import chain, pipeline
 
     e, runs_dir = env
     for key in ("SF_RUNS_DIR", "FORGE_RUNTIME_REGISTRY_FILE", "SF_SITE"):

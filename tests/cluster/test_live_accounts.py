@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher import live, slurm
+from launcher import slurm
+from launcher.submit import live
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")

@@ -1,5 +1,5 @@
 """Monitoring on the real dev cluster: launcher.slurm submits small batch scripts, run
-records point at them, and launcher.monitor / `sf status|logs|cancel` follow them with one
+records point at them, and launcher.monitor.poll / `sf status|logs|cancel` follow them with one
 sacct call per poll. Fails (never skips) when the cluster does not answer (conftest)."""
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import time
 
 from click.testing import CliRunner
 
-from launcher import monitor, runs
+from launcher import runs
 from launcher import slurm as sfslurm
-from launcher.cli import main
+from launcher.cli.app import main
+from launcher.monitor import poll as monitor
 
 TRAIN = {f"dev{k}" for k in range(1, 7)}
 TEACH = {"dev7", "dev8"}
@@ -166,7 +167,7 @@ echo "done on $SLURMD_NODENAME"
     try:
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "launcher.cli", "logs", run.id, "-f", "--runs-dir", str(root),
+            [sys.executable, "-m", "launcher.cli.app", "logs", run.id, "-f", "--runs-dir", str(root),
              "--interval", "0.2", "--check-every", "1"],
             capture_output=True, text=True, timeout=120)
         took = time.monotonic() - started

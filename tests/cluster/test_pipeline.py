@@ -14,13 +14,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def sf(*args) -> subprocess.CompletedProcess:
     # this interpreter's launcher (PYTHONPATH may point at a worktree), not a console script's
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO, env=os.environ.copy())
 
 
 def test_submitted_script_is_the_dry_run_modulo_run_id(slurm):
-    from launcher import pipeline, runs
-    from launcher.site import load_site
+    from launcher import runs
+    from launcher.spec.site import load_site
+    from launcher.submit import pipeline
 
     for extra in ([], ["--preflight", "--set", "rollout_n=4"]):
         dry = sf("submit", "examples/grpo", "--dry-run", *extra)

@@ -78,8 +78,9 @@ def status_json(sweep_id: str) -> dict:
 def poll_until_done(sweep_id: str, timeout: float, touch: bool = False) -> list:
     """Poll the sweep in-process (monitor.poll) until every point ended; assert that each
     poll is ONE sacct call and nothing else. Returns the last statuses."""
-    from launcher import monitor, runs, slurm
-    from launcher.site import load_site
+    from launcher import runs, slurm
+    from launcher.monitor import poll as monitor
+    from launcher.spec.site import load_site
 
     root = Path(load_site(None).runs_dir)
     run = runs.open_run(root, sweep_id)

@@ -1,4 +1,4 @@
-"""sf attach / sf dashboard (launcher.attach, launcher.cmd_attach): which node and het group,
+"""sf attach / sf dashboard (launcher.monitor.attach, launcher.cli.cmd_attach): which node and het group,
 the printed srun command, the shell's environment (run for real, locally), no injection,
 clear errors for runs that are not running; against fake Slurm binaries."""
 from __future__ import annotations
@@ -13,11 +13,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher import attach, paths, runs
-from launcher.cli import main
+from launcher import runs
+from launcher.cli.app import main
 from launcher.errors import SpecError
 from launcher.injob import auth
-from launcher.runtime import Runtime
+from launcher.monitor import attach
+from launcher.spec import paths
+from launcher.spec.runtime import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_monitor import _row  # noqa: E402
@@ -167,7 +169,7 @@ def test_attach_print(fake_slurm, tmp_path):
 def test_attach_runs_srun_with_the_command(fake_slurm, tmp_path):
     """Without --print sf becomes srun (exec): a subprocess here, the fake srun records its argv."""
     run = _running_run(fake_slurm)
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "attach", run.id, "--node", "dev4",
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "attach", run.id, "--node", "dev4",
                            "--site", _site(tmp_path, fake_slurm), "--", "ray", "status"],
                           capture_output=True, text=True, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr

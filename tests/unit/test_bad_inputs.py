@@ -13,7 +13,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import write_exp, write_site  # noqa: E402
 
-from launcher.cli import main  # noqa: E402
+from launcher.cli.app import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = """method: verl/grpo
@@ -166,7 +166,7 @@ SUBPROCESS_CASES = [c for c in CASES if c[0] in ("yaml-unclosed", "estimator-in-
 @pytest.mark.parametrize("text,args,needles", [c[1:] for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES])
 def test_bad_input_subprocess(env, text, args, needles):
     write_exp(env, "exp", text)
-    sf = [sys.executable, "-m", "launcher.cli"]
+    sf = [sys.executable, "-m", "launcher.cli.app"]
     proc = subprocess.run([*sf, "validate", "exp", *args], capture_output=True, text=True, cwd=env,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -1,4 +1,4 @@
-"""--after RUN (launcher.chain): afterok on the run's current job, from Slurm's state; clear
+"""--after RUN (launcher.submit.chain): afterok on the run's current job, from Slurm's state; clear
 errors for runs that cannot succeed; through `sf submit --dry-run` and `sf sweep`."""
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import chain, paths
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.errors import SpecError
+from launcher.spec import paths
+from launcher.submit import chain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli_contract import site  # noqa: E402,F401  (the fixture: site(**slurm) -> a site file)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher import paths
-from launcher.cli import main
+from launcher.cli.app import main
+from launcher.spec import paths
 
 GRPO = str(paths.data_root() / "examples" / "grpo")
 
@@ -130,7 +130,7 @@ def test_json_slurm_error_exit_1(site, fake_slurm):
 
 
 def test_hint_is_the_fix_after_the_last_semicolon():
-    from launcher.cli import error_document
+    from launcher.cli.app import error_document
     from launcher.errors import SpecError
 
     doc = error_document([SpecError("a", "x is wrong; use y"), SpecError("b", "no fix here")])

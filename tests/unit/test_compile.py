@@ -10,9 +10,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import RUN_DIR, SITE, base, compile_values  # noqa: E402
 
-from launcher import catalog  # noqa: E402
+from launcher.compile import catalog  # noqa: E402
 from launcher.plan import Plan  # noqa: E402
-from launcher.verlcheck import check_overrides, verl_config_dir  # noqa: E402
+from launcher.compile.verlcheck import check_overrides, verl_config_dir  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 
@@ -116,8 +116,8 @@ def test_raw_override_wins_over_knob_and_keeps_plus():
 
 def test_relative_run_dir_refused():
     from launcher.errors import SpecErrors
-    from launcher.compile import compile_plan
-    from launcher.spec import spec_from_values
+    from launcher.compile.compiler import compile_plan
+    from launcher.spec.experiment import spec_from_values
 
     with pytest.raises(SpecErrors) as exc:
         compile_plan(spec_from_values(base("grpo")), SITE, "runs/x")

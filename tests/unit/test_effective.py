@@ -16,8 +16,11 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import base, compile_values, errors_of, overrides_of, write_exp, write_site  # noqa: E402
 
-from launcher import rules, verlcheck  # noqa: E402
-from launcher.cli import main  # noqa: E402
+from launcher.cli.app import main  # noqa: E402
+from launcher.compile import (
+    rules,  # noqa: E402
+    verlcheck,
+)
 from launcher.errors import SpecError  # noqa: E402
 
 ICEPOP = "algorithm.rollout_correction.rollout_is_threshold"
@@ -267,7 +270,7 @@ def test_int_refused(given):
 
 
 def test_config_yaml_loader_is_yaml_12():
-    from launcher.spec import load_yaml
+    from launcher.spec.experiment import load_yaml
 
     data = load_yaml("a: 0.5_5\nb: yes\nc: 1e-6\nd: 1_000\ne: 012\nf: true\ng: .5\nh: off\n")
     assert data == {"a": "0.5_5", "b": "yes", "c": 1e-6, "d": "1_000", "e": 12, "f": True, "g": 0.5, "h": "off"}
@@ -462,7 +465,7 @@ def test_every_estimator_spelling_meets_the_one_rule(env, text, args):
 
 
 def test_catalog_estimator_is_the_pin_and_versions_share_recipes():
-    from launcher import catalog
+    from launcher.compile import catalog
 
     for version in catalog.versions():
         for name in catalog.methods(version):

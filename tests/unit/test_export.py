@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from launcher import runs
-from launcher.cli import main
-from launcher.export import LayoutError, find_actor_dir
+from launcher.cli.app import main
+from launcher.submit.export import LayoutError, find_actor_dir
 
 FIXTURES = Path(__file__).parent / "fixtures_extra"
 EXPORT_VENV = Path(os.environ.get("SF_EXPORT_TEST_VENV", "/var/lib/sfdev/export-test-venv"))
@@ -192,8 +192,8 @@ def test_export_job_records_started_and_ended_phases(tmp_path, merger_rc):
     the script's exit code, on success and on failure."""
     import sys
 
-    from launcher import export as ex
-    from launcher.site import load_site
+    from launcher.spec.site import load_site
+    from launcher.submit import export as ex
 
     actor = fsdp_layout(tmp_path / "ckpt", step=5, world=1)
     run = runs.create_run(tmp_path / "runs", "x")
@@ -319,8 +319,8 @@ def _later_script(tmp_path, run, target, **kw):
     merger a stand-in that records its argv."""
     import sys
 
-    from launcher import export as ex
-    from launcher.site import load_site
+    from launcher.spec.site import load_site
+    from launcher.submit import export as ex
 
     record = ("import pathlib, sys; t = pathlib.Path(sys.argv[sys.argv.index('--target_dir') + 1]); "
               "t.mkdir(parents=True, exist_ok=True); (t / 'argv.txt').write_text(' '.join(sys.argv[1:])); "

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import main
-from launcher.verlcheck import grammar_errors
+from launcher.cli.app import main
+from launcher.compile.verlcheck import grammar_errors
 
 
 @pytest.mark.parametrize("text,key,value", [

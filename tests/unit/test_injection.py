@@ -17,8 +17,8 @@ import pytest
 
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.render import plan_json, render_script
-from launcher.runtime import runtime_from_entry
+from launcher.render.script import plan_json, render_script
+from launcher.spec.runtime import runtime_from_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, directives, make_plan
@@ -166,7 +166,7 @@ def test_cli_refuses_with_exit_2_and_quotes_set(tmp_path):
     --set value with $(...) is rendered inert."""
     import yaml
 
-    from launcher import paths
+    from launcher.spec import paths
 
     data = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
     data["runs_dir"] = str(tmp_path / "runs")

@@ -1,4 +1,4 @@
-"""launcher.live: pools against what the partitions can ever give (pure parts)."""
+"""launcher.submit.live: pools against what the partitions can ever give (pure parts)."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import SITE, base, compile_values  # noqa: E402
 
-from launcher import live  # noqa: E402
+from launcher.submit import live  # noqa: E402
 
 PARTS = [{"PartitionName": "train"}, {"PartitionName": "teach"}, {"PartitionName": "empty"}]
 NODES = [{"NodeName": f"dev{i}", "Gres": "gpu:4", "Partitions": "train,all"} for i in range(1, 7)] + \
@@ -57,7 +57,7 @@ def test_tensor_parallel_that_does_not_divide_the_pool_warns():
 
 
 def test_node_limits_from_the_probe():
-    from launcher.doctor import node_limit_checks
+    from launcher.submit.doctor import node_limit_checks
 
     low = {c.name: c for c in node_limit_checks("h200", "1024\n4096\n1024\n")}
     assert low["nofile h200"].status == "warn" and "hard limit 4096" in low["nofile h200"].detail
@@ -144,7 +144,7 @@ def test_validate_live_refuses_an_account_by_one_batched_sacctmgr_query(fake_slu
 
     from click.testing import CliRunner
 
-    from launcher.cli import main
+    from launcher.cli.app import main
 
     _enforcing(fake_slurm)
     exp = _experiment(tmp_path, account="nope")
@@ -162,7 +162,7 @@ def test_validate_live_refuses_an_account_by_one_batched_sacctmgr_query(fake_slu
 def test_submit_and_sweep_refuse_it_before_anything_is_written_or_sent(fake_slurm, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from launcher.cli import main
+    from launcher.cli.app import main
 
     exp = _experiment(tmp_path, account="nope")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])

@@ -1,4 +1,4 @@
-"""One W&B run across restarts (launcher.logger_env): the script's environment, offline mode
+"""One W&B run across restarts (launcher.render.logger_env): the script's environment, offline mode
 from the site, the `wandb sync` line, and no injection through the project or run name."""
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import logger_env, paths
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.errors import SpecError
-from launcher.render import render_script
-from launcher.site import site_from_dict
+from launcher.render import logger_env
+from launcher.render.script import render_script
+from launcher.spec import paths
+from launcher.spec.site import site_from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compiler_fixtures"))

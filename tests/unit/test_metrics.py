@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import metrics as m
 from launcher import runs
-from launcher.cli import main
+from launcher.cli.app import main
+from launcher.monitor import metrics as m
 
 
 def _verl_file_logger():

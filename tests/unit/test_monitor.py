@@ -1,4 +1,4 @@
-"""launcher.monitor and the sf status/logs/cancel/list commands, against fake Slurm
+"""launcher.monitor.poll and the sf status/logs/cancel/list commands, against fake Slurm
 binaries (SF_SLURM_BIN_DIR) and run records in a temp dir."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import time
 
 from click.testing import CliRunner
 
-from launcher import monitor, runs, slurm, states
-from launcher.cli import main
+from launcher import runs, slurm, states
+from launcher.cli.app import main
+from launcher.monitor import poll as monitor
 
 
 def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
@@ -175,7 +176,7 @@ def test_status_watch_ctrl_c_exits_130_without_cancelling(fake_slurm, monkeypatc
     def interrupt(seconds):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("launcher.cmd_monitor.time.sleep", interrupt)
+    monkeypatch.setattr("launcher.cli.cmd_monitor.time.sleep", interrupt)
     result = CliRunner().invoke(main, ["status", run.id, "--watch"])
     assert result.exit_code == 130
     assert fake_slurm.calls("scancel") == []
@@ -239,7 +240,7 @@ def test_list_cli(fake_slurm):
 def test_select_logs():
     from pathlib import Path
 
-    from launcher.cmd_monitor import select_logs
+    from launcher.cli.cmd_monitor import select_logs
 
     files = [Path(n) for n in ("slurm-5.out", "ray-head-dev1.log", "ray-worker-dev2.log",
                                "ray-worker-dev12.log", "driver.log", "teacher-node1.log")]
@@ -413,8 +414,8 @@ def test_overview_hides_sweep_points_and_list_marks_them(fake_slurm):
 
 
 def _status_loop(run_dir, n):
-    from launcher import monitor as m
     from launcher import runs as r
+    from launcher.monitor import poll as m
     for _ in range(n):
         m.poll([r.Run(run_dir)])
 

@@ -1,4 +1,4 @@
-"""launcher.pipeline: one prepared request, compiled once; the dry run is what is sent.
+"""launcher.submit.pipeline: one prepared request, compiled once; the dry run is what is sent.
 Against the fake Slurm commands of tests/unit/conftest.py."""
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher import cmd_run, paths, pipeline, runs
-from launcher.cli import main
+from launcher import runs
+from launcher.cli import cmd_run
+from launcher.cli.app import main
+from launcher.spec import paths
+from launcher.submit import pipeline
 
 GRPO = str(paths.data_root() / "examples" / "grpo")
 RUN_ID = re.compile(r"grpo-[a-z2-7]{5}")
@@ -54,7 +57,7 @@ def test_submitted_script_is_the_dry_runs_but_for_the_run_id(site, fake_slurm):
 
 
 def test_one_compile_per_command(site, fake_slurm, monkeypatch):
-    from launcher import compile as compile_mod
+    from launcher.compile import compiler as compile_mod
 
     calls = []
     real = compile_mod.compile_plan

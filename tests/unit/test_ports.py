@@ -75,12 +75,12 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     bounds come from plan.json (Plan.from_dict + the job contract)."""
     import json
 
-    from launcher import paths
     from launcher.injob.supervise import parse_args
     from launcher.plan import Plan, Pool, SlurmOptions
-    from launcher.render import plan_json
-    from launcher.runtime import Runtime
-    from launcher.site import load_site
+    from launcher.render.script import plan_json
+    from launcher.spec import paths
+    from launcher.spec.runtime import Runtime
+    from launcher.spec.site import load_site
 
     plan = Plan(experiment="d", method="distillation", framework="verl", framework_version="0.9.1",
                 config_name="ppo_trainer", launcher="ray", entry=("python3", "-m", "verl.trainer.main_ppo"),

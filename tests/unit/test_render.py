@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from launcher import paths
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.render import overrides_text, plan_json, quote, render_script
-from launcher.runtime import Runtime
-from launcher.site import load_site
+from launcher.render.script import overrides_text, plan_json, quote, render_script
+from launcher.spec import paths
+from launcher.spec.runtime import Runtime
+from launcher.spec.site import load_site
 
 SITE = load_site(str(paths.site_dir() / "dev.yaml"))
 VENV = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt/verl-0.9.1",

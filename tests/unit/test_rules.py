@@ -1,4 +1,4 @@
-"""One test (or a few) per rule of launcher.rules."""
+"""One test (or a few) per rule of launcher.compile.rules."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import RUN_DIR, base, compile_values, errors_of, overrides_of  # noqa: E402
 
-from launcher import rules  # noqa: E402
+from launcher.compile import rules  # noqa: E402
 
 
 def _one(errors, *needles):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import SpecError
-from launcher.runtime import resolve_runtime
-from launcher.site import site_from_dict
+from launcher.spec.runtime import resolve_runtime
+from launcher.spec.site import site_from_dict
 
 
 def site(registry=None):

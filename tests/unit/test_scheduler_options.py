@@ -1,4 +1,4 @@
-"""Scheduler options (launcher.scheduler_options): flags, config.yaml `slurm:` keys and site
+"""Scheduler options (launcher.compile.scheduler_options): flags, config.yaml `slurm:` keys and site
 defaults -> checked `#SBATCH` lines; per het group vs job-wide; every bad value refused."""
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import paths, scheduler_options
-from launcher.cli import main
+from launcher.cli.app import main
+from launcher.compile import scheduler_options
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, SlurmOptions
-from launcher.render import render_script
-from launcher.site import site_from_dict
-from launcher.spec import schema_errors, spec_from_values
+from launcher.render.script import render_script
+from launcher.spec import paths
+from launcher.spec.experiment import schema_errors, spec_from_values
+from launcher.spec.site import site_from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compiler_fixtures"))
@@ -23,7 +24,7 @@ from sfc_helpers import SITE_DICT, base  # noqa: E402
 from test_cli_contract import site  # noqa: E402,F401  (the fixture: site(**slurm) -> a site file)
 from test_render import SITE, VENV, directives, het_plan, make_plan  # noqa: E402
 
-from launcher.compile import compile_plan  # noqa: E402
+from launcher.compile.compiler import compile_plan  # noqa: E402
 
 GRPO = str(paths.data_root() / "examples" / "grpo")
 FULL = SlurmOptions(time="00:20:00", reservation="maint", mail_type="END,FAIL", mail_user="alice@example.org",
@@ -112,7 +113,7 @@ def test_site_defaults_below_config_below_flags(fake_slurm, site):  # noqa: F811
                                                   "mail_type": "FAIL", "sbatch": {"comment": "site"}}})
     values = base("grpo", slurm={"reservation": "cfg-res", "sbatch": {"nice": 5}})
     spec = spec_from_values(values)
-    from launcher.spec import _deep_merge, _site_layer
+    from launcher.spec.experiment import _deep_merge, _site_layer
 
     spec.values = _deep_merge(_deep_merge(spec.values, _site_layer(unit_site)), values)
     plan = compile_plan(spec, unit_site, "/runs/x-abcde")
@@ -190,7 +191,7 @@ def test_sbatch_allowlist(item, words, fake_slurm, site):  # noqa: F811 (the imp
 def test_bad_config_and_site_values_name_their_key():
     unit_site = site_from_dict({**SITE_DICT, "slurm": {**SITE_DICT["slurm"], "exclude": "n 1"}})
     spec = spec_from_values(base("grpo"))
-    from launcher.spec import _deep_merge, _site_layer
+    from launcher.spec.experiment import _deep_merge, _site_layer
 
     spec.values = _deep_merge(spec.values, _site_layer(unit_site))
     spec.provenance.update({"slurm.exclude": "site"})

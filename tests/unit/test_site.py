@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from launcher import paths
 from launcher.errors import SpecError
-from launcher.site import parse_profile, site_from_dict
+from launcher.spec import paths
+from launcher.spec.site import parse_profile, site_from_dict
 
 
 def dev() -> dict:
@@ -56,7 +56,7 @@ def test_health_check_setting():
     import pytest
 
     from launcher.errors import SpecError
-    from launcher.site import site_from_dict
+    from launcher.spec.site import site_from_dict
 
     base = {"name": "s", "runs_dir": "/r", "series": {}}
     assert site_from_dict(base).ray.health_check == "preflight"

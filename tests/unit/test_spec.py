@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import SITE, write_exp, write_site  # noqa: E402
 import genschema  # noqa: E402
 
-from launcher import catalog  # noqa: E402
-from launcher.cli import main  # noqa: E402
+from launcher.compile import catalog  # noqa: E402
+from launcher.cli.app import main  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
-from launcher.spec import load_spec, schema, schema_errors  # noqa: E402
+from launcher.spec.experiment import load_spec, schema, schema_errors  # noqa: E402
 
 CONFIG = {"method": "verl/grpo", "model": "Qwen/Qwen2.5-0.5B-Instruct", "knobs": {"rollout_n": 5, "actor_lr": "1e-6"},
           "data": {"train": {"files": "data/train.parquet"}}, "slurm": {"time": "02:00:00"}}
@@ -75,7 +75,7 @@ def test_dataset_resolution(root):
     (ds / "v2").mkdir()
     (ds / "v2" / "train.parquet").write_text("x")
     (ds / "v2" / "other.parquet").write_text("x")
-    from launcher.site import site_from_dict
+    from launcher.spec.site import site_from_dict
     from sfc_helpers import SITE_DICT
 
     site = site_from_dict({**SITE_DICT, "dataset_roots": [str(root / "ds")]})
@@ -96,7 +96,7 @@ def test_schema_errors_name_the_path():
 
 
 def test_schema_matches_knob_table():
-    """configs/schema/config.schema.json is generated from launcher.rules.KNOBS (genschema.py)."""
+    """configs/schema/config.schema.json is generated from launcher.compile.rules.KNOBS (genschema.py)."""
     assert schema() == json.loads(json.dumps(genschema.build()))
 
 
@@ -143,7 +143,7 @@ def test_validate_text_shows_provenance(root, monkeypatch):
 def test_spec_options_reusable():
     import click
 
-    from launcher.cli_options import spec_flags, spec_options
+    from launcher.cli.options import spec_flags, spec_options
 
     seen = {}
 

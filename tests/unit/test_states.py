@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from launcher import paths, slurm, states
+from launcher import slurm, states
+from launcher.spec import paths
 
 ROOT = paths.data_root()
 # How phases are emitted: Supervisor.record("x", ...), runs.record_phase(dir, "x", ...),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import sweep
 from launcher.errors import SpecError
-from launcher.render import array_directive, plan_json, render_script
+from launcher.render.script import array_directive, plan_json, render_script
+from launcher.submit import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
@@ -257,7 +257,7 @@ def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
 def test_cli_bad_point_fails_whole_sweep_before_anything(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from launcher.cli import main
+    from launcher.cli.app import main
 
     repo = Path(__file__).resolve().parents[2]
     site = tmp_path / "site.yaml"

@@ -1,4 +1,4 @@
-"""launcher.verlcache: a clean compose check is remembered; anything that could change the
+"""launcher.compile.verlcache: a clean compose check is remembered; anything that could change the
 answer (the overrides, verl's config files) composes again; failures are never remembered."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from launcher import verlcache, verlcheck
+from launcher.compile import verlcache, verlcheck
 
 GOOD = ("actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=16")
 BAD = ("actor_rollout_ref.rollout.name=vllm", "trainer.no_such_key=1")

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from launcher import verlcheck
-from launcher.verlcheck import check_overrides, closest_key
+from launcher.compile import verlcheck
+from launcher.compile.verlcheck import check_overrides, closest_key
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 

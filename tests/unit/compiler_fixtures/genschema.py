@@ -1,7 +1,7 @@
 """Regenerates configs/schema/config.schema.json from the knob table: python tests/unit/compiler_fixtures/genschema.py"""
 import json
-from launcher.rules import KNOBS
-from launcher.scheduler_options import SCHEMA_PROPERTIES as SCHEDULER_PROPERTIES
+from launcher.compile.rules import KNOBS
+from launcher.compile.scheduler_options import SCHEMA_PROPERTIES as SCHEDULER_PROPERTIES
 
 
 def build() -> dict:

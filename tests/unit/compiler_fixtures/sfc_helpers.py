@@ -5,10 +5,10 @@ from pathlib import Path
 
 import yaml
 
-from launcher.compile import compile_plan
+from launcher.compile.compiler import compile_plan
 from launcher.errors import SpecError, SpecErrors
-from launcher.site import site_from_dict
-from launcher.spec import spec_from_values
+from launcher.spec.experiment import spec_from_values
+from launcher.spec.site import site_from_dict
 
 SITE_DICT = {
     "name": "unit",

@@ -1,10 +1,10 @@
 """The compiler: MergedSpec (+ site + run dir) -> Plan. Pure, apart from reading the catalog
 and the installed verl's config YAML.
 
-The overrides are gathered in a deterministic order by launcher.rules.BUILD: method pins,
+The overrides are gathered in a deterministic order by launcher.compile.rules.BUILD: method pins,
 bindings (model, data), defaults, knobs, user raw overrides, topology, checkpoint. A key set
 twice keeps the last value (at the later position). The list is then composed with verl's
-own Hydra config (launcher.verlcheck.effective_config) and launcher.rules.JUDGES run on the
+own Hydra config (launcher.compile.verlcheck.effective_config) and launcher.compile.rules.JUDGES run on the
 composed values, so a dict-valued override, a `+key` or a legacy alias is judged by what it
 does, not by how it is spelled. Without verl's config on this machine compile says so once
 and the judges read the override list instead. All errors of one pass are raised together
@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from launcher import catalog, rules, scheduler_options, verlcache
+from launcher.compile import catalog, rules, scheduler_options, verlcache
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.site import Site, parse_profile
-from launcher.spec import MergedSpec
+from launcher.spec.experiment import MergedSpec
+from launcher.spec.site import Site, parse_profile
 
 DEFAULT_ROLES = ("actor", "rollout", "ref")
 

@@ -23,7 +23,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from launcher import verlcheck
+from launcher.compile import verlcheck
 
 
 def cache_dir() -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from launcher.cli_options import spec_flags, spec_options
+from launcher.cli.options import spec_flags, spec_options
 from launcher.errors import SpecError, SpecErrors
 from launcher.slurm import sbatch_input_variables
 
@@ -66,13 +66,13 @@ def config_text(name: str, method: str, version: str) -> str:
 
 
 def _complete_methods(ctx, param, incomplete):
-    from launcher.catalog import METHODS
+    from launcher.compile.catalog import METHODS
 
     return [f"verl/{m}" for m in METHODS if f"verl/{m}".startswith(incomplete)]
 
 
 def _complete_versions(ctx, param, incomplete):
-    from launcher.catalog import versions
+    from launcher.compile.catalog import versions
 
     return [v for v in versions() if v.startswith(incomplete)]
 
@@ -87,8 +87,8 @@ def new(name, method, framework_version):
     """Create experiments/NAME/config.yaml for a method."""
     import yaml
 
-    from launcher import catalog
-    from launcher.spec import NAME_RE, schema_errors
+    from launcher.compile import catalog
+    from launcher.spec.experiment import NAME_RE, schema_errors
 
     if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
@@ -121,7 +121,7 @@ def _runtime_defaults(spec, site) -> dict:
     """The published runtime's default overrides ({verl config name: lines}); none when no
     runtime is published here (`sf validate` works without one; `sf submit` then refuses)."""
     from launcher.errors import SpecError
-    from launcher.runtime import resolve_runtime
+    from launcher.spec.runtime import resolve_runtime
 
     try:
         return dict(resolve_runtime("verl", spec.framework_version or "0.9.1", site).overrides)
@@ -131,13 +131,13 @@ def _runtime_defaults(spec, site) -> dict:
 
 def check(name: str, flags: dict, run_dir: str | None = None):
     """load_spec + compile_plan + the verl compose check (remembered when clean:
-    launcher.verlcache). Returns (spec, plan, site); raises SpecErrors."""
-    from launcher.compile import compile_plan
-    from launcher.pipeline import placeholder_run_dir
-    from launcher.site import load_site
-    from launcher.spec import load_spec
-    from launcher.verlcache import checked_overrides
-    from launcher.verlcheck import version_note
+    launcher.compile.verlcache). Returns (spec, plan, site); raises SpecErrors."""
+    from launcher.compile.compiler import compile_plan
+    from launcher.compile.verlcache import checked_overrides
+    from launcher.compile.verlcheck import version_note
+    from launcher.spec.experiment import load_spec
+    from launcher.spec.site import load_site
+    from launcher.submit.pipeline import placeholder_run_dir
 
     site = load_site(flags.get("site"))
     spec = load_spec(name, flags, site)
@@ -180,11 +180,11 @@ def validate(name, as_json, live, **kwargs):
 
     Exit 0 when valid, 2 when not (one line per problem on stderr).
     """
-    spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli prints them (as JSON too)
+    spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli.app prints them (as JSON too)
     if live:
         from dataclasses import replace
 
-        from launcher.live import verify
+        from launcher.submit.live import verify
 
         plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site, spec.provenance)))
     if as_json:
@@ -209,7 +209,7 @@ def validate(name, as_json, live, **kwargs):
         return
     click.echo(f"{plan.experiment}: verl/{plan.method} on verl {plan.framework_version} — valid")
     click.echo("values:")
-    from launcher.spec import leaves
+    from launcher.spec.experiment import leaves
 
     for dotted, value in leaves({k: v for k, v in spec.values.items() if k != "overrides"}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
@@ -228,6 +228,6 @@ def validate(name, as_json, live, **kwargs):
 @click.command()
 def schema():
     """Print the JSON Schema of config.yaml."""
-    from launcher.spec import schema as load_schema
+    from launcher.spec.experiment import schema as load_schema
 
     click.echo(json.dumps(load_schema(), indent=2))

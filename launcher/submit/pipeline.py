@@ -11,10 +11,10 @@ request with the real run dir bound in, writes its files and calls sbatch: the s
 script is the dry run's with the run id filled in (tests/cluster/test_pipeline.py).
 
 `sf submit`, `sf render`, `sf sweep` (one request per point), `sf export` and `sf eval`
-(launcher.cmd_export builds their requests) all go through here.
+(launcher.cli.cmd_export builds their requests) all go through here.
 
 A request may carry an `upstream` request that `submit` sends first: `--model run:RUN` for
-a RUN without an export queues the export of RUN's last checkpoint (launcher.chain), and
+a RUN without an export queues the export of RUN's last checkpoint (launcher.submit.chain), and
 the training request is then rendered with `afterok:<that export job>` added to its
 dependency, the one thing its script does not know before submit.
 """
@@ -73,8 +73,8 @@ class Request:
     pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
     warnings: tuple[str, ...] = ()
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
-    site: object = None  # the launcher.site.Site it was compiled for
-    spec: object = None  # the launcher.spec.MergedSpec it came from
+    site: object = None  # the launcher.spec.site.Site it was compiled for
+    spec: object = None  # the launcher.spec.experiment.MergedSpec it came from
     upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
     chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
 
@@ -108,14 +108,14 @@ class Submitted:
 def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     """spec -> compile (once, checked against verl) -> runtime -> a Request for `sf submit`.
     SpecError(s) on any problem; nothing is written."""
-    from launcher.cmd_spec import check
-    from launcher.runtime import resolve_runtime
+    from launcher.cli.cmd_spec import check
+    from launcher.spec.runtime import resolve_runtime
 
     spec, plan, site = check(name, flags)
     runtime = resolve_runtime(plan.framework, plan.framework_version, site)
     upstream = None
     if spec.chain_export is not None:  # --model run:RUN, RUN without an export: export it first
-        from launcher.chain import export_request
+        from launcher.submit.chain import export_request
 
         upstream = export_request(spec.chain_export, site, preflight=preflight)
     return run_request(spec, plan, site, runtime, preflight=preflight, upstream=upstream)
@@ -137,7 +137,7 @@ def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict
     """A training run's files: spec.yaml, plan.json, overrides.txt and job.sbatch."""
     import yaml
 
-    from launcher.render import overrides_text, plan_json, render_script
+    from launcher.render.script import overrides_text, plan_json, render_script
 
     script = render_script(plan, site, runtime, preflight=preflight, array=array)
     return Rendered(files={

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from launcher import paths
 from launcher.errors import SpecError
+from launcher.spec import paths
 
 FRAMEWORK = "verl"
 METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft")

@@ -10,7 +10,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-_CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
+_CHECKOUT_ROOT = Path(__file__).resolve().parents[2]  # launcher/spec/paths.py -> the checkout
 
 
 @lru_cache(maxsize=None)

@@ -19,10 +19,12 @@ from pathlib import Path
 import jinja2
 
 import launcher
-from launcher import logger_env, paths, sbatch_values, scheduler_options
+from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.runtime import Runtime
+from launcher.render import logger_env, sbatch_values
+from launcher.spec import paths
+from launcher.spec.runtime import Runtime
 
 TEMPLATE = "job.sbatch.j2"
 
@@ -238,7 +240,7 @@ def overrides_text(plan: Plan) -> str:
 def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False,
                   array: dict | None = None) -> str:
     """The batch script. `array` ({"size", "max_parallel", "sweep_dir", "sweep_id"}) makes it
-    a job array over the points of a sweep (launcher.sweep): `plan` is any point's (they
+    a job array over the points of a sweep (launcher.submit.sweep): `plan` is any point's (they
     differ only in overrides and run dirs, which each task reads from manifest.json)."""
     if array is not None:
         if plan.is_hetjob:

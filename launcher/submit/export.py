@@ -6,7 +6,7 @@ Login side, pure:
   - `render_export(...)` / `render_eval(...)` render templates/export.sbatch.j2 and
     templates/eval.sbatch.j2 (text out; their shared header is templates/_one_node_job.j2).
   - `LaterCheckpoint`: a run's last checkpoint that the export job looks up itself (it does
-    not exist yet when `sf submit --model run:RUN` queues the export; launcher.chain).
+    not exist yet when `sf submit --model run:RUN` queues the export; launcher.submit.chain).
 
 Job side (no launcher imports beyond this module): `python -m launcher.injob checkpoint`
 resolves a LaterCheckpoint with `find_actor_dir`; `python -m launcher.injob export-preflight`
@@ -206,7 +206,7 @@ def merge_argv(ckpt: Checkpoint, target_dir: str, python: str = "python", extra=
 def _env():
     import jinja2
 
-    from launcher import paths
+    from launcher.spec import paths
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
@@ -255,8 +255,8 @@ def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: s
 
 def check_resources(res: JobResources) -> JobResources:
     """Refuse header values that could break out of their #SBATCH line (the checkers of
-    the training job's header, launcher.sbatch_values); a SpecError names the field."""
-    from launcher import sbatch_values
+    the training job's header, launcher.render.sbatch_values); a SpecError names the field."""
+    from launcher.render import sbatch_values
 
     sbatch_values.name(res.job_name, "job name")
     sbatch_values.log_path(res.log_path, "log path")
@@ -270,8 +270,8 @@ def check_resources(res: JobResources) -> JobResources:
     sbatch_values.whole(res.gpus, "--gpus")
     sbatch_values.whole(res.cpus, "cpus", minimum=1)
     if res.dependency is not None:
+        from launcher.compile.scheduler_options import DEPENDENCY
         from launcher.errors import SpecError
-        from launcher.scheduler_options import DEPENDENCY
 
         if not DEPENDENCY.fullmatch(res.dependency):
             raise SpecError("--dependency", f"{res.dependency!r} is not a Slurm dependency like afterok:123")
@@ -367,7 +367,7 @@ def preflight_report(checkpoint: str, fmt: str | None, target: str, merger: str,
             "failures": failures}
 
 
-EVALUATE_PY = Path(__file__).resolve().parent / "injob" / "evaluate.py"
+EVALUATE_PY = Path(__file__).resolve().parents[1] / "injob" / "evaluate.py"
 
 
 def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str, eval_id: str,

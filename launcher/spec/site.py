@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from launcher import paths
 from launcher.errors import SpecError
+from launcher.spec import paths
 
 SYSTEM_SITE = Path("/etc/sf/site.yaml")
 USER_SITE = Path("~/.config/sf/site.yaml").expanduser()

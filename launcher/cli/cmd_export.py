@@ -1,7 +1,7 @@
 """`sf export` and `sf eval`: one-node jobs on the verl runtime, recorded in a run.
 
-Each builds a launcher.pipeline Request (rendered from templates/export.sbatch.j2 or
-templates/eval.sbatch.j2 by launcher.export), which --dry-run prints, --local runs here
+Each builds a launcher.submit.pipeline Request (rendered from templates/export.sbatch.j2 or
+templates/eval.sbatch.j2 by launcher.submit.export), which --dry-run prints, --local runs here
 with bash, and otherwise pipeline.submit sends. An export or eval of a training run is
 listed in that run's record (`exports` / `evals`) and its phases are timestamped into the
 run's events; an export of a bare checkpoint gets a run record of its own (task "export").
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from launcher.cli_options import runs_options, runs_root, say_sbatch_env_left_out
+from launcher.cli.options import runs_options, runs_root, say_sbatch_env_left_out
 from launcher.errors import SpecError
 
 
@@ -27,8 +27,8 @@ def _stamp() -> str:
 
 def _runtime_parts(site, version: str):
     """(runtime, setup lines, env, argv wrapper) for one-node jobs on the verl runtime."""
-    from launcher import sbatch_values
-    from launcher.runtime import resolve_runtime
+    from launcher.render import sbatch_values
+    from launcher.spec.runtime import resolve_runtime
 
     rt = resolve_runtime("verl", version, site)
     setup = []
@@ -54,7 +54,7 @@ def _runtime_parts(site, version: str):
 def _published_versions(site) -> list[str]:
     import yaml
 
-    from launcher.runtime import registry_path
+    from launcher.spec.runtime import registry_path
 
     path = registry_path(site)
     try:
@@ -80,7 +80,7 @@ def _framework_version(site, run, explicit: str | None) -> str:
 
 
 def _checkpoint(path, fmt):
-    from launcher.export import LayoutError, find_actor_dir
+    from launcher.submit.export import LayoutError, find_actor_dir
 
     try:
         return find_actor_dir(path, fmt)
@@ -91,7 +91,7 @@ def _checkpoint(path, fmt):
 def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
     """--dry-run: print the script. --local: run it here (exit 1 on failure). Else submit.
     Returns (run, job id or None, rendered), or None after a dry run."""
-    from launcher import pipeline
+    from launcher.submit import pipeline
 
     if dry_run:
         click.echo(request.script, nl=False)
@@ -127,9 +127,9 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
     bad input raises SpecError and leaves nothing behind). `later`: the job looks up the
     run's last checkpoint itself when it runs (a chained export, queued with `after` =
     afterok:<the run's job> before that checkpoint exists). `preflight`: check, merge nothing."""
-    from launcher import export as ex
     from launcher import runs
-    from launcher.pipeline import Rendered, Request, absolute_runs_dir
+    from launcher.submit import export as ex
+    from launcher.submit.pipeline import Rendered, Request, absolute_runs_dir
 
     if later:
         fmt = fmt or _format_of(run)
@@ -183,7 +183,7 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
 
 
 def _complete_runs(ctx, param, incomplete):
-    from launcher.cmd_monitor import complete_run_ids
+    from launcher.cli.cmd_monitor import complete_run_ids
 
     return complete_run_ids(ctx, param, incomplete)
 
@@ -218,7 +218,7 @@ def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_v
       sf export my-grpo --checkpoint /scratch/ckpt/global_step_200 --checkpoint-format verl-fsdp
     """
     from launcher import runs
-    from launcher.site import load_site
+    from launcher.spec.site import load_site
 
     site = load_site(site_path)
     root = runs_root(site_path, runs_dir, site)
@@ -297,10 +297,10 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
       sf eval my-sft --run-id my-sft-k3x7q
       sf eval my-sft-k3x7q --model /models/exported --validation-data data/val.parquet
     """
-    from launcher import export as ex
     from launcher import runs
-    from launcher.pipeline import Rendered, Request, absolute_runs_dir
-    from launcher.site import load_site
+    from launcher.spec.site import load_site
+    from launcher.submit import export as ex
+    from launcher.submit.pipeline import Rendered, Request, absolute_runs_dir
 
     site = load_site(site_path)
     root = runs_root(site_path, runs_dir, site)

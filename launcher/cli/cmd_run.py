@@ -1,4 +1,4 @@
-"""`sf render` and `sf submit`: one prepared request (launcher.pipeline), written or sent.
+"""`sf render` and `sf submit`: one prepared request (launcher.submit.pipeline), written or sent.
 
     sf render NAME [spec flags] -o DIR      job.sbatch + overrides.txt + plan.json into DIR
     sf submit NAME [spec flags] [--dry-run] [--json] [--preflight] [--wait]
@@ -8,7 +8,7 @@ runtime, rendered with a placeholder run dir, so a bad spec leaves nothing behin
 --dry-run prints that request; otherwise pipeline.submit: a new run (state "created"),
 the same request rendered with the real run dir -> spec.yaml, plan.json, overrides.txt,
 job.sbatch -> "submitting" -> sbatch -> job id, "submitted" (or "submit_failed" with the
-error, exit 1). --wait then follows it with the monitor's poll (launcher.monitor).
+error, exit 1). --wait then follows it with the monitor's poll (launcher.monitor.poll).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from launcher.cli_options import say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SpecError
 
 
@@ -40,7 +40,7 @@ def render(name, out_dir, preflight, **kwargs):
 
     The script is standalone: `sbatch DIR/job.sbatch` runs it (its logs go to DIR/logs/).
     """
-    from launcher.pipeline import prepare_run
+    from launcher.submit.pipeline import prepare_run
 
     request = prepare_run(name, spec_flags(kwargs), preflight=preflight)
     if request.upstream is not None:
@@ -73,7 +73,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
       sf submit my-grpo --profile fake:2x4 --dry-run
       sf submit examples/grpo --preflight --wait
     """
-    from launcher import pipeline
+    from launcher.submit import pipeline
 
     request = pipeline.prepare_run(name, spec_flags(kwargs), preflight=preflight)
     plan = request.plan
@@ -97,7 +97,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
-    from launcher.live import verify
+    from launcher.submit.live import verify
 
     # a pool no partition can ever hold, an account or QOS Slurm would refuse: exit 2 here
     live_warnings = verify(plan, request.site, getattr(request.spec, "provenance", None))
@@ -113,7 +113,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo(_chain_line(chain, export_job, preflight))
         click.echo(f"submitted run {run.id} as job {job_id} ({'preflight, ' if preflight else ''}"
                    f"{len(plan.pools)} pool{'s' if len(plan.pools) > 1 else ''}); run dir {run.dir}")
-    from launcher.logger_env import after_submit  # W&B offline: the `wandb sync` line
+    from launcher.render.logger_env import after_submit  # W&B offline: the `wandb sync` line
 
     for line in after_submit(run.dir, sent.rendered.script):
         click.echo(line, err=True)
@@ -154,7 +154,8 @@ def _event_line(event: dict) -> str:
 def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None, sleep=time.sleep) -> int:
     """Follow the run with monitor.poll: print each new Slurm state and phase; at the end
     the reason / preflight report. 0 when the job completed, else 1."""
-    from launcher import monitor, runs
+    from launcher import runs
+    from launcher.monitor import poll as monitor
 
     echo = echo or (lambda text: click.echo(text, err=as_json))
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S

@@ -88,7 +88,7 @@ def enforcement(value: str) -> set[str]:
 
 
 def run_account(plan, site) -> tuple[str | None, str | None]:
-    """The account and QOS the run's #SBATCH lines carry (launcher.render: the spec's
+    """The account and QOS the run's #SBATCH lines carry (launcher.render.script: the spec's
     slurm.account/qos, else the site's)."""
     return plan.slurm.account or site.account, plan.slurm.qos or site.qos
 

@@ -3,7 +3,7 @@ and `--sbatch KEY=VALUE` for other long sbatch options from an allowlist.
 
 Three sources, lowest first: the site file's `slurm:` section (site defaults), config.yaml's
 `slurm:` keys, the flags (`--reservation`, `--mail-type`, `--mail-user`, `--dependency`,
-`--exclude`, `--constraint`, `--sbatch`), merged by launcher.spec like every other layer.
+`--exclude`, `--constraint`, `--sbatch`), merged by launcher.spec.experiment like every other layer.
 `checked(values, provenance)` turns the merged `slurm` mapping into checked values (a
 SpecError naming the flag or key and the fix otherwise); render puts them on `#SBATCH` lines.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from launcher import sbatch_values
 from launcher.errors import SpecError
+from launcher.render import sbatch_values
 
 # --- value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them ---------------
 RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")
@@ -282,7 +282,7 @@ def click_options():
 
 def _complete_runs(ctx, param, incomplete):
     """--after RUN: the run ids of the runs folder (imported late: cmd_monitor needs click options)."""
-    from launcher.cmd_monitor import complete_run_ids
+    from launcher.cli.cmd_monitor import complete_run_ids
 
     return complete_run_ids(ctx, param, incomplete)
 
@@ -290,7 +290,7 @@ def _complete_runs(ctx, param, incomplete):
 def pop_flags(kwargs: dict) -> tuple[dict, dict]:
     """Pop the scheduler flags out of click's kwargs -> ({slurm key: value}, {dotted: flag})."""
     slurm, prov = {}, {}
-    for flag, key in (("--account", "account"), ("--qos", "qos")):  # rendered by launcher.render itself
+    for flag, key in (("--account", "account"), ("--qos", "qos")):  # rendered by launcher.render.script itself
         value = kwargs.pop(key, None)
         if value is not None:
             slurm[key] = sbatch_values.account(value, flag)

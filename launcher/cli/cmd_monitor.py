@@ -1,6 +1,6 @@
 """`sf status`, `sf logs`, `sf cancel`, `sf list`.
 
-Every poll is ONE Slurm query for all runs shown (launcher.monitor.poll). Nothing here
+Every poll is ONE Slurm query for all runs shown (launcher.monitor.poll.poll). Nothing here
 holds anything on the cluster: `--watch` and `logs -f` are loops of short queries that
 can be stopped with Ctrl-C (exit 130) without touching the jobs.
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import click
 
-from launcher import monitor, runs, slurm
-from launcher.cli_options import runs_options, runs_root
+from launcher import runs, slurm
+from launcher.cli.options import runs_options, runs_root
 from launcher.errors import SlurmError, SpecError
+from launcher.monitor import poll as monitor
 from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130

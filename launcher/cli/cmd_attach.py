@@ -1,4 +1,4 @@
-"""`sf attach RUN` and `sf dashboard RUN`: into a running job (launcher.attach).
+"""`sf attach RUN` and `sf dashboard RUN`: into a running job (launcher.monitor.attach).
 
     sf attach RUN [--node NAME | --role head|actor|teacher|...] [--print] [-- CMD ...]
     sf dashboard RUN [--local-port 8265]
@@ -11,15 +11,17 @@ import socket
 
 import click
 
-from launcher.cli_options import runs_options, runs_root
-from launcher.cmd_monitor import complete_run_ids
+from launcher.cli.cmd_monitor import complete_run_ids
+from launcher.cli.options import runs_options, runs_root
 from launcher.errors import SpecError
 
 
 def _running(run_id: str, site_path, runs_dir):
     """(run, record, Where, site) of a running run; SpecError naming its state otherwise."""
-    from launcher import attach, monitor, runs
-    from launcher.site import load_site
+    from launcher import runs
+    from launcher.monitor import attach
+    from launcher.monitor import poll as monitor
+    from launcher.spec.site import load_site
 
     site = load_site(site_path)
     run = runs.open_run(runs_root(site_path, runs_dir, site), run_id)
@@ -54,10 +56,10 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
       sf attach grpo-abcde --role teacher  # the first node of the teacher pool
       sf attach grpo-abcde --node dev2 -- ray status
     """
-    from launcher import attach as att
     from launcher import slurm
     from launcher.injob import auth
-    from launcher.runtime import Runtime
+    from launcher.monitor import attach as att
+    from launcher.spec.runtime import Runtime
 
     run, rec, where, site = _running(run_id, site_path, runs_dir)
     host, het_group = att.target(where, node, role)
@@ -83,9 +85,9 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
 @runs_options
 def dashboard(run_id, local_port, site_path, runs_dir):
     """Print the ssh port-forward to a running job's Ray dashboard (where the site enables it)."""
-    from launcher import attach as att
     from launcher.injob import auth
-    from launcher.site import load_site
+    from launcher.monitor import attach as att
+    from launcher.spec.site import load_site
 
     site = load_site(site_path)
     if not (site.raw.get("ray") or {}).get("dashboard"):

@@ -1,4 +1,4 @@
-"""`sf doctor`: the site file against the live cluster (launcher.doctor)."""
+"""`sf doctor`: the site file against the live cluster (launcher.submit.doctor)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def doctor(site_path, as_json):
 
     Exit 0 when every check passes, 1 otherwise.
     """
-    from launcher import doctor as dr
+    from launcher.submit import doctor as dr
 
     checks = dr.run_checks(site_path)
     if as_json:

@@ -1,4 +1,4 @@
-"""`sf metrics` and `sf plot`: the key training metrics of a run (launcher.metrics)."""
+"""`sf metrics` and `sf plot`: the key training metrics of a run (launcher.monitor.metrics)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import click
 
-from launcher.cli_options import runs_options, runs_root
+from launcher.cli.options import runs_options, runs_root
 
 
 def _open(site_path, runs_dir, run_id):
@@ -26,7 +26,7 @@ def metrics(run_id, as_json, site_path, runs_dir):
     Series: critic/score/mean, val-core/*/reward/mean*, timing_s/gen and timing_s/step,
     response_length/mean, actor/pg_loss, critic/vf_loss (train/loss, val/loss for SFT).
     """
-    from launcher import metrics as m
+    from launcher.monitor import metrics as m
 
     run = _open(site_path, runs_dir, run_id)
     data = m.load_run_metrics(run.dir, run.id)
@@ -42,7 +42,7 @@ def metrics(run_id, as_json, site_path, runs_dir):
 @runs_options
 def plot(run_id, output, site_path, runs_dir):
     """Draw the key training metrics of RUN to a PNG (needs matplotlib: sf[plots])."""
-    from launcher import metrics as m
+    from launcher.monitor import metrics as m
 
     run = _open(site_path, runs_dir, run_id)
     data = m.load_run_metrics(run.dir, run.id)

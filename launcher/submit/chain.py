@@ -5,12 +5,12 @@ success: RUN resolves to its current job id(s) and becomes `afterok:<id>[:<id>..
 job's `--dependency` (joined with --dependency and the run's own singleton by `,`). A
 requeued job keeps its id, so the dependency stays right after that run is requeued. A run
 that already completed needs no dependency; one that ended otherwise is an error (exit 2).
-The run's state comes from Slurm (one sacct through launcher.monitor), not from a stale record.
+The run's state comes from Slurm (one sacct through launcher.monitor.poll), not from a stale record.
 
 `--model run:RUN` takes RUN's newest export (its folder, plus `afterok:<export job>` while
 that job has not ended). When RUN has no export yet (still queued or running, or completed
 without one), `sf submit` exports RUN's last checkpoint on the fly: a `ChainExport` names
-the export job it queues first (through launcher.pipeline, the request `sf export` sends)
+the export job it queues first (through launcher.submit.pipeline, the request `sf export` sends)
 with `afterok:<RUN's job>`, and its output folder `<RUN>/exports/<export id>`, fixed now so
 that the new run's model path is known before either job runs. The new run then waits on
 `afterok:<export job>` (pipeline.submit binds it), so SFT -> GRPO -> export queue at once.
@@ -42,7 +42,7 @@ class ChainExport:
 def _dependency_on(run, field: str, drop: str) -> str | None:
     """`afterok:<RUN's job ids>`, None when RUN completed; SpecError (naming `field`) when
     RUN ended otherwise or has no job."""
-    from launcher import monitor
+    from launcher.monitor import poll as monitor
     from launcher.states import run_ended
 
     status = monitor.poll([run], write_back=False)[0]
@@ -131,8 +131,8 @@ def export_request(export: ChainExport, site, *, preflight: bool):
     from pathlib import Path
 
     from launcher import runs
-    from launcher.cmd_export import export_request as one_export
-    from launcher.export import LayoutError, find_actor_dir
+    from launcher.cli.cmd_export import export_request as one_export
+    from launcher.submit.export import LayoutError, find_actor_dir
 
     run = runs.Run(export.run_dir)
     if export.upstream_preflight and not preflight:

@@ -1,11 +1,11 @@
 """The rules of the verl runtime: the knob table, and one named check per rule.
 
-Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.Ctx).
+Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.compiler.Ctx).
 A rule reads the spec, the method and the overrides gathered so far, and either sets
 overrides, adds warnings, or adds SpecErrors whose message says how to fix the problem.
 compile.compile_plan runs them in RULES order and raises all errors of one pass together.
 
-Pure: no I/O here (the catalog files are read by launcher.catalog).
+Pure: no I/O here (the catalog files are read by launcher.compile.catalog).
 """
 
 from __future__ import annotations
@@ -427,7 +427,7 @@ def parse_rs_threshold(value: Any, field: str) -> float | str:
 
 # ----------------------------------------------------------------------------- rules
 
-Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.Ctx)
+Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.compiler.Ctx)
 
 ESTIMATOR_KEY = "algorithm.adv_estimator"
 TOPOLOGY_KEYS = (

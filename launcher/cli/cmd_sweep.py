@@ -8,7 +8,7 @@ Every point is compiled (and its overrides checked against verl) before anything
 written or submitted: one bad point fails the whole sweep with exit 2, naming the point.
 Then a sweep record and one run record per point (launcher.runs), a manifest, and ONE
 sbatch (single pool: `--array=0-(n-1)%K`) or n sbatch calls chained with afterany
-dependencies (multi-pool hetjobs, at most K at once). See launcher.sweep for the layout.
+dependencies (multi-pool hetjobs, at most K at once). See launcher.submit.sweep for the layout.
 """
 
 from __future__ import annotations
@@ -19,22 +19,22 @@ from pathlib import Path
 
 import click
 
-from launcher import sweep as sweep_mod
-from launcher.cli_options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.cli.options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
+from launcher.submit import sweep as sweep_mod
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
     """(site, [(params, request)], runtime): every point compiled once (its overrides
-    checked against verl) into a launcher.pipeline Request with a placeholder run dir;
+    checked against verl) into a launcher.submit.pipeline Request with a placeholder run dir;
     SpecErrors naming every bad point."""
-    from launcher.compile import compile_plan
-    from launcher.pipeline import placeholder_run_dir, run_request
-    from launcher.runtime import resolve_runtime
-    from launcher.site import load_site
-    from launcher.spec import load_spec
-    from launcher.verlcache import checked_overrides
+    from launcher.compile.compiler import compile_plan
+    from launcher.compile.verlcache import checked_overrides
+    from launcher.spec.experiment import load_spec
+    from launcher.spec.runtime import resolve_runtime
+    from launcher.spec.site import load_site
+    from launcher.submit.pipeline import placeholder_run_dir, run_request
 
     site = load_site(flags.get("site"))
     compiled, errors = [], []
@@ -120,15 +120,15 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
 def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
                   sweep_dir: str) -> str:
     """The one batch script of an array sweep (each task reads its point from the manifest)."""
-    from launcher.pipeline import run_files
+    from launcher.submit.pipeline import run_files
 
     array = {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
     return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
 def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
-    from launcher.pipeline import placeholder_run_dir
-    from launcher.render import array_directive
+    from launcher.render.script import array_directive
+    from launcher.submit.pipeline import placeholder_run_dir
 
     first = compiled[0][1]
     n = len(compiled)
@@ -156,7 +156,7 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
 
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     from launcher import runs
-    from launcher.live import verify
+    from launcher.submit.live import verify
 
     first = compiled[0][1]
     n = len(compiled)
@@ -213,7 +213,7 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
 
 def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
     from launcher import runs, slurm
-    from launcher.render import array_directive
+    from launcher.render.script import array_directive
 
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
@@ -312,8 +312,9 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
 
 
 def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
-    from launcher import monitor, runs
-    from launcher.site import load_site
+    from launcher import runs
+    from launcher.monitor import poll as monitor
+    from launcher.spec.site import load_site
 
     root = runs_root(site_path, runs_dir)
     sweep_run = runs.open_run(root, sweep_id)

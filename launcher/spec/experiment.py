@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from launcher import paths
 from launcher.errors import SpecError, SpecErrors
-from launcher.site import Site
+from launcher.spec import paths
+from launcher.spec.site import Site
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CONFIG_FILE = "config.yaml"
@@ -42,7 +42,7 @@ class MergedSpec:
     dataset_dir: str | None = None  # resolved data.train.dataset folder
     # --model run:RUN: {"run", "target", "export_job"} (the export it waits for, when queued)
     model_from: dict | None = None
-    chain_export: object = None  # launcher.chain.ChainExport: RUN has no export, sf submit queues one first
+    chain_export: object = None  # launcher.submit.chain.ChainExport: RUN has no export, sf submit queues one first
 
     @property
     def method(self) -> str:
@@ -149,8 +149,8 @@ def _site_layer(site: Site) -> dict:
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
     }
-    # scheduler options as site defaults (launcher.scheduler_options; checked when compiled)
-    from launcher.scheduler_options import KEYS
+    # scheduler options as site defaults (launcher.compile.scheduler_options; checked when compiled)
+    from launcher.compile.scheduler_options import KEYS
 
     site_slurm = (site.raw or {}).get("slurm") or {}
     slurm.update({k: site_slurm.get(k) for k in KEYS})
@@ -237,7 +237,7 @@ def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
     """config.yaml's spellings of the advantage estimator (`algorithm: {adv_estimator: X}`,
     `algorithm.adv_estimator: X`, `knobs: {adv_estimator: X}`) are taken out of the file and
     passed on as the override they mean, labelled with the field, so the one estimator rule
-    (launcher.rules.rule_estimator) refuses them with its message."""
+    (launcher.compile.rules.rule_estimator) refuses them with its message."""
     found = []
     algo = data.get("algorithm")
     if isinstance(algo, dict) and "adv_estimator" in algo:
@@ -357,7 +357,7 @@ def _dataset_files(ds_dir: Path, files) -> Any:
 
 
 def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
-    from launcher.rules import KNOBS, close_knobs, split_override
+    from launcher.compile.rules import KNOBS, close_knobs, split_override
 
     errors = []
     for item in items or ():
@@ -422,9 +422,9 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     cli_prov: dict = {}
     chained = None
     model_from = chain_export = None
-    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.chain)
-        from launcher.chain import model_from_run
-        from launcher.cli_options import runs_root
+    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.submit.chain)
+        from launcher.cli.options import runs_root
+        from launcher.submit.chain import model_from_run
 
         cli["model"], chained, chain_export = model_from_run(str(flags["model"]), runs_root(None, None, site))
         cli_prov["model"] = "--model"
@@ -448,13 +448,13 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
         cli["slurm"] = dict(flags["slurm"])
         cli_prov.update(flags.get("slurm_provenance") or {})
-    if flags.get("after"):  # --after RUN: afterok on its job (launcher.chain; asks Slurm its state)
-        from launcher.chain import after_dependency, join
-        from launcher.cli_options import runs_root
+    if flags.get("after"):  # --after RUN: afterok on its job (launcher.submit.chain; asks Slurm its state)
+        from launcher.cli.options import runs_root
+        from launcher.submit.chain import after_dependency, join
 
         chained = join(chained, after_dependency(flags["after"], runs_root(None, None, site)))
     if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
-        from launcher.chain import join
+        from launcher.submit.chain import join
 
         slurm = cli.setdefault("slurm", {})
         slurm["dependency"] = join(slurm.get("dependency"), chained)

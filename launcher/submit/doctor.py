@@ -134,8 +134,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 def _test_script(site, series) -> str:
     """A one-node batch script for `sbatch --test-only`. Its values are checked like the
-    training job's header (launcher.sbatch_values): a bad site value is a SpecError, not a line."""
-    from launcher import sbatch_values
+    training job's header (launcher.render.sbatch_values): a bad site value is a SpecError, not a line."""
+    from launcher.render import sbatch_values
 
     where = f"site.series.{series.name}"
     sbatch_values.account(series.partition, f"{where}.partition")
@@ -243,7 +243,7 @@ def check_node_limits(site) -> list[Check]:
 def check_runtimes(site, timeout: float = 30) -> list[Check]:
     import yaml
 
-    from launcher.runtime import registry_path, runtime_from_entry
+    from launcher.spec.runtime import registry_path, runtime_from_entry
 
     path = registry_path(site)
     if not path:
@@ -340,7 +340,7 @@ def check_paths(site) -> list[Check]:
 def run_checks(site_path: str | None = None) -> list[Check]:
     from launcher import slurm
     from launcher.errors import SlurmError, SpecError
-    from launcher.site import load_site
+    from launcher.spec.site import load_site
 
     try:
         site = load_site(site_path)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from launcher.errors import SpecError
 from launcher.injob import auth, ports
-from launcher.render import quote
+from launcher.render.script import quote
 from launcher.slurm import srun_argv
 
 DASHBOARD_LOCAL_PORT = 8265

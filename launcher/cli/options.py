@@ -40,7 +40,7 @@ def complete_model(ctx, param, incomplete):
     from click.shell_completion import CompletionItem
 
     if "run:".startswith(incomplete[:4]) and incomplete:
-        from launcher.cmd_monitor import complete_run_ids
+        from launcher.cli.cmd_monitor import complete_run_ids
 
         ids = complete_run_ids(ctx, param, incomplete[4:] if incomplete.startswith("run:") else "")
         items = [CompletionItem(f"run:{i}") for i in ids if f"run:{i}".startswith(incomplete)]
@@ -51,7 +51,7 @@ def complete_model(ctx, param, incomplete):
 
 def spec_options(func):
     """Decorator adding the spec flags (and the scheduler flags) to a click command."""
-    from launcher.scheduler_options import click_options
+    from launcher.compile.scheduler_options import click_options
 
     for option in reversed(_OPTIONS + click_options()):
         func = option(func)
@@ -69,10 +69,10 @@ def spec_flags(kwargs: dict) -> dict:
         "set": list(kwargs.pop("set_", None) or ()),
         "site": kwargs.pop("site", None),
     }
-    from launcher.scheduler_options import pop_flags
+    from launcher.compile.scheduler_options import pop_flags
 
     flags["slurm"], flags["slurm_provenance"] = pop_flags(kwargs)
-    flags["after"] = kwargs.pop("after", None)  # --after RUN (launcher.chain)
+    flags["after"] = kwargs.pop("after", None)  # --after RUN (launcher.submit.chain)
     return flags
 
 
@@ -95,7 +95,7 @@ def runs_root(site_path: str | None, runs_dir: str | None, site=None) -> Path:
     if os.environ.get("SF_RUNS_DIR"):
         return Path(os.environ["SF_RUNS_DIR"]).expanduser()
     if site is None:
-        from launcher.site import load_site
+        from launcher.spec.site import load_site
 
         site = load_site(site_path)
     return Path(site.runs_dir)

@@ -1,0 +1,5 @@
+"""2. Compile (pure): a merged spec -> a Plan (launcher.plan).
+
+compiler (methods, knobs, pools -> verl Hydra overrides), rules (every product rule with its
+error), catalog (the method configs), verlcheck/verlcache (compose with the installed verl's
+own Hydra config; cache it per verl version), scheduler_options (the daily sbatch options)."""

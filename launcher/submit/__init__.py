@@ -1,0 +1,3 @@
+"""4. Submit: one prepared request (one compile) sent through launcher.slurm, the only module
+that runs Slurm commands. pipeline (prepare/submit), chain (--after, --model run:RUN), sweep
+(job arrays), export (export and eval jobs), live and doctor (checks against the cluster)."""
