@@ -17,6 +17,7 @@
 #
 # Session 2 (both step-time orders, the GPU health check, distillation metrics):
 #   bash benchmarks/gpu/rl.sh start install slurm assets orders health distill3 summary2
+#   (ORDER0=sf-first ORDER1=bare-first before `start`: the same with the orders swapped per GPU)
 #
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
 # from a private copy of the repository, so later calls may send a changed tree safely.
@@ -269,11 +270,11 @@ lane() {
   echo "$order" >"$L/o$g-order.txt"
 }
 if want orders; then
-  stage "orders: GPU 0 (n1) bare then sf, GPU 1 (n2) sf then bare, $OSTEPS steps each, the lanes side by side"
+  stage "orders: GPU 0 (n1) ${ORDER0:-bare-first}, GPU 1 (n2) ${ORDER1:-sf-first}, $OSTEPS steps each, the lanes side by side"
   rm -f "$L/orders.stop"
-  lane 0 h200 bare-first >"$L/lane0.log" 2>&1 &
+  lane 0 h200 "${ORDER0:-bare-first}" >"$L/lane0.log" 2>&1 &
   LANE0=$!
-  lane 1 h200-teach sf-first >"$L/lane1.log" 2>&1 &
+  lane 1 h200-teach "${ORDER1:-sf-first}" >"$L/lane1.log" 2>&1 &
   LANE1=$!
   wait $LANE0; wait $LANE1
   touch "$L/orders.stop"
