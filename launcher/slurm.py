@@ -410,6 +410,14 @@ def resolve(requested: list[str], rows: dict[str, JobState]) -> dict[str, JobSta
     return out
 
 
+def fill_missing(states: dict[str, JobState], queued: dict[str, JobState]) -> None:
+    """Ids sacct did not report yet take squeue's answer where squeue has one."""
+    for job_id, state in list(states.items()):
+        found = queued.get(job_id)
+        if state.missing and found is not None and not found.missing:
+            states[job_id] = found
+
+
 def _query_ids(job_ids) -> list[str]:
     """Ids to pass to sacct/squeue -j: plain base ids (all tasks and components come back)."""
     seen = []
@@ -432,14 +440,21 @@ def squeue_argv(job_ids) -> list[str]:
 
 def job_states(job_ids) -> JobStates:
     """States of all `job_ids` from ONE sacct call (or ONE squeue call when accounting is
-    unavailable). Ids Slurm does not report (yet: sacct lags squeue by about a second)
-    come back as UNKNOWN with `missing=True`."""
+    unavailable). Ids sacct has not recorded yet (slurmdbd lags the controller, by seconds
+    on a loaded host) are asked of squeue in one more call; ids neither reports come back
+    as UNKNOWN with `missing=True`."""
     requested = [str(j) for j in job_ids if str(j)]
     if not requested:
         return JobStates()
     proc = _run(sacct_argv(requested), check=False)
     if proc.returncode == 0 and not _ACCOUNTING_DOWN.search(proc.stderr or ""):
-        return JobStates(resolve(requested, parse_rows(proc.stdout, SACCT_FIELDS)), source="sacct")
+        states = resolve(requested, parse_rows(proc.stdout, SACCT_FIELDS))
+        missing = [j for j in requested if states[j].missing]
+        if missing:  # slurmdbd lags the controller under load: ask squeue for those only
+            queued = _run(squeue_argv(missing), check=False)
+            if queued.returncode == 0:
+                fill_missing(states, resolve(missing, parse_rows(queued.stdout, SQUEUE_FIELDS)))
+        return JobStates(states, source="sacct")
     sacct_error = (proc.stderr or proc.stdout or "").strip().splitlines()
     sacct_error = sacct_error[-1] if sacct_error else f"exit {proc.returncode}"
     proc = _run(squeue_argv(requested), check=False)

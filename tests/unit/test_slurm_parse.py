@@ -255,3 +255,16 @@ def test_show_config_and_sacctmgr_parsable_rows():
     rows = slurm.parse_parsable("root|root|sfdev|dev||normal,high|\n\n", slurm.ASSOC_FIELDS)
     assert rows == [{"User": "root", "DefaultAccount": "root", "Cluster": "sfdev", "Account": "dev", "Partition": "",
                      "QOS": "normal,high", "DefaultQOS": ""}]
+
+
+def test_ids_sacct_has_not_recorded_yet_take_squeues_answer():
+    # slurmdbd lags the controller under load: a running array task is not in sacct yet
+    states = slurm.resolve(["70_0", "71"], {"71": slurm.JobState(job_id="71", state="COMPLETED")})
+    assert states["70_0"].missing and states["70_0"].state == "UNKNOWN"
+    queued = slurm.resolve(["70_0"], {"70_0": slurm.JobState(job_id="70_0", state="RUNNING"),
+                                      "70_1": slurm.JobState(job_id="70_1", state="PENDING")})
+    slurm.fill_missing(states, queued)
+    assert states["70_0"].state == "RUNNING" and not states["70_0"].missing
+    assert states["71"].state == "COMPLETED"
+    slurm.fill_missing(states, slurm.resolve(["71"], {}))  # squeue forgot it: sacct's answer stays
+    assert states["71"].state == "COMPLETED"
