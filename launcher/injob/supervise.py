@@ -531,8 +531,13 @@ class Supervisor:
         self.ended = True
         # the requeue sends this job SIGTERM; the exclusion after it (Slurm takes ExcNodeList
         # only while a job is pending) must still be written, by children that ignore it too
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        slurm.requeue_excluding(self.leader, components)
+        on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            slurm.requeue_excluding(self.leader, components)
+        except Exception as exc:  # the job goes on to fail with both causes named
+            signal.signal(signal.SIGTERM, on_term)
+            self.ended = False
+            return self.fail(f"{reason}; requeue without them failed: {exc}", rc=1)
         if getattr(self, "token", None):
             auth.remove_token(self.token)
         return 0
