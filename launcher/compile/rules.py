@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -864,6 +865,7 @@ def rule_checkpoints(ctx) -> None:
 
 
 ASYNC_SAVE_KEY = "actor_rollout_ref.actor.checkpoint.async_save"
+CRITIC_ASYNC_SAVE_KEY = "critic.checkpoint.async_save"
 
 
 def rule_checkpoints_resume(ctx) -> None:
@@ -882,6 +884,32 @@ def rule_checkpoints_resume(ctx) -> None:
                   f"{ASYNC_SAVE_KEY}=true with resume_mode=auto: verl 0.9.1 then never writes "
                   "latest_checkpointed_iteration.txt, so a requeued job restarts from step 0 (verl issue 7952); "
                   f"remove {ASYNC_SAVE_KEY}")
+    # the critic's own flag does not stop the tracker file: it names a step whose critic
+    # checkpoint may still be being written when the requeue comes
+    if not ctx.sft and ctx.get(CRITIC_ASYNC_SAVE_KEY) is True and mode in (None, "auto"):
+        ctx.warn(f"{CRITIC_ASYNC_SAVE_KEY}=true with resume_mode=auto: verl 0.9.1 writes "
+                 "latest_checkpointed_iteration.txt while the critic's save may still run, so a job requeued "
+                 f"right after a save can resume from an incomplete critic checkpoint; remove {CRITIC_ASYNC_SAVE_KEY}")
+
+
+def rule_raw_reward_function_file(ctx) -> None:
+    """A raw override of verl's reward function file gets the check reward.function gets:
+    verl imports it at start-up (read here with ast, never imported)."""
+    from launcher.spec.experiment import check_reward_function
+
+    key = "reward.custom_reward_function.path"
+    path = ctx.get(key)
+    if ctx.sft or not ctx.user_sets(key) or not isinstance(path, str) or not path:
+        return
+    if not os.path.isabs(path):
+        ctx.error(ctx.culprit(key), f"{path!r} is relative to wherever verl starts; give an absolute path, "
+                  "or use reward.function.path (relative to the experiment folder)")
+        return
+    problem = check_reward_function(path, ctx.get("reward.custom_reward_function.name") or "compute_score",
+                                    field_name=ctx.culprit(key))
+    if problem:
+        ctx.error(ctx.culprit(key) if problem.field != "reward.function.name" else
+                  ctx.culprit("reward.custom_reward_function.name", ctx.culprit(key)), problem.message)
 
 
 # loss mode -> (key, test, what verl does otherwise), read from verl 0.9.1's @register_policy_loss functions.
@@ -1052,6 +1080,7 @@ JUDGES: tuple[Rule, ...] = (
     rule_rollout_correction_inputs,
     rule_dynamic_sampling_reward_model,
     rule_checkpoints_resume,
+    rule_raw_reward_function_file,
     rule_policy_loss_params,
     rule_value_types,
     rule_pitfalls,

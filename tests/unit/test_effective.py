@@ -487,6 +487,27 @@ def test_spec_fields_own_their_keys_when_given(extra, override, needle):
     _one(errors_of(base(method, overrides=[override], **extra)), needle, "remove this override")
 
 
-def test_raw_reward_keys_without_the_field_are_allowed():
-    ov = _ok(base("grpo", overrides=["custom_reward_function.path=/r.py", "reward.reward_model.model_path=/rm"]))
-    assert ov["reward.custom_reward_function.path"] == "/r.py" and ov["reward.reward_model.model_path"] == "/rm"
+def test_raw_reward_keys_without_the_field_are_allowed(tmp_path):
+    reward = tmp_path / "r.py"
+    reward.write_text("def compute_score(x):\n    return 1\n")
+    ov = _ok(base("grpo", overrides=[f"custom_reward_function.path={reward}", "reward.reward_model.model_path=/rm"]))
+    assert ov["reward.custom_reward_function.path"] == str(reward) and ov["reward.reward_model.model_path"] == "/rm"
+
+
+def test_a_raw_reward_function_file_is_checked_like_reward_function(tmp_path):
+    reward = tmp_path / "r.py"
+    _one(errors_of(base("grpo", overrides=[f"reward.custom_reward_function.path={reward}"])),
+         "overrides[0]", "does not exist")
+    reward.write_text("def other(x):\n    return 1\n")
+    _one(errors_of(base("grpo", overrides=[f"reward.custom_reward_function={{path:{reward}}}"])),
+         "overrides[0]", "defines no function 'compute_score'", "other")
+    _ok(base("grpo", overrides=[f"reward.custom_reward_function.path={reward}",
+                                "reward.custom_reward_function.name=other"]))
+    _one(errors_of(base("grpo", overrides=["reward.custom_reward_function.path=rewards/r.py"])),
+         "overrides[0]", "absolute path")
+
+
+def test_critic_async_save_with_auto_resume_warns():
+    plan = compile_values(base("ppo", overrides=["critic.checkpoint.async_save=true"]))
+    assert any("critic.checkpoint.async_save=true" in w and "incomplete critic" in w for w in plan.warnings)
+    assert not any("critic.checkpoint" in w for w in compile_values(base("ppo")).warnings)
