@@ -202,10 +202,13 @@ def test_colocated_reward_model_grpo_ok():
 
 
 # legacy reward keys
-def test_legacy_reward_keys_rewritten():
-    plan = compile_values(base("grpo", overrides=["custom_reward_function.path=/r.py", "reward_model.reward_manager=naive",
+def test_legacy_reward_keys_rewritten(tmp_path):
+    reward = tmp_path / "r.py"  # the file is checked like reward.function's
+    reward.write_text("def compute_score(x):\n    return 1\n")
+    plan = compile_values(base("grpo", overrides=[f"custom_reward_function.path={reward}",
+                                                   "reward_model.reward_manager=naive",
                                                    "+reward_model.reward_kwargs.foo=1"]))
-    assert "reward.custom_reward_function.path=/r.py" in plan.overrides
+    assert f"reward.custom_reward_function.path={reward}" in plan.overrides
     assert "reward.reward_manager.name=naive" in plan.overrides
     assert "+reward.reward_kwargs.foo=1" in plan.overrides
     assert sum("legacy" in w for w in plan.warnings) == 3
