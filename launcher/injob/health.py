@@ -65,18 +65,23 @@ def summary(results: dict[tuple[str, str], float | str], tried: list[tuple[str, 
             "suspect_nodes": suspects(failed, tried)}
 
 
-def object_transfer(ray, nodes: list[str], broken: str | None = None) -> dict:
-    """Every pair's transfer time (or error), summarised. `broken`: the test hook's node."""
+class NodeProbe:
+    """One per node (a Ray actor pinned to it, no CPU reserved). One actor a node means one
+    Ray worker process a node: a task per pair made Ray start a worker per task, and at N=8
+    the 56 pairs' worker start-ups cost 24-25 s on the 2-core dev host."""
 
-    @ray.remote(num_cpus=0)
-    def make(size: int, fail: bool) -> bytes:
-        if fail:
+    def __init__(self, fail: bool):
+        self.fail = fail  # the test hook's node: every transfer through it fails
+
+    def make(self, size: int) -> bytes:
+        if self.fail:
             raise RuntimeError(f"{TEST_FAIL_ENV}: this node plays broken")
         return bytes(size)
 
-    @ray.remote(num_cpus=0)
-    def fetch(boxed: list, fail: bool) -> float:
-        if fail:
+    def fetch(self, boxed: list) -> float:
+        import ray
+
+        if self.fail:
             raise RuntimeError(f"{TEST_FAIL_ENV}: this node plays broken")
         start = time.perf_counter()
         data = ray.get(boxed[0])  # pulled to this node through the object store
@@ -84,20 +89,29 @@ def object_transfer(ray, nodes: list[str], broken: str | None = None) -> dict:
             raise ValueError(f"got {len(data)} bytes")
         return time.perf_counter() - start
 
-    def on(node: str) -> dict:
-        return {"resources": {topology.node_resource(node): 1}}
 
+def object_transfer(ray, nodes: list[str], broken: str | None = None) -> dict:
+    """Every pair's transfer time (or error), summarised. `broken`: the test hook's node."""
     tried = pairs(nodes)
-    objects = {n: make.options(**on(n)).remote(PAYLOAD_BYTES, n == broken) for n in nodes}
-    refs = {(a, b): fetch.options(**on(b)).remote([objects[a]], b == broken) for a, b in tried}
-    results: dict[tuple[str, str], float | str] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    for pair, ref in refs.items():
-        try:
-            results[pair] = float(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
-        except Exception as exc:  # a dead node, a timeout: named in the report
-            results[pair] = _error(exc)
-    return summary(results, tried)
+    if not tried:
+        return summary({}, tried)
+    probe = ray.remote(num_cpus=0)(NodeProbe)
+    actors = {n: probe.options(resources={topology.node_resource(n): 1}).remote(n == broken) for n in nodes}
+    try:
+        objects = {n: actor.make.remote(PAYLOAD_BYTES) for n, actor in actors.items()}
+        # boxed in a list so the receiving actor, not Ray's argument resolution, pulls the object
+        refs = {(a, b): actors[b].fetch.remote([objects[a]]) for a, b in tried}
+        results: dict[tuple[str, str], float | str] = {}
+        deadline = time.monotonic() + TIMEOUT_S
+        for pair, ref in refs.items():
+            try:
+                results[pair] = float(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+            except Exception as exc:  # a dead node, a timeout: named in the report
+                results[pair] = _error(exc)
+        return summary(results, tried)
+    finally:
+        for actor in actors.values():
+            ray.kill(actor)
 
 
 def _error(exc: BaseException) -> str:
@@ -264,7 +278,7 @@ def gpu_checks(ray, gpus_by_node: dict[str, int]) -> dict | None:
 
 def check(ray, job: dict) -> dict:
     """Objects between the job's nodes, then its GPUs: one report, `ok` only if both are."""
-    gpus_by_node = {h: int(p["gpus_per_node"]) for p in job["pools"] for h in p["hosts"]}
+    gpus_by_node = topology.gpus_by_host(topology.pools_from_job(job))
     nodes = sorted(gpus_by_node)
     broken = None
     if os.environ.get(TEST_FAIL_ENV, "") == os.environ.get("SLURM_RESTART_COUNT", "0") and nodes:

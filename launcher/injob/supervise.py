@@ -618,8 +618,7 @@ class Supervisor:
                     result = last_json(step["popen"], rc)
                     if rc == 0 and result.get("ok"):
                         seen = self.gpu_ids = self.gpus_seen()
-                        problems = gpus_mod.conflicts(seen, {h: p.gpus_per_node for p in self.pools
-                                                             for h in p.hosts})
+                        problems = gpus_mod.conflicts(seen, topology.gpus_by_host(self.pools))
                         if problems:
                             return self.fail("GPU check failed during phase barrier: " + "; ".join(problems), rc=1)
                         self.record("all_joined", seconds=self.elapsed(), barrier_s=result.get("seconds"),

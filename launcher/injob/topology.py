@@ -70,6 +70,12 @@ def pools_from_job(job: dict) -> list[PoolHosts]:
     return out
 
 
+def gpus_by_host(pools: list[PoolHosts]) -> dict[str, int]:
+    """{host: GPUs its pool asks of every node}: what the GPU identity check and the health
+    check's GPU part expect on each host."""
+    return {host: pool.gpus_per_node for pool in pools for host in pool.hosts}
+
+
 def pool_of_node(job: dict, node: str) -> PoolHosts | None:
     for pool in pools_from_job(job):
         if node in pool.hosts:
