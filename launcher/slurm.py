@@ -30,6 +30,7 @@ from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_T
 
 CALLS: collections.Counter = collections.Counter()
 DEFAULT_TIMEOUT_S = 60
+QUEUE_LOOK_TIMEOUT_S = 5  # squeue's second look after sacct, best effort (a down slurmctld: 18 s)
 
 # sacct fields, in order (all exist in 22.05; 22.05 has no Restarts: use show_job).
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Start", "End", "Elapsed",
@@ -144,10 +145,13 @@ def requeue(job_id) -> None:
 def requeue_excluding(job_id, exclude: dict[str, list[str]]) -> None:
     """Requeue `job_id` and add nodes to the excluded list of each component named in
     `exclude` ({"123" or "123+1": [node, ...]}). Slurm takes ExcNodeList only while a job is
-    pending, so the update follows the requeue; the nodes already excluded are kept."""
+    pending, so the update follows the requeue; the nodes already excluded are kept (one
+    `scontrol show job` of the leader lists every het component, by HetJobOffset)."""
+    shown = show_job(job_id)
+    by_offset = {record.get("HetJobOffset", "0"): record for record in shown.get("Components") or [shown]}
     before = {}
     for component in exclude:
-        value = show_job(component).get("ExcNodeList") or ""
+        value = by_offset.get(component.partition("+")[2] or "0", {}).get("ExcNodeList") or ""
         before[component] = hostnames(value) if value not in ("(null)", "") else []
     requeue(job_id)
     for component, nodes in exclude.items():
@@ -410,12 +414,19 @@ def resolve(requested: list[str], rows: dict[str, JobState]) -> dict[str, JobSta
     return out
 
 
-def fill_missing(states: dict[str, JobState], queued: dict[str, JobState]) -> None:
-    """Ids sacct did not report yet take squeue's answer where squeue has one."""
+def prefer_queue(states: dict[str, JobState], queued: dict[str, JobState]) -> None:
+    """Ids sacct has not recorded yet, or still records as PENDING, take squeue's answer where
+    squeue has one: slurmdbd lags the controller (by seconds on a loaded host), so a job that
+    started a moment ago is missing there, or reads PENDING, while slurmctld runs it."""
     for job_id, state in list(states.items()):
         found = queued.get(job_id)
-        if state.missing and found is not None and not found.missing:
+        if lagging(state) and found is not None and not found.missing:
             states[job_id] = found
+
+
+def lagging(state: JobState) -> bool:
+    """sacct's answer may trail the controller's: worth one squeue look."""
+    return state.missing or state.state == "PENDING"
 
 
 def _query_ids(job_ids) -> list[str]:
@@ -440,20 +451,24 @@ def squeue_argv(job_ids) -> list[str]:
 
 def job_states(job_ids) -> JobStates:
     """States of all `job_ids` from ONE sacct call (or ONE squeue call when accounting is
-    unavailable). Ids sacct has not recorded yet (slurmdbd lags the controller, by seconds
-    on a loaded host) are asked of squeue in one more call; ids neither reports come back
-    as UNKNOWN with `missing=True`."""
+    unavailable). Ids sacct has not recorded yet or records as PENDING (slurmdbd lags the
+    controller, by seconds on a loaded host) are asked of squeue in one more call, with a
+    short bound (slurmctld may be down while slurmdbd answers: sacct's view stands then);
+    ids neither reports come back as UNKNOWN with `missing=True`."""
     requested = [str(j) for j in job_ids if str(j)]
     if not requested:
         return JobStates()
     proc = _run(sacct_argv(requested), check=False)
     if proc.returncode == 0 and not _ACCOUNTING_DOWN.search(proc.stderr or ""):
         states = resolve(requested, parse_rows(proc.stdout, SACCT_FIELDS))
-        missing = [j for j in requested if states[j].missing]
-        if missing:  # slurmdbd lags the controller under load: ask squeue for those only
-            queued = _run(squeue_argv(missing), check=False)
-            if queued.returncode == 0:
-                fill_missing(states, resolve(missing, parse_rows(queued.stdout, SQUEUE_FIELDS)))
+        behind = [j for j in requested if lagging(states[j])]
+        if behind:  # slurmdbd lags the controller under load: ask squeue for those only
+            try:
+                queued = _run(squeue_argv(behind), check=False, timeout=QUEUE_LOOK_TIMEOUT_S)
+            except SlurmError:  # slurmctld not answering: sacct's view stands
+                queued = None
+            if queued is not None and queued.returncode == 0:
+                prefer_queue(states, resolve(behind, parse_rows(queued.stdout, SQUEUE_FIELDS)))
         return JobStates(states, source="sacct")
     sacct_error = (proc.stderr or proc.stdout or "").strip().splitlines()
     sacct_error = sacct_error[-1] if sacct_error else f"exit {proc.returncode}"

@@ -55,9 +55,9 @@ def test_poll_one_sacct_call_for_many_runs(fake_slurm):
     runs.record_phase(b.dir, "ray_up")
     before = slurm.CALLS["sacct"]
     statuses = {s.id: s for s in monitor.poll([a, b, c, d])}
-    # one sacct for all four; squeue only for the one sacct has not recorded yet
+    # one sacct for all four; one squeue only for those sacct has pending or not recorded yet
     calls = fake_slurm.calls()
-    assert slurm.CALLS["sacct"] - before == 1 and len(calls) == 2 and calls[1].endswith("--jobs=31")
+    assert slurm.CALLS["sacct"] - before == 1 and len(calls) == 2 and calls[1].endswith("--jobs=30,31")
     assert statuses[a.id].state == "completed" and statuses[a.id].done
     het = statuses[b.id]
     assert het.state == "running" and het.progress == "step 2/12" and het.phase == "ray_up"

@@ -155,14 +155,36 @@ def test_sacct_argv_asks_base_ids_once():
 def test_job_states_one_sacct_call_for_everything(fake_slurm):
     fake_slurm.set("sacct", SACCT_RUNNING)
     before = dict(slurm.CALLS)
-    states = slurm.job_states(["18", "20", "11", "20_3", "18+0"])
+    states = slurm.job_states(["18", "20", "11", "18+0"])
     assert slurm.CALLS["sacct"] - before.get("sacct", 0) == 1
     assert slurm.CALLS["total"] - before.get("total", 0) == 1
     assert fake_slurm.calls() == [" ".join(slurm.sacct_argv(["18", "20", "11"]))]
-    assert states.source == "sacct" and states.accounting and states.warning is None
     assert states["18"].state == "RUNNING" and states["20"].state == "RUNNING"
-    assert states["20_3"].state == "PENDING"
+    assert states["20_3"].state == "PENDING"  # every task row comes back too
+
+
+def test_job_states_asks_squeue_once_for_what_sacct_has_pending(fake_slurm):
+    # slurmdbd lags under load: sacct still says PENDING for 20_3 while slurmctld runs it
+    fake_slurm.set("sacct", SACCT_RUNNING)
+    fake_slurm.set("squeue", "20_3|mon-arr|RUNNING|0:01|dev3|None|2026-11-29T11:26:40|2:00|2026-11-29T11:26:36\n")
+    before = dict(slurm.CALLS)
+    states = slurm.job_states(["18", "20", "11", "20_3", "18+0"])
+    assert slurm.CALLS["total"] - before.get("total", 0) == 2
+    assert fake_slurm.calls() == [" ".join(slurm.sacct_argv(["18", "20", "11"])),
+                                  " ".join(slurm.squeue_argv(["20_3"]))]
+    assert states.source == "sacct" and states.accounting and states.warning is None
+    assert states["20_3"].state == "RUNNING" and states["20_3"].nodelist == "dev3"
+    assert states["20_2"].state == "PENDING" and states["18"].state == "RUNNING"
     assert slurm.job_states([]) == {}
+
+
+def test_job_states_keeps_saccts_view_when_squeue_does_not_answer(fake_slurm, monkeypatch):
+    # slurmctld down (slurmdbd up): squeue hangs for its own retries; sacct's answer stands
+    fake_slurm.set("sacct", SACCT_RUNNING)
+    (fake_slurm.dir / "squeue").write_text("#!/bin/sh\nsleep 5\n")
+    monkeypatch.setattr(slurm, "QUEUE_LOOK_TIMEOUT_S", 0.3)
+    states = slurm.job_states(["20_3", "11"])
+    assert states.source == "sacct" and states["20_3"].state == "PENDING" and states["11"].state == "COMPLETED"
 
 
 def test_job_states_falls_back_to_one_squeue_call(fake_slurm):
@@ -263,8 +285,14 @@ def test_ids_sacct_has_not_recorded_yet_take_squeues_answer():
     assert states["70_0"].missing and states["70_0"].state == "UNKNOWN"
     queued = slurm.resolve(["70_0"], {"70_0": slurm.JobState(job_id="70_0", state="RUNNING"),
                                       "70_1": slurm.JobState(job_id="70_1", state="PENDING")})
-    slurm.fill_missing(states, queued)
+    slurm.prefer_queue(states, queued)
     assert states["70_0"].state == "RUNNING" and not states["70_0"].missing
     assert states["71"].state == "COMPLETED"
-    slurm.fill_missing(states, slurm.resolve(["71"], {}))  # squeue forgot it: sacct's answer stays
+    slurm.prefer_queue(states, slurm.resolve(["71"], {}))  # squeue forgot it: sacct's answer stays
     assert states["71"].state == "COMPLETED"
+    # sacct's PENDING gives way to squeue's RUNNING; a finished job's sacct answer never does
+    states = slurm.resolve(["72", "71"], {"72": slurm.JobState(job_id="72", state="PENDING"),
+                                          "71": slurm.JobState(job_id="71", state="COMPLETED")})
+    slurm.prefer_queue(states, {"72": slurm.JobState(job_id="72", state="RUNNING"),
+                                "71": slurm.JobState(job_id="71", state="RUNNING")})
+    assert states["72"].state == "RUNNING" and states["71"].state == "COMPLETED"
