@@ -209,6 +209,19 @@ def section_bringup(data: dict | None, cpu: dict | None, targets: list) -> list[
             out.append(table(["N", "CPU s to start N nodes", f"floor on {nproc} cores, s", "sf median s",
                               "sf above the floor, s", "sf / floor", "sf to driver s (health check incl.)",
                               "to driver / floor", "sf bring-up failures"], rows))
+            walls = [r["nodes"]["head"].get("wall_to_registered_s") for r in cpu["reps"]
+                     if r.get("nodes", {}).get("head")]
+            walls = [w for w in walls if w is not None]
+            if walls:
+                hw = statistics.median(walls)
+                # Ray's head starts its processes partly one after another (CLI, GCS, then the
+                # head's services, raylet, agents): its own wall time bounds N=1 from below
+                out += ["", f"A Ray head alone (cpu_cost.py: the same `ray start` line in a Slurm step, no sf, nothing else "
+                        f"starting) takes {fmt(hw)} s from exec to registered (median, raw "
+                        f"{' '.join(fmt(w) for w in walls)}) = {hw / (hm / nproc):.2f} x its own CPU floor of "
+                        f"{fmt(hm / nproc)} s: at N=1 no launcher gets nearer the floor than that on this host"
+                        + (f"; sf's N=1 median against the head alone: {med[('sf', 1)] - hw:+.2f} s"
+                           if med.get(("sf", 1)) else "") + "."]
             out += ["", f"(sf trials ran with ray.health_check={data.get('health_check', 'preflight')} and "
                     f"ray.start_retries={data.get('start_retries', 2)}; a failure is a trial whose job did not reach "
                     "its driver with every node joined.)"]
