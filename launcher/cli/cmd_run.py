@@ -93,7 +93,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo(script, nl=False)
             _warn(request.warnings)
             if chain:
-                click.echo(_chain_line(chain, None, preflight, dry_run=True), err=True)
+                click.echo(chain_line(chain, None, preflight, dry_run=True), err=True)
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
@@ -110,7 +110,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
                                "export_job": export_job}))
     elif not as_json:
         if chain:
-            click.echo(_chain_line(chain, export_job, preflight))
+            click.echo(chain_line(chain, export_job, preflight))
         click.echo(f"submitted run {run.id} as job {job_id} ({'preflight, ' if preflight else ''}"
                    f"{len(plan.pools)} pool{'s' if len(plan.pools) > 1 else ''}); run dir {run.dir}")
     from launcher.render.logger_env import after_submit  # W&B offline: the `wandb sync` line
@@ -121,13 +121,15 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
         sys.exit(wait_for_job(run, job_id, preflight=preflight, as_json=as_json))
 
 
-def _chain_line(chain, export_job: str | None, preflight: bool, dry_run: bool = False) -> str:
-    """What `--model run:RUN` queued (or would queue) before the run: RUN's export."""
+def chain_line(chain, export_job: str | None, preflight: bool, dry_run: bool = False,
+               waiting: str = "this job") -> str:
+    """What `--model run:RUN` queued (or would queue) before the run (or a sweep's
+    points): RUN's export."""
     kind = "export preflight (checks, merges nothing)" if preflight else "export"
     when = f"after {chain.after}" if chain.after else "now (the run completed)"
     if dry_run:
         return (f"sf: dry run: would first queue an {kind} of run {chain.run_id}'s last checkpoint, {when}, "
-                f"into {chain.target}; this job would wait on afterok:<that export job>")
+                f"into {chain.target}; {waiting} would wait on afterok:<that export job>")
     return (f"queued {kind} job {export_job} of run {chain.run_id}'s last checkpoint ({when}) -> {chain.target}")
 
 

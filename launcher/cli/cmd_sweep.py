@@ -26,14 +26,17 @@ from launcher.submit import sweep as sweep_mod
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
-    """(site, [(params, request)], runtime): every point compiled once (its overrides
-    checked against verl) into a launcher.submit.pipeline Request with a placeholder run dir;
-    SpecErrors naming every bad point."""
+    """(site, [(params, request)], runtime, exports): every point compiled once (its
+    overrides checked against verl) into a launcher.submit.pipeline Request with a
+    placeholder run dir; SpecErrors naming every bad point. `exports`: {ChainExport: its
+    Request}, the export `--model run:RUN` queues first when RUN has none yet (one per RUN,
+    shared by every point: they all name its folder as their model)."""
     from launcher.compile.compiler import compile_plan
     from launcher.compile.verlcache import checked_overrides
     from launcher.spec.experiment import load_spec
     from launcher.spec.runtime import resolve_runtime
     from launcher.spec.site import load_site
+    from launcher.submit.chain import export_request
     from launcher.submit.pipeline import placeholder_run_dir, run_request
 
     site = load_site(flags.get("site"))
@@ -52,12 +55,6 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
         except SpecError as exc:
             errors.append(SpecError(where, str(exc)))
             continue
-        if spec.chain_export is not None:
-            ce = spec.chain_export
-            raise SpecError("--model", f"run {ce.run_id} has no export yet and a sweep does not export it on the "
-                            f"fly: `sf export {ce.run_id}` first (its points then wait for that export job), or "
-                            f"`sf submit` one run with --model run:{ce.run_id} and sweep with --model run:{ce.run_id}"
-                            " after it")
         compiled.append((params, spec, plan))
     if errors:
         raise SpecErrors(errors)
@@ -67,8 +64,12 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
             raise SpecError(f"point {index} ({sweep_mod.label(params)})",
                             "changes the pools (nodes, GPUs or het groups); a sweep's points must share one shape")
     runtime = resolve_runtime(first.framework, first.framework_version, site)
+    exports = {}
+    for _params, spec, _plan in compiled:
+        if spec.chain_export is not None and spec.chain_export not in exports:
+            exports[spec.chain_export] = export_request(spec.chain_export, site, preflight=preflight)
     return site, [(params, run_request(spec, plan, site, runtime, preflight=preflight))
-                  for params, spec, plan in compiled], runtime
+                  for params, spec, plan in compiled], runtime, exports
 
 
 @click.command()
@@ -109,12 +110,12 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
     grid = sweep_mod.parse_grid(grid_items)
     points = sweep_mod.expand(grid)
     k = sweep_mod.check_max_parallel(max_parallel, len(points))
-    site, compiled, runtime = _compile_points(name, flags, points, preflight)
+    site, compiled, runtime, exports = _compile_points(name, flags, points, preflight)
     hetjob = compiled[0][1].plan.is_hetjob
     mode = "hetjobs" if hetjob else "array"
     if dry_run:
-        return _dry_run(compiled, site, runtime, k, mode, preflight, as_json)
-    _submit(compiled, site, runtime, grid, k, mode, preflight, as_json)
+        return _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports)
+    _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
 
 
 def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
@@ -126,7 +127,8 @@ def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int,
     return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
-def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
+def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
+    from launcher.cli.cmd_run import chain_line
     from launcher.render.script import array_directive
     from launcher.submit.pipeline import placeholder_run_dir
 
@@ -144,18 +146,24 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json):
         click.echo(json.dumps({"experiment": first.experiment, "mode": mode, "points": pts, "max_parallel": k,
                                "array": array_directive(n, k) if mode == "array" else None,
                                "preflight": preflight, "script": script,
+                               "chain_exports": [{**ce.describe(), "script": req.script}
+                                                 for ce, req in exports.items()],
                                "warnings": sorted({w for _, r in compiled for w in r.warnings})}, indent=2))
         return
     click.echo(script, nl=False)
     shape = f"one job array {array_directive(n, k)}" if mode == "array" else f"{n} hetjobs, at most {k} at once"
+    for ce in exports:
+        click.echo(chain_line(ce, None, preflight, dry_run=True, waiting="every point"), err=True)
     click.echo(f"sf: dry run: {n} points as {shape}", err=True)
     for p in pts:
         click.echo(f"sf:   point {p['index']}: {sweep_mod.label(p['params'])}", err=True)
     click.echo("sf: dry run: nothing written, nothing submitted", err=True)
 
 
-def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
+def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports):
     from launcher import runs
+    from launcher.cli.cmd_run import chain_line
+    from launcher.submit import pipeline
     from launcher.submit.live import verify
 
     first = compiled[0][1]
@@ -174,7 +182,8 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     try:
         for index, (params, request) in enumerate(compiled):
             member = runs.create_run(request.runs_dir, request.experiment, sweep={"id": sweep_run.id, "index": index},
-                                     params=params, preflight=preflight, runtime=runtime.to_dict(), attempts=[])
+                                     params=params, preflight=preflight, runtime=runtime.to_dict(), attempts=[],
+                                     **({"model_from": dict(request.chain)} if request.chain else {}))
             members.append(member)
             plan = request.plan.with_run_dir(str(member.dir))  # compiled once, bound here
             plans.append(plan)
@@ -200,10 +209,30 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
     for r in [sweep_run, *members]:
         r.add_state(SUBMITTING)
     say_sbatch_env_left_out(site.pass_sbatch_env)
+    # --model run:RUN without an export: its export first (once), every point waits on it
+    export_jobs = {}
+    for ce, export in exports.items():
+        try:
+            export_jobs[ce] = pipeline.submit(export).job_id
+        except SlurmError as exc:
+            for r in [sweep_run, *members]:
+                r.add_state(SUBMIT_FAILED, error=f"the export of run {ce.run_id}: {exc}")
+            raise
+        click.echo(chain_line(ce, export_jobs[ce], preflight), err=as_json)
+    waits = []  # per point: afterok:<its export job>, or None
+    for member, (_params, request) in zip(members, compiled, strict=True):
+        ce = request.spec.chain_export
+        waits.append(f"afterok:{export_jobs[ce]}" if ce is not None else None)
+        if ce is not None:
+            member.update(model_from={**(request.chain or {}), "export_job": export_jobs[ce],
+                                      "export_id": ce.export_id, "exported_by_chain": True, "export_after": ce.after})
+    if export_jobs:
+        sweep_run.update(chain_exports=[{**ce.describe(), "job_id": job} for ce, job in export_jobs.items()])
     if mode == "array":
-        ok = _submit_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env)
+        after = "afterok:" + ":".join(sorted(set(export_jobs.values()))) if export_jobs else None
+        ok = _submit_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env, after=after)
     else:
-        ok = _submit_hetjobs(sweep_run, members, k, site.pass_sbatch_env)
+        ok = _submit_hetjobs(sweep_run, members, k, site.pass_sbatch_env, waits=waits)
     for warning in sorted({w for p in plans for w in p.warnings}):
         click.echo(f"sf: warning: {warning}", err=True)
     _report(sweep_run, members, mode, k, as_json, retry=False)
@@ -211,12 +240,17 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json):
         sys.exit(1)
 
 
-def _submit_array(sweep_run, members, indices, n, k, pass_env) -> bool:
+def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None = None) -> bool:
+    """One sbatch of the sweep's array script (for `indices`); `after`: a dependency the
+    whole array waits on besides the script's own (the chained export's job)."""
     from launcher import runs, slurm
     from launcher.render.script import array_directive
 
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
+    if after:  # the command line replaces the script's --dependency: join the two
+        own = sweep_mod.script_dependency(sweep_run.read_text("job.sbatch") or "")
+        extra.append(f"--dependency={sweep_mod.throttled_dependency(own, after)}")
     try:
         array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env)
     except SlurmError as exc:
@@ -257,15 +291,19 @@ def _point_submitted(member, job_id: str) -> None:
     member.add_state(SUBMITTED, job_id=job_id)
 
 
-def _submit_hetjobs(sweep_run, members, k, pass_env) -> bool:
+def _submit_hetjobs(sweep_run, members, k, pass_env, waits: list[str | None] | None = None) -> bool:
+    """One sbatch per point, at most k at once (afterany chains); `waits[i]`: a dependency
+    point i waits on besides (its chained export's job)."""
     from launcher import runs, slurm
+    from launcher.submit.chain import join
 
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
         # the throttle on sbatch's command line replaces the script's --dependency: join them
         dep = sweep_mod.throttled_dependency(sweep_mod.script_dependency(m.read_text("job.sbatch") or ""),
-                                             sweep_mod.dependency_for(i, submitted, k))
+                                             join(sweep_mod.dependency_for(i, submitted, k),
+                                                  (waits or [None] * len(members))[i]))
         try:
             job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
                                   pass_env=pass_env)
@@ -297,7 +335,7 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
     if as_json:
         click.echo(json.dumps({"sweep": sweep_run.id, "sweep_dir": str(sweep_run.dir), "mode": mode,
                                "max_parallel": k, "job_ids": rec.get("job_ids") or [], "retry": retry,
-                               "points": pts}, indent=2))
+                               "chain_exports": rec.get("chain_exports") or [], "points": pts}, indent=2))
         return
     what = "resubmitted" if retry else "submitted"
     if mode == "array":

@@ -14,6 +14,7 @@ the export job it queues first (through launcher.submit.pipeline, the request `s
 with `afterok:<RUN's job>`, and its output folder `<RUN>/exports/<export id>`, fixed now so
 that the new run's model path is known before either job runs. The new run then waits on
 `afterok:<export job>` (pipeline.submit binds it), so SFT -> GRPO -> export queue at once.
+`sf sweep --model run:RUN` queues that export once and every point waits on it.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def export_id_now() -> str:
     return "export-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
+# One chained export per RUN per command: every point of `sf sweep --model run:RUN` is
+# compiled on its own, and all of them must name the same export folder as their model,
+# even when compiling them crosses a second (the export id is a UTC stamp).
+_CHAIN_EXPORT_IDS: dict[str, str] = {}
+
+
 def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | None]:
     """`--model run:RUN` -> (the model folder, a dependency or None, the export to queue first
     or None).
@@ -105,7 +112,7 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     exports = [e for e in record.get("exports") or [] if e.get("target") and not e.get("preflight")]
     if not exports:
         after = _dependency_on(run, "--model", f"or pass another --model than run:{run.id}")
-        export_id = export_id_now()
+        export_id = _CHAIN_EXPORT_IDS.setdefault(run.id, export_id_now())
         return (f"{run.dir}/exports/{export_id}", None,
                 ChainExport(run_id=run.id, run_dir=str(run.dir), export_id=export_id,
                             target=f"{run.dir}/exports/{export_id}", after=after,

@@ -354,6 +354,49 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
             cleanup(job)
 
 
+def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
+    """sf submit SFT --preflight (held back 20 s), then at once sf sweep GRPO --preflight
+    --model run:SFT --grid rollout_n=2,4: ONE export of SFT (afterok:<SFT job>) and the
+    sweep's array waiting on afterok:<export job>; every point completes after the export."""
+    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
+    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
+    assert proc.returncode == 0, proc.stderr
+    sft_out = json.loads(proc.stdout)
+    sft_run, sft_job = sft_out["run"], sft_out["job_id"]
+    jobs = [sft_job]
+    try:
+        proc = sf("sweep", grpo_exp, "--preflight", "--json", "--model", f"run:{sft_run}",
+                  "--grid", "rollout_n=2,4")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        [export] = out["chain_exports"]
+        export_job, (array_job,) = export["job_id"], out["job_ids"]
+        jobs += [export_job, array_job]
+        export_info, array_info = slurm.show_job(export_job), slurm.show_job(array_job)
+        assert export_info["Dependency"].startswith(f"afterok:{sft_job}"), export_info
+        assert array_info["Dependency"].startswith(f"afterok:{export_job}"), array_info
+        from launcher import runs
+
+        assert len(runs.open_run("/var/lib/sfdev/runs", sft_run).record()["exports"]) == 1
+        deadline = time.monotonic() + 420
+        tasks = [f"{array_job}_0", f"{array_job}_1"]
+        while True:
+            times = {job: _sacct_times(job) for job in [sft_job, export_job, *tasks]}
+            if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
+        assert {job: t[0] for job, t in times.items()} == dict.fromkeys(times, "COMPLETED"), times
+        assert all(times[task][1] >= times[export_job][2] for task in tasks), times
+        for point in out["points"]:
+            member = runs.open_run("/var/lib/sfdev/runs", point["run"])
+            assert member.record()["model_from"]["export_job"] == export_job
+            assert f"actor_rollout_ref.model.path={export['target']}\n" in (member.dir / "overrides.txt").read_text()
+    finally:
+        for job in jobs:
+            cleanup(job)
+
+
 # --- sf attach on a point of an array sweep -------------------------------------------------------
 
 def test_attach_reaches_an_array_sweep_point_through_a_real_step(tmp_path):

@@ -179,8 +179,45 @@ def test_dry_run_and_render_with_a_chain_export_submit_nothing(fake_slurm, site,
     assert result.exit_code == 2 and result.stderr.startswith("sf: error: --model: ")
     result = CliRunner().invoke(main, ["sweep", GRPO, "--site", site(), "--model", f"run:{sft.id}", "--dry-run",
                                        "--grid", "rollout_n=4,8"])
-    assert result.exit_code == 2 and "--model" in result.stderr
+    assert result.exit_code == 0, result.output
+    assert (f"would first queue an export of run {sft.id}'s last checkpoint, after afterok:620" in result.stderr
+            and "every point would wait on afterok:<that export job>" in result.stderr)
     assert not fake_slurm.calls("sbatch") and not (tmp_path / "out").exists()
+    assert not sft.record().get("exports")
+
+
+def test_sweep_model_from_a_running_run_queues_one_export_every_point_waits_on(fake_slurm, site,  # noqa: F811
+                                                                                monkeypatch, tmp_path):
+    """sf sweep GRPO --model run:SFT while SFT runs: sbatch 1 is SFT's export (afterok on
+    SFT's job), sbatch 2 the sweep's array with afterok:<export job> on its command line
+    (joined with the script's own dependency); every point's model is the export's folder."""
+    import json
+
+    from launcher import runs
+
+    _export_env(monkeypatch, tmp_path)
+    sft = _submitted(fake_slurm.runs_dir, "sft", "640")
+    fake_slurm.set("sacct", _row("640", "RUNNING"))
+    fake_slurm.set("sbatch", "641\n")
+    fake_slurm.set("sbatch", "642\n", from_call=2)
+    result = CliRunner().invoke(main, ["sweep", GRPO, "--site", site(), "--model", f"run:{sft.id}", "--json",
+                                       "--grid", "rollout_n=4,8", "--dependency", "afterany:7"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    [export] = sft.record()["exports"]
+    assert export["job_id"] == "641" and export["after"] == "afterok:640"
+    assert out["chain_exports"] == [{"run": sft.id, "export_id": export["id"], "target": export["target"],
+                                     "after": "afterok:640", "job_id": "641"}]
+    first, second = fake_slurm.calls("sbatch")
+    assert first.endswith(f"{export['id']}.sbatch")
+    assert " --dependency=afterany:7,afterok:641 " in f" {second} " and out["job_ids"] == ["642"]
+    for point in out["points"]:
+        member = runs.open_run(fake_slurm.runs_dir, point["run"])
+        assert member.record()["model_from"]["export_job"] == "641"
+        assert f"actor_rollout_ref.model.path={export['target']}" in (member.dir / "overrides.txt").read_text()
+    sweep_dir = Path(out["sweep_dir"])
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    assert all(f"actor_rollout_ref.model.path={export['target']}" in p["overrides"] for p in manifest["points"])
 
 
 def test_chain_refuses_what_would_never_export(fake_slurm, site, monkeypatch, tmp_path):  # noqa: F811
