@@ -256,3 +256,27 @@ def test_a_preflight_export_is_never_the_model(fake_slurm, tmp_path):
     run.update(exports=[*run.record()["exports"], {"id": "export-2", "target": str(tmp_path / "pre"), "job_id": "605",
                                                    "preflight": True}])
     assert chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir) == (target, None, None)
+
+
+def test_hetjob_sweep_points_each_wait_on_the_export_and_the_throttle(fake_slurm, site, monkeypatch,  # noqa: F811
+                                                                       tmp_path):
+    """A two-pool (hetjob) sweep: sbatch 1 the export, then one sbatch per point, each with
+    afterok:<export job> joined to its throttle (point 1 waits on point 0 with k=1)."""
+    import json
+
+    _export_env(monkeypatch, tmp_path)
+    sft = _submitted(fake_slurm.runs_dir, "sft", "650")
+    fake_slurm.set("sacct", _row("650", "RUNNING"))
+    fake_slurm.set("sbatch", "651\n")
+    fake_slurm.set("sbatch", "652\n", from_call=2)
+    fake_slurm.set("sbatch", "653\n", from_call=3)
+    distill = str(paths.data_root() / "examples" / "distill")
+    result = CliRunner().invoke(main, ["sweep", distill, "--site", site(), "--model", f"run:{sft.id}", "--json",
+                                       "--grid", "rollout_n=2,4", "--max-parallel", "1"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["mode"] == "hetjobs" and out["chain_exports"][0]["job_id"] == "651"
+    export, first, second = fake_slurm.calls("sbatch")
+    assert export.endswith(".sbatch") and "/exports/" not in export
+    assert " --dependency=singleton,afterok:651 " in f" {first} "  # the script's own singleton kept
+    assert " --dependency=singleton,afterany:652,afterok:651 " in f" {second} ", second
