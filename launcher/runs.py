@@ -82,6 +82,14 @@ def new_run_id(experiment: str) -> str:
     return f"{slug(experiment)}-" + "".join(secrets.choice(_B32) for _ in range(_SUFFIX_LEN))
 
 
+def new_entry_id(kind: str) -> str:
+    """`<kind>-<UTC stamp>-<4 base32 chars>` for a run's exports and evals: their script,
+    log and (export) target folder are named by it, so two made in the same second, by
+    two commands at once, must not share it."""
+    return f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-" + "".join(
+        secrets.choice(_B32) for _ in range(4))
+
+
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)

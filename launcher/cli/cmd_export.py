@@ -12,17 +12,12 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from launcher.cli.options import runs_options, runs_root, say_sbatch_env_left_out
 from launcher.errors import SpecError
-
-
-def _stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
 def _runtime_parts(site, version: str):
@@ -145,7 +140,7 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
         step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
     version = _framework_version(site, run, framework_version)
     rt, setup, env, wrap = _runtime_parts(site, version)
-    export_id = export_id or f"export-{_stamp()}"
+    export_id = export_id or runs.new_entry_id("export")
     script_name = f"{export_id}.sbatch"
     megatron = (ckpt.fmt or "") == "verl-megatron"
 
@@ -323,7 +318,7 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
         raise SpecError("--validation-data", f"{data} does not exist or is not a file")
     messages_key = messages_key or _override(plan, "data.messages_key") or "messages"
     ckpt = None
-    eval_id = f"eval-{_stamp()}"
+    eval_id = runs.new_entry_id("eval")
     out_dir = f"{run.dir}/evals/{eval_id}"
     if model:
         model_dir = str(Path(model).expanduser().absolute())

@@ -19,7 +19,6 @@ that the new run's model path is known before either job runs. The new run then 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from launcher.errors import SpecError
@@ -76,14 +75,8 @@ def join(dependency: str | None, extra: str | None) -> str | None:
     return ",".join(d for d in (dependency, extra) if d) or None
 
 
-def export_id_now() -> str:
-    """`export-<UTC stamp>`: the id `sf export` gives an export (its log and script names)."""
-    return "export-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-
-
 # One chained export per RUN per command: every point of `sf sweep --model run:RUN` is
-# compiled on its own, and all of them must name the same export folder as their model,
-# even when compiling them crosses a second (the export id is a UTC stamp).
+# compiled on its own, and all of them must name the same export folder as their model.
 _CHAIN_EXPORT_IDS: dict[str, str] = {}
 
 
@@ -112,7 +105,7 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     exports = [e for e in record.get("exports") or [] if e.get("target") and not e.get("preflight")]
     if not exports:
         after = _dependency_on(run, "--model", f"or pass another --model than run:{run.id}")
-        export_id = _CHAIN_EXPORT_IDS.setdefault(run.id, export_id_now())
+        export_id = _CHAIN_EXPORT_IDS.setdefault(run.id, runs.new_entry_id("export"))
         return (f"{run.dir}/exports/{export_id}", None,
                 ChainExport(run_id=run.id, run_dir=str(run.dir), export_id=export_id,
                             target=f"{run.dir}/exports/{export_id}", after=after,
