@@ -289,18 +289,34 @@ def _sacct_times(job: str) -> tuple[str, str, str]:
     return state.split()[0], start, end
 
 
+def _pending_sft(tmp_path) -> tuple[str, str, str]:
+    """An SFT preflight held back 20 s (surely still queued when the next command chains on
+    it) and a GRPO experiment to chain: (GRPO experiment, SFT run id, SFT job id)."""
+    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
+    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    return grpo_exp, out["run"], out["job_id"]
+
+
+def _sacct_times_when_done(jobs: list[str], timeout: float = 420) -> dict[str, tuple[str, str, str]]:
+    """{job: (state, start, end)} once every job ended (or the timeout passed); sacct, not
+    scontrol: a job that ended a while ago is gone from scontrol."""
+    deadline = time.monotonic() + timeout
+    while True:
+        times = {job: _sacct_times(job) for job in jobs}
+        if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
+            return times
+        time.sleep(2)
+
+
 def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
     """sf submit SFT --preflight, then at once sf submit GRPO --preflight --model run:SFT while
     the SFT is still pending: sf queues SFT's export (a preflight: it looks for SFT's last
     checkpoint, finds verl's merger on the runtime, makes the target folder, merges nothing)
     with afterok:<SFT job>, and GRPO with afterok:<export job>, its model the export's folder.
     All three end COMPLETED, each after the one it waits for."""
-    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
-    # begin=now+20: the SFT is surely still queued when the GRPO is submitted
-    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
-    assert proc.returncode == 0, proc.stderr
-    sft_out = json.loads(proc.stdout)
-    sft_run, sft_job = sft_out["run"], sft_out["job_id"]
+    grpo_exp, sft_run, sft_job = _pending_sft(tmp_path)
     jobs = [sft_job]
     try:
         proc = sf("submit", grpo_exp, "--preflight", "--json", "--model", f"run:{sft_run}")
@@ -324,12 +340,7 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
         assert target == f"{grpo.dir.parent / sft_run}/exports/{export['id']}"
         assert grpo.record()["model_from"]["export_job"] == export_job
         assert f"actor_rollout_ref.model.path={target}\n" in (grpo.dir / "overrides.txt").read_text()
-        deadline = time.monotonic() + 420
-        while True:  # sacct, not scontrol: a job that ended a while ago is gone from scontrol
-            times = {job: _sacct_times(job) for job in jobs}
-            if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(2)
+        times = _sacct_times_when_done(jobs)
         states = {job: t[0] for job, t in times.items()}
         print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
         log = Path(export["log"].replace("%j", export_job)) if export.get("log") else None
@@ -358,11 +369,7 @@ def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
     """sf submit SFT --preflight (held back 20 s), then at once sf sweep GRPO --preflight
     --model run:SFT --grid rollout_n=2,4: ONE export of SFT (afterok:<SFT job>) and the
     sweep's array waiting on afterok:<export job>; every point completes after the export."""
-    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
-    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
-    assert proc.returncode == 0, proc.stderr
-    sft_out = json.loads(proc.stdout)
-    sft_run, sft_job = sft_out["run"], sft_out["job_id"]
+    grpo_exp, sft_run, sft_job = _pending_sft(tmp_path)
     jobs = [sft_job]
     try:
         proc = sf("sweep", grpo_exp, "--preflight", "--json", "--model", f"run:{sft_run}",
@@ -378,13 +385,8 @@ def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
         from launcher import runs
 
         assert len(runs.open_run("/var/lib/sfdev/runs", sft_run).record()["exports"]) == 1
-        deadline = time.monotonic() + 420
         tasks = [f"{array_job}_0", f"{array_job}_1"]
-        while True:
-            times = {job: _sacct_times(job) for job in [sft_job, export_job, *tasks]}
-            if all(slurm_done(t[0]) for t in times.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(2)
+        times = _sacct_times_when_done([sft_job, export_job, *tasks])
         print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
         assert {job: t[0] for job, t in times.items()} == dict.fromkeys(times, "COMPLETED"), times
         assert all(times[task][1] >= times[export_job][2] for task in tasks), times
