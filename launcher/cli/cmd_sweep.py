@@ -164,6 +164,7 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
     from launcher import runs
     from launcher.cli.cmd_run import chain_line
     from launcher.submit import pipeline
+    from launcher.submit.chain import queued_model_from
     from launcher.submit.live import verify
 
     first = compiled[0][1]
@@ -224,8 +225,8 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
         ce = request.spec.chain_export
         waits.append(f"afterok:{export_jobs[ce]}" if ce is not None else None)
         if ce is not None:
-            member.update(model_from={**(request.chain or {}), "export_job": export_jobs[ce],
-                                      "export_id": ce.export_id, "exported_by_chain": True, "export_after": ce.after})
+            member.update(model_from=queued_model_from(request.chain, export_job=export_jobs[ce],
+                                                       export_id=ce.export_id, export_after=ce.after))
     if export_jobs:
         sweep_run.update(chain_exports=[{**ce.describe(), "job_id": job} for ce, job in export_jobs.items()])
     if mode == "array":

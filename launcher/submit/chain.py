@@ -123,6 +123,14 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     return target, f"afterok:{job}", None
 
 
+def queued_model_from(chain: dict | None, *, export_job: str, export_id: str | None,
+                      export_after: str | None) -> dict:
+    """A new run's record `model_from` once the export it waits on is queued: what
+    `--model run:RUN` named (run, target) plus that export's job, id and own dependency."""
+    return {**(chain or {}), "export_job": export_job, "export_id": export_id, "exported_by_chain": True,
+            "export_after": export_after}
+
+
 def export_request(export: ChainExport, site, *, preflight: bool):
     """The pipeline Request of a ChainExport: `sf export`'s request for RUN's last
     checkpoint, looked up by the job when it runs, with `afterok:<RUN's job>`, writing

@@ -177,6 +177,7 @@ def submit(request: Request) -> Submitted:
     sbatch then fails, the upstream job stays queued (it is recorded in its own run, and
     the next `--model run:RUN` waits on it instead of exporting again)."""
     from launcher import slurm
+    from launcher.submit.chain import queued_model_from
 
     after, record = None, {}
     if request.chain is not None:
@@ -185,9 +186,9 @@ def submit(request: Request) -> Submitted:
         request.rendered()  # this request's own checks first: a bad one sends nothing upstream
         up = submit(request.upstream)
         after = f"afterok:{up.job_id}"
-        record["model_from"] = {**record.get("model_from", {}), "export_job": up.job_id,
-                                "export_id": (up.rendered.entry or {}).get("id"), "exported_by_chain": True,
-                                "export_after": (up.rendered.entry or {}).get("after")}
+        entry = up.rendered.entry or {}
+        record["model_from"] = queued_model_from(record.get("model_from"), export_job=up.job_id,
+                                                 export_id=entry.get("id"), export_after=entry.get("after"))
     run, new, rendered = bind(request, after=after, record=record)
     if new:
         run.add_state(SUBMITTING)
