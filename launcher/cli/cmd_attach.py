@@ -11,9 +11,10 @@ import socket
 
 import click
 
-from launcher.cli.cmd_monitor import complete_run_ids
-from launcher.cli.options import runs_options, runs_root
+from launcher.cli.options import complete_run_ids, runs_options
 from launcher.errors import SpecError
+from launcher.spec.site import runs_root
+from launcher.states import SLURM_RUNNING
 
 
 def _running(run_id: str, site_path, runs_dir):
@@ -24,12 +25,12 @@ def _running(run_id: str, site_path, runs_dir):
     from launcher.spec.site import load_site
 
     site = load_site(site_path)
-    run = runs.open_run(runs_root(site_path, runs_dir, site), run_id)
+    run = runs.open_run(runs_root(runs_dir, site, site_path), run_id)
     rec = run.record()
     if rec.get("kind") == "sweep":
         raise SpecError("run", f"{run.id} is a sweep; attach to one of its runs (`sf status {run.id}`)")
     status = monitor.poll([run], write_back=False)[0]
-    if status.slurm_state != "RUNNING":
+    if status.slurm_state != SLURM_RUNNING:
         raise SpecError("run", f"run {run.id} is not running (state {status.state}"
                         + (f", Slurm {status.slurm_state}" if status.slurm_state else "")
                         + "); `sf attach` needs a running job: see `sf status " + run.id + "`")

@@ -16,22 +16,13 @@ from pathlib import Path
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import runs_options, runs_root
+from launcher.cli.options import complete_run_ids, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
+from launcher.spec.site import runs_root
 from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130
-
-
-def complete_run_ids(ctx, param, incomplete):
-    """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
-    try:
-        root = runs_root(ctx.params.get("site_path"), ctx.params.get("runs_dir"))
-        names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
-    except Exception:  # completion must never fail loudly
-        return []
-    return [n for n in names if n.startswith(incomplete)]
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
@@ -108,7 +99,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     asking Slurm). With a SWEEP id: every point. One sacct call per poll however many
     runs and array tasks; falls back to squeue (and says so) without accounting.
     """
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     if target:
         watched = [runs.open_run(root, target)]
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
@@ -245,7 +236,7 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     run = runs.open_run(root, run_id)
     rec = run.record()
     array_id, only = None, None
@@ -345,7 +336,7 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
 @runs_options
 def cancel(target, as_json, site_path, runs_dir):
     """Cancel every Slurm job of a run, or of every point of a sweep."""
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     run = runs.open_run(root, target)
     statuses = monitor.poll([run], runs_dir=root, write_back=False)
     status = statuses[0]
@@ -393,7 +384,7 @@ def list_runs(as_json, limit, site_path, runs_dir):
 
     Records that have not ended yet are brought up to date first with ONE Slurm query for
     all of them (as `sf status` does); ended runs cost nothing."""
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     listed = runs.list_runs(root)[:limit]
     try:
         monitor.poll(listed, runs_dir=root, skip_ended=True)  # writes the states it learns back

@@ -22,6 +22,7 @@ import click
 
 from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SpecError
+from launcher.states import SLURM_COMPLETED
 
 
 def _warn(warnings) -> None:
@@ -189,7 +190,7 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
         sleep(delay)
     reason = run.read_text(runs.REASON)
     report = run.read_json("preflight.json") if preflight else None
-    ok = last_state == "COMPLETED"
+    ok = last_state == SLURM_COMPLETED
     if as_json:
         click.echo(json.dumps({"run": run.id, "job_id": job_id, "state": last_state, "ok": ok,
                                "reason": reason.strip() if reason else None, "preflight": report}, indent=2))

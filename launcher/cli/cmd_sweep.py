@@ -19,10 +19,16 @@ from pathlib import Path
 
 import click
 
-from launcher.cli.options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.compile.compiler import compile_plan
+from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.spec.runtime import resolve_runtime
+from launcher.spec.site import load_site, runs_root, with_runs_root
 from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
+from launcher.submit import chain
 from launcher.submit import sweep as sweep_mod
+from launcher.submit.pipeline import placeholder_run_dir, run_request
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
@@ -31,20 +37,12 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
     placeholder run dir; SpecErrors naming every bad point. `exports`: {ChainExport: its
     Request}, the export `--model run:RUN` queues first when RUN has none yet (one per RUN,
     shared by every point: they all name its folder as their model)."""
-    from launcher.compile.compiler import compile_plan
-    from launcher.compile.verlcache import checked_overrides
-    from launcher.spec.experiment import load_spec
-    from launcher.spec.runtime import resolve_runtime
-    from launcher.spec.site import load_site
-    from launcher.submit.chain import export_request
-    from launcher.submit.pipeline import placeholder_run_dir, run_request
-
-    site = load_site(flags.get("site"))
+    site = with_runs_root(load_site(flags.get("site")), flags.get("runs_dir"))
     compiled, errors = [], []
     for index, params in enumerate(points):
         where = f"point {index} ({sweep_mod.label(params)})"
         try:
-            spec = load_spec(name, sweep_mod.point_flags(flags, params), site)
+            spec = chain.load_chained(name, sweep_mod.point_flags(flags, params), site)
             plan = compile_plan(spec, site, placeholder_run_dir(site.runs_dir, spec.name))
             bad = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
             if bad:
@@ -67,7 +65,7 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
     exports = {}
     for _params, spec, _plan in compiled:
         if spec.chain_export is not None and spec.chain_export not in exports:
-            exports[spec.chain_export] = export_request(spec.chain_export, site, preflight=preflight)
+            exports[spec.chain_export] = chain.export_request(spec.chain_export, site, preflight=preflight)
     return site, [(params, run_request(spec, plan, site, runtime, preflight=preflight))
                   for params, spec, plan in compiled], runtime, exports
 
@@ -84,8 +82,7 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--retry-failed", "retry", default=None, metavar="SWEEP",
               help="Submit the failed points of SWEEP again (same sweep, same run dirs, new jobs).")
-@click.option("--runs-dir", default=None, metavar="DIR", help="Run records folder (with --retry-failed).")
-def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, runs_dir, **kwargs):
+def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, **kwargs):
     """Submit a grid of runs: one Slurm job array (or throttled hetjobs for multi-pool methods).
 
     \b
@@ -99,7 +96,7 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
         if name or grid_items:
             raise SpecError("--retry-failed", "takes only the sweep id (the points are in its record); "
                             "drop NAME and --grid")
-        return _retry(retry, flags.get("site"), runs_dir, as_json, dry_run)
+        return _retry(retry, flags.get("site"), flags.get("runs_dir"), as_json, dry_run)
     if not name:
         raise SpecError("NAME", "give the experiment to sweep (or --retry-failed SWEEP)")
     if max_parallel is not None:
@@ -355,7 +352,7 @@ def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
     from launcher.monitor import poll as monitor
     from launcher.spec.site import load_site
 
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     sweep_run = runs.open_run(root, sweep_id)
     rec = sweep_run.record()
     if rec.get("kind") != "sweep":

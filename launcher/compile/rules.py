@@ -10,7 +10,6 @@ Pure: no I/O here (the catalog files are read by launcher.compile.catalog).
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from launcher.errors import SpecError
+from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
 # ----------------------------------------------------------------------------- values
 
@@ -120,21 +120,6 @@ def hydra_value(value: Any) -> str:
             and not _HYDRA_NUMBERISH.fullmatch(text):
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def split_override(text: str) -> tuple[str, str, str]:
-    """'+a.b=1' -> ('+', 'a.b', '1'). Raises ValueError when there is no '=' or no key."""
-    if "=" not in text:
-        raise ValueError("no '='")
-    key, _, value = text.partition("=")
-    key = key.strip()
-    prefix = ""
-    while key[:1] in ("+", "~"):
-        prefix += key[0]
-        key = key[1:]
-    if not key or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
-        raise ValueError(f"bad key {key!r}")
-    return prefix, key, value.strip()
 
 
 # ----------------------------------------------------------------------------- enums
@@ -283,10 +268,6 @@ KNOBS: dict[str, Knob] = {
         "distillation.teacher_models.teacher_model.inference.gpu_memory_utilization", "float"
     ),
 }
-
-
-def close_knobs(name: str, n: int = 3) -> list[str]:
-    return difflib.get_close_matches(name, list(KNOBS), n=n, cutoff=0.5)
 
 
 def knob_key(name: str, sft: bool) -> str | None:
@@ -895,8 +876,6 @@ def rule_checkpoints_resume(ctx) -> None:
 def rule_raw_reward_function_file(ctx) -> None:
     """A raw override of verl's reward function file gets the check reward.function gets:
     verl imports it at start-up (read here with ast, never imported)."""
-    from launcher.spec.experiment import check_reward_function
-
     key = "reward.custom_reward_function.path"
     path = ctx.get(key)
     if ctx.sft or not ctx.user_sets(key) or not isinstance(path, str) or not path:

@@ -19,10 +19,11 @@ from pathlib import Path
 import jinja2
 
 import launcher
+from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.render import logger_env, sbatch_values
+from launcher.render import logger_env
 from launcher.spec import paths
 from launcher.spec.runtime import Runtime
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from launcher.errors import SpecError, SpecErrors
+from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
 from launcher.spec.site import Site
 
@@ -149,11 +150,9 @@ def _site_layer(site: Site) -> dict:
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
     }
-    # scheduler options as site defaults (launcher.compile.scheduler_options; checked when compiled)
-    from launcher.compile.scheduler_options import KEYS
-
+    # scheduler options as site defaults (launcher.compile.scheduler_options checks them when compiled)
     site_slurm = (site.raw or {}).get("slurm") or {}
-    slurm.update({k: site_slurm.get(k) for k in KEYS})
+    slurm.update({k: site_slurm.get(k) for k in SCHEDULER_KEYS})
     return {"slurm": {k: v for k, v in slurm.items() if v is not None}}
 
 
@@ -356,9 +355,33 @@ def _dataset_files(ds_dir: Path, files) -> Any:
 # ----------------------------------------------------------------------------- flags
 
 
-def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
-    from launcher.compile.rules import KNOBS, close_knobs, split_override
+def split_override(text: str) -> tuple[str, str, str]:
+    """'+a.b=1' -> ('+', 'a.b', '1'). Raises ValueError when there is no '=' or no key."""
+    if "=" not in text:
+        raise ValueError("no '='")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    prefix = ""
+    while key[:1] in ("+", "~"):
+        prefix += key[0]
+        key = key[1:]
+    if not key or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
+        raise ValueError(f"bad key {key!r}")
+    return prefix, key, value.strip()
 
+
+def knob_names() -> tuple[str, ...]:
+    """The knobs config.yaml and --set take: the schema's (generated from
+    launcher.compile.rules.KNOBS, which tests/unit/test_spec.py holds it to)."""
+    return tuple(schema()["properties"]["knobs"]["properties"])
+
+
+def close_knobs(name: str, n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, knob_names(), n=n, cutoff=0.5)
+
+
+def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
+    KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
     errors = []
     for item in items or ():
         if "=" not in item:
@@ -386,6 +409,31 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecE
         errors.append(SpecError(f"--set {key}", "neither a knob nor a dotted Hydra key"
                                 + (f"; did you mean {', '.join(close)}?" if close else "; see `sf schema` for the knobs")))
     return errors
+
+
+def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
+    """The CLI flags but --set as a layer: (values, {dotted key: the flag that set it})."""
+    cli: dict = {}
+    cli_prov: dict = {}
+    if flags.get("model"):  # `--model run:RUN` arrives resolved (launcher.submit.chain.load_chained)
+        cli["model"] = _model_path(flags["model"], cwd)
+        cli_prov["model"] = "--model"
+    if flags.get("train_dataset"):
+        cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
+        cli_prov["data.train.dataset"] = "--train-dataset"
+    if flags.get("train_data"):
+        cli.setdefault("data", {}).setdefault("train", {})["files"] = list(_as_list(flags["train_data"]))
+        cli_prov["data.train.files"] = "--train-data"
+    if flags.get("validation_data"):
+        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd)
+        cli_prov["data.validation.files"] = "--validation-data"
+    if flags.get("profile"):
+        cli["profile"] = flags["profile"]
+        cli_prov["profile"] = "--profile"
+    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch, --after's dependency (cli.options)
+        cli["slurm"] = dict(flags["slurm"])
+        cli_prov.update(flags.get("slurm_provenance") or {})
+    return cli, cli_prov
 
 
 def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
@@ -418,47 +466,7 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         if problem:
             errors.append(problem)
 
-    cli: dict = {}
-    cli_prov: dict = {}
-    chained = None
-    model_from = chain_export = None
-    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.submit.chain)
-        from launcher.cli.options import runs_root
-        from launcher.submit.chain import model_from_run
-
-        cli["model"], chained, chain_export = model_from_run(str(flags["model"]), runs_root(None, None, site))
-        cli_prov["model"] = "--model"
-        model_from = {"run": str(flags["model"])[len("run:"):], "target": cli["model"],
-                      "export_job": chained.split(":", 1)[1] if chained else None}
-    elif flags.get("model"):
-        cli["model"] = _model_path(flags["model"], cwd)
-        cli_prov["model"] = "--model"
-    if flags.get("train_dataset"):
-        cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
-        cli_prov["data.train.dataset"] = "--train-dataset"
-    if flags.get("train_data"):
-        cli.setdefault("data", {}).setdefault("train", {})["files"] = list(_as_list(flags["train_data"]))
-        cli_prov["data.train.files"] = "--train-data"
-    if flags.get("validation_data"):
-        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd)
-        cli_prov["data.validation.files"] = "--validation-data"
-    if flags.get("profile"):
-        cli["profile"] = flags["profile"]
-        cli_prov["profile"] = "--profile"
-    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
-        cli["slurm"] = dict(flags["slurm"])
-        cli_prov.update(flags.get("slurm_provenance") or {})
-    if flags.get("after"):  # --after RUN: afterok on its job (launcher.submit.chain; asks Slurm its state)
-        from launcher.cli.options import runs_root
-        from launcher.submit.chain import after_dependency, join
-
-        chained = join(chained, after_dependency(flags["after"], runs_root(None, None, site)))
-    if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
-        from launcher.submit.chain import join
-
-        slurm = cli.setdefault("slurm", {})
-        slurm["dependency"] = join(slurm.get("dependency"), chained)
-        cli_prov.setdefault("slurm.dependency", "--after" if flags.get("after") else "--model")
+    cli, cli_prov = _flag_layer(flags, cwd)
     set_knobs: dict = {}
     set_overrides: list = []
     set_sources: list = []
@@ -512,8 +520,6 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         override_sources=override_sources,
         main_py=str(main_py) if main_py.is_file() else None,
         dataset_dir=dataset_dir,
-        model_from=model_from,
-        chain_export=chain_export,
     )
 
 

@@ -134,8 +134,8 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 def _test_script(site, series) -> str:
     """A one-node batch script for `sbatch --test-only`. Its values are checked like the
-    training job's header (launcher.render.sbatch_values): a bad site value is a SpecError, not a line."""
-    from launcher.render import sbatch_values
+    training job's header (launcher.sbatch_values): a bad site value is a SpecError, not a line."""
+    from launcher import sbatch_values
 
     where = f"site.series.{series.name}"
     sbatch_values.account(series.partition, f"{where}.partition")

@@ -55,3 +55,34 @@ path = _checker(PATH, "an absolute path of letters, digits and ._/+- only (no sp
                 "choose another runs_dir")
 log_path = _checker(LOG_PATH, "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
 env_key = _checker(ENV_KEY, "environment names are letters, digits and _, not starting with a digit")
+
+
+# --- the scheduler options (launcher.compile.scheduler_options checks and places them) ------
+# value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them
+RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+MAIL_USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}(?:@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*)?$")
+_DEP_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
+            r"(?::\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?)+)")
+DEPENDENCY = re.compile(rf"^{_DEP_ONE}(?:(?:,{_DEP_ONE})*|(?:\?{_DEP_ONE})*)$")
+_HOSTS = r"[A-Za-z0-9._-]+(?:\[[0-9,-]+\][A-Za-z0-9._-]*)*"  # node07, node[01-03], gpu[1,3]x
+NODELIST = re.compile(rf"^{_HOSTS}(?:,{_HOSTS})*$")
+SBATCH_KEY = re.compile(r"^[a-z][a-z-]{1,40}$")
+
+TIMEISH = re.compile(r"^[A-Za-z0-9:+_-]{1,32}$")  # now+1hour, 2026-12-01T10:00, 16:00, midnight
+WORDS = re.compile(r"^[A-Za-z0-9._:=,@/+-]{1,200}$")  # a comment, a network spec: one word
+INT = re.compile(r"^-?\d{1,9}$")
+
+# the scalar keys (flag, config key, pattern, what, job-wide?)
+SCALARS = (
+    ("--reservation", "reservation", RESERVATION, "a reservation name (letters, digits, ._-; several joined by ,)",
+     False),
+    ("--mail-type", "mail_type", None, "one or more of " + ",".join(MAIL_TYPES) + " joined by ,", True),
+    ("--mail-user", "mail_user", MAIL_USER, "a user name or an address like alice@example.org", True),
+    ("--dependency", "dependency", DEPENDENCY,
+     "a Slurm dependency like afterok:123 or afterany:123:124,singleton (no spaces; all , or all ?)", True),
+    ("--exclude", "exclude", NODELIST, "node names like node[01-03],node07", False),
+    ("--constraint", "constraint", CONSTRAINT, "features joined by & | , only; no spaces", False),
+)
+KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch", "exclude_bad_nodes")
