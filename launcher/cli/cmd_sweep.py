@@ -19,16 +19,22 @@ from pathlib import Path
 
 import click
 
+from launcher import runs, slurm
+from launcher.cli.cmd_run import chain_line
 from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.monitor import poll as monitor
+from launcher.render.script import array_directive
 from launcher.spec.runtime import resolve_runtime
 from launcher.spec.site import load_site, runs_root, with_runs_root
 from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
-from launcher.submit import chain
+from launcher.submit import chain, pipeline
 from launcher.submit import sweep as sweep_mod
-from launcher.submit.pipeline import placeholder_run_dir, run_request
+from launcher.submit.chain import join, queued_model_from
+from launcher.submit.live import verify
+from launcher.submit.pipeline import placeholder_run_dir, run_files, run_request
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
@@ -118,17 +124,11 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, **
 def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
                   sweep_dir: str) -> str:
     """The one batch script of an array sweep (each task reads its point from the manifest)."""
-    from launcher.submit.pipeline import run_files
-
     array = {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
     return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
 def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
-    from launcher.cli.cmd_run import chain_line
-    from launcher.render.script import array_directive
-    from launcher.submit.pipeline import placeholder_run_dir
-
     first = compiled[0][1]
     n = len(compiled)
     if mode == "array":
@@ -158,12 +158,6 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
 
 
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports):
-    from launcher import runs
-    from launcher.cli.cmd_run import chain_line
-    from launcher.submit import pipeline
-    from launcher.submit.chain import queued_model_from
-    from launcher.submit.live import verify
-
     first = compiled[0][1]
     n = len(compiled)
     # as sf submit: the pools against the partitions, the account/QOS where enforced (the
@@ -241,9 +235,6 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
 def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None = None) -> bool:
     """One sbatch of the sweep's array script (for `indices`); `after`: a dependency the
     whole array waits on besides the script's own (the chained export's job)."""
-    from launcher import runs, slurm
-    from launcher.render.script import array_directive
-
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
     if after:  # the command line replaces the script's --dependency: join the two
@@ -270,8 +261,6 @@ def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None
 
 
 def _point_submitted(member, job_id: str) -> None:
-    from launcher import runs
-
     old_reason = (member.read_text(runs.REASON) or "").strip() or None
 
     def apply(rec):
@@ -292,9 +281,6 @@ def _point_submitted(member, job_id: str) -> None:
 def _submit_hetjobs(sweep_run, members, k, pass_env, waits: list[str | None] | None = None) -> bool:
     """One sbatch per point, at most k at once (afterany chains); `waits[i]`: a dependency
     point i waits on besides (its chained export's job)."""
-    from launcher import runs, slurm
-    from launcher.submit.chain import join
-
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
@@ -348,10 +334,6 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
 
 
 def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
-    from launcher import runs
-    from launcher.monitor import poll as monitor
-    from launcher.spec.site import load_site
-
     root = runs_root(runs_dir, site_path=site_path)
     sweep_run = runs.open_run(root, sweep_id)
     rec = sweep_run.record()

@@ -10,6 +10,7 @@ exist: older runtimes are refused with the reason.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -95,8 +96,6 @@ def parse_method(text: str) -> str:
     if framework != FRAMEWORK:
         raise SpecError("method", f"framework {framework!r} is not supported; sf runs verl: method: verl/{name}")
     if name not in METHODS:
-        import difflib
-
         close = difflib.get_close_matches(name, METHODS, n=2, cutoff=0.4)
         hint = f"did you mean verl/{close[0]}? " if close else ""
         raise SpecError("method", f"unknown method verl/{name}; {hint}methods: {', '.join('verl/' + m for m in METHODS)}")

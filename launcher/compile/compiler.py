@@ -15,6 +15,7 @@ provenance (Plan.sources).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from launcher.compile import catalog, rules, scheduler_options, verlcache
@@ -351,8 +352,6 @@ def _files(value) -> list[str]:
 
 
 def _with_defaults(method: catalog.Method, defaults: dict) -> catalog.Method:
-    from dataclasses import replace
-
     return replace(method, defaults=defaults)
 
 

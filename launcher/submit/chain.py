@@ -132,10 +132,6 @@ def export_request(export: ChainExport, site, *, preflight: bool):
     checkpoint, looked up by the job when it runs, with `afterok:<RUN's job>`, writing
     `export.target`. `preflight` (the new run is a preflight): the export job checks what a
     merge needs and merges nothing. SpecError (--model) when no checkpoint can come."""
-    from pathlib import Path
-
-    from launcher import runs
-
     run = runs.Run(export.run_dir)
     if export.upstream_preflight and not preflight:
         raise SpecError("--model", f"run {export.run_id} is a preflight: it saves no checkpoint to export; "

@@ -57,6 +57,7 @@ def test_submitted_script_is_the_dry_runs_but_for_the_run_id(site, fake_slurm):
 
 
 def test_one_compile_per_command(site, fake_slurm, monkeypatch):
+    from launcher.cli import cmd_sweep
     from launcher.compile import compiler as compile_mod
 
     calls = []
@@ -66,7 +67,8 @@ def test_one_compile_per_command(site, fake_slurm, monkeypatch):
         calls.append(args[2])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compile_mod, "compile_plan", counting)
+    for module in (pipeline, cmd_sweep):  # the two callers of compile_plan (imported by name)
+        monkeypatch.setattr(module, "compile_plan", counting)
     fake_slurm.set("sbatch", "77\n")
     _sf("submit", GRPO, "--site", site)
     assert len(calls) == 1 and calls[0].endswith("-XXXXX")
