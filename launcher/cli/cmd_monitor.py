@@ -236,29 +236,13 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
-    root = runs_root(runs_dir, site_path=site_path)
-    run = runs.open_run(root, run_id)
-    rec = run.record()
-    array_id, only = None, None
-    if task is not None:
-        if rec.get("kind") != "sweep":
-            raise SpecError("--task", f"{run.id} is a run, not a sweep; drop --task")
-        members = [m for m in runs.sweep_members(root, run.id)
-                   if (m.record().get("sweep") or {}).get("index") == task]
-        if members:  # a sweep of separate runs (hetjobs): follow that point's run
-            run, rec = members[0], members[0].record()
-        elif rec.get("job_ids"):
-            array_id = str(rec["job_ids"][0])
-            only = f"{array_id}_{task}"
-        else:
-            raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
+    run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
     if list_only:
         files = monitor.log_files(run.dir)
         click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
                                                for f in files]) if files else f"no logs yet in {run.logs_dir}")
         return
-    if tail_n is None and follow:
-        tail_n = 50
+    tail_n = 50 if tail_n is None and follow else tail_n
     offsets: dict[Path, int] = {}
 
     def current_files():
@@ -305,14 +289,37 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     read_new(files, first=True)
     if not follow:
         return
+    if not files:
+        click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
+    _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def _log_target(root, run_id: str, task: int | None):
+    """(run, array job id, `<array>_<task>`) whose logs `sf logs RUN [--task N]` shows: a
+    sweep's point N is its own run (hetjob sweeps) or one task of the sweep's array."""
+    run = runs.open_run(root, run_id)
+    rec = run.record()
+    if task is None:
+        return run, None, None
+    if rec.get("kind") != "sweep":
+        raise SpecError("--task", f"{run.id} is a run, not a sweep; drop --task")
+    members = [m for m in runs.sweep_members(root, run.id) if (m.record().get("sweep") or {}).get("index") == task]
+    if members:  # a sweep of separate runs (hetjobs): follow that point's run
+        return members[0], None, None
+    if rec.get("job_ids"):
+        array_id = str(rec["job_ids"][0])
+        return run, array_id, f"{array_id}_{task}"
+    raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
+
+
+def _follow(run, only, interval, check_every, current_files, read_new) -> None:
+    """`sf logs -f`: new lines every `interval` s; every `check_every` s one Slurm query
+    whether the job ended (then a last drain and return). Ctrl-C: exit 130."""
     try:
-        if not files:
-            click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
         next_check = time.monotonic() + check_every
         while True:
             time.sleep(interval)
-            files = current_files()
-            read_new(files, first=False)
+            read_new(current_files(), first=False)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + check_every
                 try:

@@ -138,7 +138,8 @@ class Ctx:
 
     def source_of(self, key: str, fallback: str | None = None) -> str:
         src = self.sources.get(key.lstrip("+"))
-        if src in (None, "default", "pin", "binding", "topology", "checkpoint") or (src or "").startswith("method default"):
+        if src in (None, "default", "pin", "binding", "topology", "checkpoint") \
+                or (src or "").startswith("method default"):
             return fallback or key
         return src
 
@@ -214,7 +215,8 @@ class Ctx:
         return tuple(out)
 
 
-def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: list[SpecError]) -> tuple[list[Pool], dict]:
+def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
+                errors: list[SpecError]) -> tuple[list[Pool], dict]:
     """spec.resources.pools (or one pool of the site's default series), reshaped by --profile."""
     resources = ((spec.values.get("spec") or {}).get("resources") or {})
     declared = list(resources.get("pools") or [])
@@ -296,7 +298,8 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     except SpecError as exc:
         raise SpecErrors([exc]) from None
     if not os.path.isabs(run_dir):
-        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on requeue)"))
+        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on "
+                                           "requeue)"))
     ctx = Ctx(spec, method, site, run_dir, runtime_overrides)
     ctx.errors[:0] = errors
     ctx.pools, ctx.roles = build_pools(spec, method, site, ctx.errors)

@@ -66,7 +66,8 @@ def _missing_tools(version: str) -> SpecError | None:
         return SpecError("verl-config", f"hydra-core/omegaconf are not installed, so sf cannot check the overrides "
                          f"against verl's config: {hint}")
     if verl_config_dir() is None:
-        return SpecError("verl-config", f"verl is not installed, so sf cannot check the overrides against its config: {hint}")
+        return SpecError("verl-config", "verl is not installed, so sf cannot check the overrides against its config: "
+                                        f"{hint}")
     return None
 
 
@@ -112,7 +113,6 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
 def _composed(config_name: str, overrides: tuple[str, ...]):
     """(config, None) or (None, the exception); one compose per distinct override list."""
     from hydra.errors import HydraException  # lazy: Hydra/OmegaConf import cost (~0.3 s)
-
     from omegaconf.errors import OmegaConfBaseException  # lazy: Hydra/OmegaConf import cost (~0.3 s)
 
     try:
@@ -233,7 +233,8 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
         prefix, key, _ = _split(ov)
         if "+" in prefix:
             if key in keys and "+" == prefix:
-                errors.append(SpecError(ov.split("=")[0], f"{key} already exists in verl's {config_name} config; drop the '+'"))
+                errors.append(SpecError(ov.split("=")[0], f"{key} already exists in verl's {config_name} config; drop "
+                                                          "the '+'"))
             continue
         if key in keys:
             continue
@@ -261,7 +262,8 @@ def grammar_errors(overrides) -> list[SpecError]:
             quoted = value.replace("\\", "\\\\").replace('"', '\\"')
             errors.append(SpecError(key or text, f"value {value!r} is not valid Hydra override syntax (spaces, ;, ( ), "
                                     f"[ ], {{ }}, quotes and commas must be quoted); quote it: "
-                                    f"--set '{prefix}{key}=\"{quoted}\"' (in config.yaml: - '{prefix}{key}=\"{quoted}\"')"))
+                                    f"--set '{prefix}{key}=\"{quoted}\"' (in config.yaml: - "
+                                    f"'{prefix}{key}=\"{quoted}\"')"))
     return errors
 
 
