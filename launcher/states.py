@@ -49,6 +49,7 @@ CANCELLING = "cancelling"
 # Slurm's states lowered that the login side names itself (sf submit --wait, chains, sweeps,
 # a --local export/eval's entry).
 PENDING, RUNNING, COMPLETING, COMPLETED, FAILED = "pending", "running", "completing", "completed", "failed"
+PREEMPTED = "preempted"  # Slurm may start a preempted job again
 REQUEUED_STATE = "requeued"  # Slurm's REQUEUED lowered (the phase of the same name is REQUEUED)
 UNKNOWN = "unknown"  # an array task or hetjob part Slurm has not reported
 

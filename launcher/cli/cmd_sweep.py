@@ -157,6 +157,7 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
     click.echo("sf: dry run: nothing written, nothing submitted", err=True)
 
 
+# long: the sweep record, its members and the array/hetjob submission; issue 20 moves it into submit/
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports):
     first = compiled[0][1]
     n = len(compiled)

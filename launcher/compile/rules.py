@@ -276,6 +276,7 @@ def knob_key(name: str, sft: bool) -> str | None:
     return knob.sft_key if sft else knob.key
 
 
+# long: one branch per knob type, read top to bottom; issue 20 types knobs from verl
 def coerce_knob(name: str, value: Any) -> Any:
     """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...).
 
@@ -767,6 +768,7 @@ def rule_rollout_correction_inputs(ctx) -> None:
                       "e.g. rollout_rs_threshold: 0.01")
 
 
+# long: one rule over every pool and role; issue 20 reworks placement by role
 def rule_pools(ctx) -> None:
     """Roles -> pools: train pool fills trainer.*, teacher pool distillation.*, reward pool reward.reward_model.*."""
     pools = ctx.pools

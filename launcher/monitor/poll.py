@@ -26,6 +26,7 @@ from launcher.states import (
     CREATED,
     GONE,
     PENDING,
+    PREEMPTED,
     REQUEUED_STATE,
     RUN_RUNNING,
     RUN_TERMINAL,
@@ -313,12 +314,9 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
         pass  # someone else's read-only runs dir: status still shows the truth
 
 
-def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
-         skip_ended: bool = False) -> list[RunStatus]:
-    """Status of every run (and every point of a sweep) from ONE job_states call.
-
-    skip_ended: do not ask Slurm about runs whose record already says they ended (the
-    record is the answer); used by the overview so old runs cost nothing."""
+def _read_records(runs: list[runs_mod.Run], runs_dir) -> tuple[dict, dict]:
+    """({run: its record} for the runs and every sweep's members, {sweep run: its members});
+    a record that cannot be read is left out."""
     records = {}
     for run in runs:
         try:
@@ -340,10 +338,20 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                         records[member] = member.record()
                     except (OSError, ValueError):
                         pass
+    return records, members
+
+
+def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
+         skip_ended: bool = False) -> list[RunStatus]:
+    """Status of every run (and every point of a sweep) from ONE job_states call.
+
+    skip_ended: do not ask Slurm about runs whose record already says they ended (the
+    record is the answer); used by the overview so old runs cost nothing."""
+    records, members = _read_records(runs, runs_dir)
     ids = []
     for rec in records.values():
         state = rec.get("state")
-        if skip_ended and state in RUN_TERMINAL and state != "preempted":
+        if skip_ended and state in RUN_TERMINAL and state != PREEMPTED:  # preempted jobs come back
             continue
         for job_id in _active_ids(rec):
             if job_id not in ids:

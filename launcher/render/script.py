@@ -74,6 +74,7 @@ def array_directive(size: int, max_parallel: int | None = None, indices=None) ->
     return f"--array={spec}"
 
 
+# long: one het group's #SBATCH lines in the order they are written
 def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = None) -> list[str]:
     if pool.series not in site.series:
         raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "

@@ -151,6 +151,7 @@ def _health_check(value, path: str) -> str:
     return value
 
 
+# long: one site file's fields, checked in the order of the Site dataclass
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping")

@@ -95,3 +95,14 @@ def test_an_import_inside_a_function_says_why(where):
     lines = (ROOT / path).read_text().splitlines()
     here, above = lines[int(line) - 1], lines[int(line) - 2]
     assert "#" in here or above.strip().startswith("#"), f"{where}: move it to the top, or say why (start-up cost)"
+
+
+@pytest.mark.parametrize("where", [w for _n, w in graph.long_functions() if not w.startswith(_LAZY_OK)])
+def test_a_function_over_60_lines_says_why(where):
+    path, rest = where.split(":", 1)
+    line = int(rest.split()[0])
+    lines = (ROOT / path).read_text().splitlines()
+    above = line - 2
+    while above >= 0 and lines[above].lstrip().startswith("@"):  # decorators
+        above -= 1
+    assert lines[above].lstrip().startswith("# long:"), f"{where}: split it, or say why above it (# long: ...)"
