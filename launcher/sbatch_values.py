@@ -3,7 +3,11 @@
 Every value the training job, the export and eval jobs and `sf doctor`'s test script put
 on an `#SBATCH` line passes one of these. A value that could break out of its line (a
 space, a newline, `#`, a quote) is refused with a SpecError naming the field and what is
-allowed, never written. Pure; standard library only.
+allowed, never written. Every pattern for such a value lives here: the checkers'
+(NAME, ACCOUNT, TIME, ...), the daily scheduler options' (RESERVATION, DEPENDENCY, ...,
+SCALARS, and KEYS, their config keys, which the spec stage reads) and the --sbatch
+allowlist (ALLOWED); launcher.compile.scheduler_options checks and places them. Pure;
+standard library only.
 """
 
 from __future__ import annotations
@@ -86,3 +90,41 @@ SCALARS = (
     ("--constraint", "constraint", CONSTRAINT, "features joined by & | , only; no spaces", False),
 )
 KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch", "exclude_bad_nodes")
+
+# --sbatch KEY=VALUE: key -> (pattern, what is allowed, job-wide?) ; pattern None: a flag without a value
+ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
+    "begin": (TIMEISH, "a time such as now+1hour, 16:00 or 2026-12-01T10:00", True),
+    "deadline": (TIMEISH, "a time such as 2026-12-01T10:00", True),
+    "comment": (WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
+    "nice": (INT, "a whole number", True),
+    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
+    "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
+    "wckey": (ACCOUNT, "letters, digits and ._- only", True),
+    "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
+    "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
+    "delay-boot": (TIME, "minutes or HH:MM:SS", True),
+    "mcs-label": (NAME, "letters, digits and ._- only", True),
+    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
+                 "like matlab:2,fluent", False),
+    "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
+    "mem-per-gpu": (MEM, "a size such as 32G", False),
+    "mem-per-cpu": (MEM, "a size such as 4G", False),
+    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "tmp": (MEM, "a size such as 100G", False),
+    "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
+             "compute_bound, memory_bound, multithread or nomultithread", False),
+    "network": (WORDS, "one word of letters, digits and ._:=,@/+-", False),
+    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
+    "prefer": (CONSTRAINT, "features joined by & | , only; no spaces", False),
+    "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
+    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
+    "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
+    "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),
+    "mem-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like local", False),
+    "contiguous": (None, "a flag (no value)", False),
+    "spread-job": (None, "a flag (no value)", False),
+    "use-min-nodes": (None, "a flag (no value)", False),
+    "overcommit": (None, "a flag (no value)", False),
+}

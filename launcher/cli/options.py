@@ -5,10 +5,9 @@ launcher.spec.site.runs_root's).
     @click.command()
     @click.argument("name")
     @spec_options
-    def submit(name, **kwargs):
-        flags = spec_flags(kwargs)         # pops the spec flags out of kwargs
-        site = load_site(flags.get("site"))
-        spec = load_spec(name, flags, site)
+    def validate(name, **kwargs):
+        flags = spec_flags(kwargs)                      # pops the spec flags out of kwargs
+        spec, plan, site = pipeline.check(name, flags)  # launcher.submit.pipeline
 """
 
 from __future__ import annotations

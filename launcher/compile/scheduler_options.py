@@ -10,16 +10,16 @@ SpecError naming the flag or key and the fix otherwise); render puts them on `#S
 Hetjobs: PER_GROUP options go into every het component (each component is its own job
 record: its own reservation, excluded nodes, features); JOB_WIDE ones (dependency, mail,
 begin, deadline, ...) go into the first component only and apply to the whole job.
-Pure; standard library and click only.
+The patterns and the allowlist are launcher.sbatch_values'; the flags are
+launcher.cli.options'. Pure; standard library only.
 """
 
 from __future__ import annotations
 
-import re
-
 from launcher import sbatch_values
 from launcher.errors import SpecError
 from launcher.sbatch_values import (  # noqa: F401 (KEYS, DEPENDENCY: named here by callers and tests)
+    ALLOWED,
     DEPENDENCY,
     INT,
     KEYS,
@@ -33,43 +33,6 @@ from launcher.sbatch_values import (  # noqa: F401 (KEYS, DEPENDENCY: named here
     WORDS,
 )
 
-# key -> (pattern, what is allowed, job-wide?) ; pattern None: a flag without a value
-ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
-    "begin": (TIMEISH, "a time such as now+1hour, 16:00 or 2026-12-01T10:00", True),
-    "deadline": (TIMEISH, "a time such as 2026-12-01T10:00", True),
-    "comment": (WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
-    "nice": (INT, "a whole number", True),
-    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
-    "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
-    "wckey": (sbatch_values.ACCOUNT, "letters, digits and ._- only", True),
-    "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
-    "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
-    "delay-boot": (sbatch_values.TIME, "minutes or HH:MM:SS", True),
-    "mcs-label": (sbatch_values.NAME, "letters, digits and ._- only", True),
-    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
-                 "like matlab:2,fluent", False),
-    "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
-    "mem-per-gpu": (sbatch_values.MEM, "a size such as 32G", False),
-    "mem-per-cpu": (sbatch_values.MEM, "a size such as 4G", False),
-    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "tmp": (sbatch_values.MEM, "a size such as 100G", False),
-    "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
-             "compute_bound, memory_bound, multithread or nomultithread", False),
-    "network": (WORDS, "one word of letters, digits and ._:=,@/+-", False),
-    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
-    "prefer": (sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
-    "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
-    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
-    "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
-    "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),
-    "mem-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like local", False),
-    "contiguous": (None, "a flag (no value)", False),
-    "spread-job": (None, "a flag (no value)", False),
-    "use-min-nodes": (None, "a flag (no value)", False),
-    "overcommit": (None, "a flag (no value)", False),
-}
 # sbatch options sf writes itself (or has its own key for): never through --sbatch
 OWNED = {
     "job-name": "sf names the job after the run", "output": "the run's logs/ holds it",
