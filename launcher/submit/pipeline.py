@@ -93,7 +93,7 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream:
         render=lambda run_dir, after=None: run_files(spec, plan.with_run_dir(run_dir).with_dependency(after), site,
                                                      runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict()},
-        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site,
+        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site, runtime=runtime,
         pass_sbatch_env=site.pass_sbatch_env, upstream=upstream, chain=getattr(spec, "model_from", None),
     )
 
