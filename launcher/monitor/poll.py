@@ -186,9 +186,9 @@ def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
             return f"step {step}/{total}" if total else f"step {step}"
         if event:
             return vocabulary.phase_label(str(event["phase"]), event.get("what"))
-        return "allocated"
+        return vocabulary.phase_label(vocabulary.ALLOCATED)
     if state == REQUEUED_STATE:
-        return "requeued"
+        return vocabulary.phase_label(vocabulary.REQUEUED)
     if step is not None and state in RUN_TERMINAL:
         return f"{state} at step {step}" + (f"/{total}" if total else "")
     return state
