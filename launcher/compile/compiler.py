@@ -15,6 +15,7 @@ provenance (Plan.sources).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from launcher.compile import catalog, rules, scheduler_options, verlcache
@@ -137,7 +138,8 @@ class Ctx:
 
     def source_of(self, key: str, fallback: str | None = None) -> str:
         src = self.sources.get(key.lstrip("+"))
-        if src in (None, "default", "pin", "binding", "topology", "checkpoint") or (src or "").startswith("method default"):
+        if src in (None, "default", "pin", "binding", "topology", "checkpoint") \
+                or (src or "").startswith("method default"):
             return fallback or key
         return src
 
@@ -213,7 +215,8 @@ class Ctx:
         return tuple(out)
 
 
-def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: list[SpecError]) -> tuple[list[Pool], dict]:
+def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
+                errors: list[SpecError]) -> tuple[list[Pool], dict]:
     """spec.resources.pools (or one pool of the site's default series), reshaped by --profile."""
     resources = ((spec.values.get("spec") or {}).get("resources") or {})
     declared = list(resources.get("pools") or [])
@@ -293,7 +296,8 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     except SpecError as exc:
         raise SpecErrors([exc]) from None
     if not os.path.isabs(run_dir):
-        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on requeue)"))
+        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on "
+                                           "requeue)"))
     ctx = Ctx(spec, method, site, run_dir, runtime_overrides)
     ctx.errors[:0] = errors
     ctx.pools, ctx.roles = build_pools(spec, method, site, ctx.errors)
@@ -349,8 +353,6 @@ def _files(value) -> list[str]:
 
 
 def _with_defaults(method: catalog.Method, defaults: dict) -> catalog.Method:
-    from dataclasses import replace
-
     return replace(method, defaults=defaults)
 
 
