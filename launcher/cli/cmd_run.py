@@ -161,7 +161,16 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
     echo = echo or (lambda text: click.echo(text, err=as_json))
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S
     while True:
-        status = monitor.poll([run])[0]
+        polled = monitor.poll([run])
+        if not polled:  # the record could not be read this time (poll leaves such runs out)
+            unknown_since = unknown_since or time.monotonic()
+            if time.monotonic() - unknown_since > UNKNOWN_GIVE_UP_S:
+                echo(f"job {job_id}: the run record {run.dir} could not be read for {UNKNOWN_GIVE_UP_S:.0f} s; "
+                     f"stopped waiting (see `sf status {run.id}`)")
+                break
+            sleep(delay)
+            continue
+        status = polled[0]
         slurm_state = status.slurm_state or "UNKNOWN"
         # Slurm does not know the job (not yet in sacct, or purged): do not wait forever
         # on a job nobody can see.

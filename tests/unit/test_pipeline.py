@@ -139,6 +139,27 @@ def test_wait_follows_with_one_sacct_per_poll_and_backs_off(fake_slurm):
     assert run.record()["state"] == "completed"  # the monitor wrote what it saw
 
 
+def test_wait_rides_out_a_record_it_cannot_read(fake_slurm):
+    """A poll that cannot read the run's record leaves the run out (seen on the GPU machine:
+    `sf submit --wait` died with IndexError after the job had completed); the wait polls
+    again instead."""
+    run = runs.create_run(fake_slurm.runs_dir, "grpo")
+    run.set_job_ids(["56"])
+    run.add_state("submitted", job_id="56")
+    fake_slurm.set("sacct", _sacct_row("56", "COMPLETED"))
+    good = run.path("record.json").read_text()
+    run.path("record.json").write_text("{torn")
+    slept, lines = [], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        run.path("record.json").write_text(good)
+
+    rc = cmd_run.wait_for_job(run, "56", preflight=False, as_json=False, echo=lines.append, sleep=sleep)
+    assert rc == 0 and slept[0] == cmd_run.POLL_FIRST_S
+    assert [line.split()[-1] for line in lines if "job 56:" in line] == ["COMPLETED"]
+
+
 def test_hetjob_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
     """A multi-pool sweep is one hetjob per point: point 0's submitted script is the dry
     run's but for the run id, --preflight included."""
