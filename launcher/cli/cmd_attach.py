@@ -12,7 +12,7 @@ import socket
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import complete_run_ids, runs_options
+from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options
 from launcher.errors import SpecError
 from launcher.injob import auth
 from launcher.monitor import attach as att
@@ -43,8 +43,9 @@ def _running(run_id: str, site_path, runs_dir):
 @click.option("--role", metavar="ROLE", help="head, or a role of a pool (actor, rollout, teacher, ...) or a pool name.")
 @click.option("--print", "print_only", is_flag=True, help="Print the srun command instead of running it.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ...]")
+@json_option
 @runs_options
-def attach(run_id, node, role, print_only, command, site_path, runs_dir):
+def attach(run_id, node, role, print_only, command, as_json, site_path, runs_dir):
     """A shell inside a running job (an overlapping srun step on one of its nodes).
 
     \b
@@ -52,6 +53,7 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
     (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH), so `ray status` and the run's python work.
     With `-- CMD ...` it runs CMD there instead (no terminal). For a het job --node
     reaches any het group's nodes (srun --het-group). Leaving the shell leaves the job.
+    --json prints the target and the srun command as JSON and runs nothing (as --print).
     Examples:
       sf attach grpo-abcde                 # the Ray head
       sf attach grpo-abcde --role teacher  # the first node of the teacher pool
@@ -63,6 +65,10 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
     token = auth.token_path(str(run.dir), where.job_id).exists()
     argv = att.shell_argv(str(run.dir), where, runtime, host, het_group, tuple(command),
                           site_env=site.env, token_exists=token)
+    if as_json:
+        print_json({"ok": True, "run": run.id, "job_id": where.job_id, "node": host, "het_group": het_group,
+                    "argv": list(argv), "command": att.printable(argv)})
+        return
     if print_only:
         click.echo(att.printable(argv))
         return
@@ -78,14 +84,21 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
 @click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
 @click.option("--local-port", default=8265, show_default=True, type=click.IntRange(1024, 65535),
               help="The port on your machine.")
+@json_option
 @runs_options
-def dashboard(run_id, local_port, site_path, runs_dir):
+def dashboard(run_id, local_port, as_json, site_path, runs_dir):
     """Print the ssh port-forward to a running job's Ray dashboard (where the site enables it)."""
     site = load_site(site_path)
     if not (site.raw.get("ray") or {}).get("dashboard"):
         raise SpecError("site.ray.dashboard", f"site {site.name} does not start the Ray dashboard; an admin "
                         f"enables it with `ray: {{dashboard: true}}` in {site.path}")
     run, _rec, where, _site = _running(run_id, site_path, runs_dir)
+    if as_json:
+        print_json({"ok": True, "run": run.id, "ssh": att.dashboard_line(where, socket.getfqdn(), getpass.getuser(),
+                                                                          local_port),
+                    "url": f"http://localhost:{local_port}",
+                    "token_file": str(auth.token_path(str(run.dir), where.job_id))})
+        return
     click.echo(att.dashboard_line(where, socket.getfqdn(), getpass.getuser(), local_port))
     click.echo(f"then open http://localhost:{local_port} (the dashboard asks for Ray's token: "
                f"cat {auth.token_path(str(run.dir), where.job_id)})")

@@ -15,24 +15,31 @@ import sys
 import click
 
 from launcher import runs
-from launcher.cli.options import complete_run_ids, runs_options, say_sbatch_env_left_out
+from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options, say_sbatch_env_left_out
 from launcher.errors import SpecError
 from launcher.spec.site import load_site, runs_root
 from launcher.submit import export as export_jobs
 from launcher.submit import pipeline
 
 
-def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
+def _send(request, *, dry_run: bool, local: bool, what: str, as_json: bool = False) -> tuple | None:
     """--dry-run: print the script. --local: run it here (exit 1 on failure). Else submit.
     Returns (run, job id or None, rendered), or None after a dry run."""
     if dry_run:
-        click.echo(request.script, nl=False)
+        if as_json:
+            print_json({"ok": True, "dry_run": True, "what": what, "script": request.script,
+                        "warnings": list(request.warnings)})
+        else:
+            click.echo(request.script, nl=False)
         return None
     if not local:
         say_sbatch_env_left_out(request.pass_sbatch_env)
     if local:
         run, rendered, rc, log = pipeline.run_here(request)
         if rc != 0:
+            if as_json:
+                print_json({"ok": False, "errors": [{"field": what, "message": f"{what} failed (exit {rc})",
+                                                     "hint": f"see its log: {log}"}]})
             click.echo(f"sf: {what} failed (exit {rc}); log: {log}", err=True)
             sys.exit(1)
         return run, None, rendered
@@ -60,9 +67,10 @@ def _send(request, *, dry_run: bool, local: bool, what: str) -> tuple | None:
 @click.option("--partition", default=None, help="Partition (default: the site's default series').")
 @click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", help="Time limit (default: the site's).")
 @click.option("--gpus", type=int, default=None, help="GPUs for the job (default: 0 for FSDP, 1 for Megatron).")
+@json_option
 @runs_options
 def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_version, partition, time_limit, gpus,
-           site_path, runs_dir):
+           as_json, site_path, runs_dir):
     """Merge a verl checkpoint into a Hugging Face folder with verl's model merger.
 
     \b
@@ -83,12 +91,17 @@ def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_v
     request = export_jobs.export_request(site, root, name, run, checkpoint=checkpoint, fmt=fmt, target=target,
                                     framework_version=framework_version, partition=partition,
                                     time_limit=time_limit, gpus=gpus, preflight=preflight)
-    sent = _send(request, dry_run=dry_run, local=local, what="export")
+    sent = _send(request, dry_run=dry_run, local=local, what="export", as_json=as_json)
     if sent is None:
         return
     run, job_id, rendered = sent
     entry = rendered.entry
     what = "export preflight" if preflight else "export"
+    if as_json:
+        print_json({"ok": True, "run": run.id, "job_id": job_id, "preflight": preflight,
+                    "checkpoint": entry["checkpoint"], "target": entry["target"],
+                    "log": rendered.log_path.replace("%j", job_id) if job_id else None})
+        return
     if job_id is None:
         click.echo(f"export preflight: {entry['checkpoint']} -> {entry['target']} (report {entry['report']})"
                    if preflight else f"exported {entry['checkpoint']} -> {entry['target']}")
@@ -119,9 +132,10 @@ def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_v
 @click.option("--framework-version", default=None, metavar="V")
 @click.option("--partition", default=None)
 @click.option("--time", "time_limit", default=None, metavar="HH:MM:SS")
+@json_option
 @runs_options
 def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_samples, max_new_tokens, gpus, local,
-             dry_run, framework_version, partition, time_limit, site_path, runs_dir):
+             dry_run, framework_version, partition, time_limit, as_json, site_path, runs_dir):
     """Evaluate an SFT model on validation samples and attach them to the training run.
 
     \b
@@ -144,8 +158,12 @@ def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_sampl
         site, root, run, model=model, checkpoint=checkpoint, fmt=fmt, data=data, messages_key=messages_key,
         max_samples=max_samples, max_new_tokens=max_new_tokens, gpus=gpus, framework_version=framework_version,
         partition=partition, time_limit=time_limit)
-    sent = _send(request, dry_run=dry_run, local=local, what="eval")
+    sent = _send(request, dry_run=dry_run, local=local, what="eval", as_json=as_json)
     if sent is None:
+        return
+    if as_json:
+        print_json({"ok": True, "run": run.id, "eval": eval_id, "job_id": sent[1],
+                    "samples": f"{out_dir}/samples.jsonl", "summary": f"{out_dir}/summary.json"})
         return
     if sent[1] is None:
         click.echo(f"eval {eval_id} of run {run.id}: {out_dir}/summary.json")

@@ -7,7 +7,7 @@ import json
 import click
 
 from launcher import runs
-from launcher.cli.options import runs_options
+from launcher.cli.options import json_option, print_json, runs_options
 from launcher.monitor import metrics as m
 from launcher.spec.site import runs_root
 
@@ -38,10 +38,14 @@ def metrics(run_id, as_json, site_path, runs_dir):
 @click.command("plot")
 @click.argument("run_id", metavar="RUN")
 @click.option("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write.")
+@json_option
 @runs_options
-def plot(run_id, output, site_path, runs_dir):
+def plot(run_id, output, as_json, site_path, runs_dir):
     """Draw the key training metrics of RUN to a PNG (needs matplotlib: sf[plots])."""
     run = _open(site_path, runs_dir, run_id)
     data = m.load_run_metrics(run.dir, run.id)
     path = m.plot(data, output, title=f"{run.id} ({data.steps} steps)")
+    if as_json:
+        print_json({"ok": True, "run": run.id, "png": str(path), "steps": data.steps})
+        return
     click.echo(f"wrote {path}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import complete_run_ids, runs_options
+from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
 from launcher.spec.site import runs_root
@@ -231,19 +231,23 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
               help="Seconds between reads with -f.")
 @click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between job-state checks with -f (one sacct call each).")
+@json_option
 @runs_options
-def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval, check_every, site_path, runs_dir):
-    """Print or follow a run's logs (files under RUN/logs/)."""
+def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval, check_every, as_json, site_path,
+         runs_dir):
+    """Print or follow a run's logs (files under RUN/logs/).
+
+    With --json: one document {"run", "logs": [{"file", "text"}]} (--list: {"run", "files"});
+    with -f, one JSON object {"file", "text"} per line as the text arrives."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
     if list_only:
-        files = monitor.log_files(run.dir)
-        click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
-                                               for f in files]) if files else f"no logs yet in {run.logs_dir}")
-        return
+        return _list_logs(run, as_json)
     tail_n = 50 if tail_n is None and follow else tail_n
     offsets: dict[Path, int] = {}
+    collected: list[dict] = []  # --json without -f: printed as one document at the end
+    emit = _log_emitter(as_json, follow, collected)
 
     def current_files():
         found = monitor.log_files(run.dir)
@@ -259,27 +263,9 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
         many = len(files) > 1 or len(offsets) > 1
         for path in files:
             name = path.relative_to(run.logs_dir).as_posix() if ray_logs else path.name
-            prefix = f"[{name}] " if many else None
-            if path not in offsets:
-                try:
-                    text, size = _last_lines(path, tail_n if first else None)
-                except OSError:
-                    continue
-                offsets[path] = size
-                _emit(text, prefix)
-                continue
-            try:
-                with open(path, "rb") as handle:
-                    handle.seek(offsets[path])
-                    data = handle.read()
-            except OSError:
-                continue
-            if data:
-                # only whole lines, unless the job has ended (final drain)
-                cut = len(data) if drain else data.rfind(b"\n") + 1
-                if cut:
-                    offsets[path] += cut
-                    _emit(data[:cut].decode(errors="replace"), prefix)
+            text = _new_text(path, offsets, tail_n if first else None, drain)
+            if text:
+                emit(text, f"[{name}] " if many else None, name)
 
     files = current_files()
     if not files and not follow:
@@ -288,10 +274,55 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
                                 f"`sf logs {run.id} --list` shows what there is")
     read_new(files, first=True)
     if not follow:
+        if as_json:
+            print_json({"ok": True, "run": run.id, "logs": collected})
         return
     if not files:
         click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
     _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def _new_text(path: Path, offsets: dict[Path, int], tail_n: int | None, drain: bool) -> str | None:
+    """What `path` holds beyond `offsets[path]` (advanced past it): its last `tail_n` lines
+    the first time; after that only whole lines, unless the job has ended (final drain).
+    None when unreadable or nothing new."""
+    try:
+        if path not in offsets:
+            text, offsets[path] = _last_lines(path, tail_n)
+            return text
+        with open(path, "rb") as handle:
+            handle.seek(offsets[path])
+            data = handle.read()
+    except OSError:
+        return None
+    cut = len(data) if drain else data.rfind(b"\n") + 1
+    if not cut:
+        return None
+    offsets[path] += cut
+    return data[:cut].decode(errors="replace")
+
+
+def _list_logs(run, as_json: bool) -> None:
+    """`sf logs RUN --list`: the log files and their sizes."""
+    files = [(str(f.relative_to(run.logs_dir)), f.stat().st_size) for f in monitor.log_files(run.dir)]
+    if as_json:
+        print_json({"ok": True, "run": run.id, "files": [{"file": name, "bytes": size} for name, size in files]})
+    else:
+        click.echo(_table(["FILE", "BYTES"], [list(f) for f in files]) if files else f"no logs yet in {run.logs_dir}")
+
+
+def _log_emitter(as_json: bool, follow: bool, collected: list[dict]):
+    """Where `sf logs` puts new text: stdout as is; with --json and -f one JSON line per
+    chunk; with --json alone into `collected` (printed as one document at the end)."""
+    def emit(text: str, prefix: str | None, name: str) -> None:
+        if not as_json:
+            _emit(text, prefix)
+        elif follow:
+            click.echo(json.dumps({"file": name, "text": text}))
+            sys.stdout.flush()
+        elif text:
+            collected.append({"file": name, "text": text})
+    return emit
 
 
 def _log_target(root, run_id: str, task: int | None):

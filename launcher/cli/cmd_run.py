@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from launcher import runs
-from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.cli.options import json_option, print_json, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SpecError
 from launcher.injob.preflight import summary
 from launcher.monitor import poll as monitor
@@ -43,7 +43,8 @@ def _warn(warnings) -> None:
 @click.option("-o", "--output", "out_dir", required=True, metavar="DIR",
               help="Folder for job.sbatch, overrides.txt and plan.json (also the job's run dir).")
 @click.option("--preflight", is_flag=True, help="Render the preflight variant of the job.")
-def render(name, out_dir, preflight, **kwargs):
+@json_option
+def render(name, out_dir, preflight, as_json, **kwargs):
     """Write the sbatch script and overrides of an experiment into DIR.
 
     The script is standalone: `sbatch DIR/job.sbatch` runs it (its logs go to DIR/logs/).
@@ -59,6 +60,10 @@ def render(name, out_dir, preflight, **kwargs):
     for file_name in ("job.sbatch", "overrides.txt", "plan.json"):
         (out / file_name).write_text(files[file_name])
     _warn(request.warnings)
+    if as_json:
+        print_json({"ok": True, "files": [str(out / f) for f in ("job.sbatch", "overrides.txt", "plan.json")],
+                    "submit": f"sbatch {out / 'job.sbatch'}", "warnings": list(request.warnings)})
+        return
     click.echo(f"wrote {out / 'job.sbatch'}, {out / 'overrides.txt'}, {out / 'plan.json'}")
     click.echo(f"submit it by hand with: sbatch {out / 'job.sbatch'}")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import yaml
 
-from launcher.cli.options import spec_flags, spec_options
+from launcher.cli.options import json_option, print_json, spec_flags, spec_options
 from launcher.compile import catalog
 from launcher.compile.catalog import METHODS, versions
 from launcher.errors import SpecError
@@ -87,7 +87,8 @@ def _complete_versions(ctx, param, incomplete):
               help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation or sft.")
 @click.option("--framework-version", "framework_version", default="0.9.1", show_default=True,
               shell_complete=_complete_versions, help="verl version of the catalog.")
-def new(name, method, framework_version):
+@json_option
+def new(name, method, framework_version, as_json):
     """Create experiments/NAME/config.yaml for a method."""
     if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
@@ -112,8 +113,13 @@ def new(name, method, framework_version):
         os.link(tmp, target)  # atomic, and never overwrites
     finally:
         os.unlink(tmp)
+    next_step = f"sf validate {name} --model PATH_OR_HF_ID --train-data FILE"
+    if as_json:
+        print_json({"ok": True, "created": str(target), "method": method, "framework_version": version,
+                    "next": next_step})
+        return
     click.echo(f"created {target}")
-    click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
+    click.echo(f"next: {next_step}")
 
 
 def _sbatch_env_warnings(site) -> list[str]:
@@ -182,6 +188,7 @@ def validate(name, as_json, live, **kwargs):
 
 
 @click.command()
-def schema():
-    """Print the JSON Schema of config.yaml."""
+@json_option
+def schema(as_json):
+    """Print the JSON Schema of config.yaml (JSON with or without --json)."""
     click.echo(json.dumps(load_schema(), indent=2))

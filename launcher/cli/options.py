@@ -12,6 +12,8 @@ launcher.spec.site.runs_root's).
 
 from __future__ import annotations
 
+import json
+
 import click
 from click.shell_completion import CompletionItem
 
@@ -135,6 +137,16 @@ def _pop_scheduler_flags(kwargs: dict) -> tuple[dict, dict]:
 
 
 # --- where the run records are: the flags of every command that reads or writes them ------
+
+def json_option(func):
+    """--json: machine-readable output (errors too: launcher.cli.app prints them as JSON)."""
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output (errors included).")(func)
+
+
+def print_json(doc: dict) -> None:
+    """One JSON document on stdout: what every command prints with --json."""
+    click.echo(json.dumps(doc, indent=2))
+
 
 def runs_options(func):
     """Decorator adding --runs-dir and --site (passed as `runs_dir`, `site_path`)."""

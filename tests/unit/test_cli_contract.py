@@ -140,3 +140,45 @@ def test_hint_is_the_fix_after_the_last_semicolon():
 def test_without_json_errors_stay_lines_on_stderr(site):
     result = sf("submit", GRPO, "--site", site(), "--set", "rollout_n=0")
     assert result.exit_code == 2 and result.stdout == "" and result.stderr.startswith("sf: error: ")
+
+
+# --- --json on every command --------------------------------------------------------------
+
+def test_every_command_takes_json():
+    from launcher.cli.app import COMMANDS
+
+    missing = [name for name in COMMANDS if "--json" not in sf(name, "--help").output]
+    assert missing == []
+
+
+def test_json_success_documents(site, fake_slurm, tmp_path, monkeypatch):
+    """new, schema, render, logs (--list and text) and plot print one JSON document."""
+    from launcher import runs
+
+    path = site()
+    monkeypatch.chdir(tmp_path)
+    doc = json.loads(sf("new", "exp1", "--method", "verl/grpo", "--json").stdout)
+    assert doc["ok"] and doc["created"] == "experiments/exp1/config.yaml" and doc["method"] == "verl/grpo"
+    assert (tmp_path / doc["created"]).is_file()
+    assert json.loads(sf("schema", "--json").stdout)["type"] == "object"
+    out = tmp_path / "rendered"
+    doc = json.loads(sf("render", GRPO, "--site", path, "-o", str(out), "--json").stdout)
+    assert doc["ok"] and doc["files"][0] == str(out / "job.sbatch") and (out / "job.sbatch").is_file()
+    assert doc["submit"] == f"sbatch {out / 'job.sbatch'}"
+
+    run = runs.create_run(fake_slurm.runs_dir, "grpo")
+    run.logs_dir.mkdir(parents=True, exist_ok=True)
+    (run.logs_dir / "slurm-7.out").write_text("line one\nline two\n")
+    doc = json.loads(sf("logs", run.id, "--runs-dir", str(fake_slurm.runs_dir), "--list", "--json").stdout)
+    assert doc["files"] == [{"file": "slurm-7.out", "bytes": 18}]
+    doc = json.loads(sf("logs", run.id, "--runs-dir", str(fake_slurm.runs_dir), "--json").stdout)
+    assert doc["logs"] == [{"file": "slurm-7.out", "text": "line one\nline two\n"}]
+
+    run.path("metrics").mkdir(exist_ok=True)
+    run.path("metrics/attempt-0.jsonl").write_text(
+        "".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * s}}) + "\n" for s in (1, 2)))
+    png = tmp_path / "m.png"
+    result = sf("plot", run.id, "--runs-dir", str(fake_slurm.runs_dir), "-o", str(png), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["png"] == str(png) and doc["steps"] == 2 and png.stat().st_size > 0
