@@ -116,7 +116,8 @@ def test_enum_checked_on_the_composed_value():
 
 def test_dict_override_with_allowed_values_compiles():
     ov = _ok(base("dapo", overrides=["algorithm.filter_groups={metric:score}", "trainer.critic_warmup=0"]))
-    assert ov["algorithm.filter_groups"] == "{metric:score}"
+    # one override per key: the dict is passed as the leaf it sets, over the method's filter_metric
+    assert ov["algorithm.filter_groups.metric"] == "score" and "algorithm.filter_groups" not in ov
 
 
 def test_set_dict_value_refused_through_the_cli(env):
