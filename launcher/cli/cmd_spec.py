@@ -198,6 +198,7 @@ def validate(name, as_json, live, **kwargs):
             "provenance": spec.provenance,
             "overrides": list(plan.overrides),
             "sources": list(plan.sources),
+            "resolved": plan.resolved,
             "entry": list(plan.entry),
             "argv": plan.argv(),
             "pools": plan.to_dict()["pools"],
@@ -211,8 +212,12 @@ def validate(name, as_json, live, **kwargs):
     click.echo("values:")
     from launcher.spec.experiment import leaves
 
-    for dotted, value in leaves({k: v for k, v in spec.values.items() if k != "overrides"}):
+    for dotted, value in leaves({k: v for k, v in spec.values.items() if k not in ("overrides", "knobs")}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
+    from launcher.compile.resolve import shown_dict
+
+    for key, item in plan.resolved.items():  # every verl key, as verl reads it (knobs, overrides, bindings)
+        click.echo(f"  {key} = {shown_dict(item)}")
     click.echo("pools:")
     for p in plan.pools:
         click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "

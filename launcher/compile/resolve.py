@@ -208,18 +208,6 @@ def conflict_message(conflict: Conflict, format_value: Callable[[Any], str]) -> 
     return f"{owner.key} is {what}; {w.layer} ({w.field}) cannot change it: {fix}"
 
 
-def shown(entry: Entry, format_value: Callable[[Any], str]) -> str:
-    """`6 [--set] (overrides 3 from config.yaml)`: the value, its layer and what it overrides."""
-    w = entry.write
-    value = "<deleted>" if w.op == DELETE else "<verl's default>" if w.op == DEFAULT else format_value(w.value)
-    text = f"{value}    [{w.origin}]"
-    if entry.overridden:
-        lower = entry.overridden[-1]
-        old = "<deleted>" if lower.op == DELETE else "<verl's default>" if lower.op == DEFAULT else format_value(lower.value)
-        text += f" (overrides {old} from {lower.origin})"
-    return text
-
-
 def as_dict(entry: Entry, format_value: Callable[[Any], str]) -> dict:
     """An entry for JSON (sf validate --json, plan.json)."""
     def one(w: Write) -> dict:
@@ -237,3 +225,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return str(value)
+
+
+def shown_dict(item: dict) -> str:
+    """`6    [--set] (overrides 3 from config.yaml)` from an entry of Plan.resolved (as_dict)."""
+    from launcher.compile.rules import hydra_value
+
+    def text(one: dict) -> str:
+        if one["op"] == DELETE:
+            return "<deleted>"
+        if one["op"] == DEFAULT:
+            return "<verl's default>"
+        return hydra_value(one["value"])
+
+    out = f"{text(item)}    [{item['source']}]"
+    if item.get("overrides"):
+        lower = item["overrides"][0]
+        out += f" (overrides {text(lower)} from {lower['source']})"
+    return out

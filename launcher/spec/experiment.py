@@ -43,6 +43,9 @@ class MergedSpec:
     # --model run:RUN: {"run", "target", "export_job"} (the export it waits for, when queued)
     model_from: dict | None = None
     chain_export: object = None  # launcher.submit.chain.ChainExport: RUN has no export, sf submit queues one first
+    # the knobs of each layer, lowest first: [("default:sf", {...}), ("config.yaml", {...}),
+    # ("--set", {...}), ("sweep", {...})] (launcher.compile.resolve resolves them by verl key)
+    knob_layers: list = field(default_factory=list)
 
     @property
     def method(self) -> str:
@@ -356,17 +359,21 @@ def _dataset_files(ds_dir: Path, files) -> Any:
 # ----------------------------------------------------------------------------- flags
 
 
-def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
+def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
+    """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
     from launcher.compile.rules import KNOBS, close_knobs, split_override
 
     errors = []
     for item in items or ():
         if "=" not in item:
-            errors.append(SpecError("--set", f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
+            errors.append(SpecError(flag, f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
             continue
         key, _, value = item.partition("=")
         key = key.strip()
         if key in KNOBS:
+            if key in knobs:
+                errors.append(SpecError(f"{flag} {key}", f"given twice ({key}={knobs[key]} and {key}={value.strip()}); "
+                                        "keep one"))
             knobs[key] = value.strip()
             continue
         if key.lstrip("+~") in ("adv_estimator", "estimator"):
@@ -380,10 +387,10 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecE
         bare = key.lstrip("+~")
         if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):
             overrides.append(item.strip())
-            sources.append(f"--set {key}")
+            sources.append(f"{flag} {key}")
             continue
         close = close_knobs(key)
-        errors.append(SpecError(f"--set {key}", "neither a knob nor a dotted Hydra key"
+        errors.append(SpecError(f"{flag} {key}", "neither a knob nor a dotted Hydra key"
                                 + (f"; did you mean {', '.join(close)}?" if close else "; see `sf schema` for the knobs")))
     return errors
 
@@ -463,12 +470,18 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     set_overrides: list = []
     set_sources: list = []
     errors += _parse_set(flags.get("set"), set_knobs, set_overrides, set_sources)
+    point_knobs: dict = {}  # a sweep point (launcher.submit.sweep.point_flags): the layer above --set
+    errors += _parse_set(flags.get("point"), point_knobs, set_overrides, set_sources, flag="sweep")
     if errors:
         raise SpecErrors(errors)
-    if set_knobs:
-        cli["knobs"] = set_knobs
+    if set_knobs or point_knobs:
+        cli["knobs"] = {**set_knobs, **point_knobs}
         for k in set_knobs:
             cli_prov[f"knobs.{k}"] = "--set"
+        for k in point_knobs:
+            cli_prov[f"knobs.{k}"] = "sweep"
+    knob_layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})),
+                   ("config.yaml", dict(config.get("knobs") or {})), ("--set", set_knobs), ("sweep", point_knobs)]
 
     layers = [("defaults", builtin_defaults()), ("site", _site_layer(site)), ("config.yaml", config)]
     values: dict = {}
@@ -514,6 +527,7 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         dataset_dir=dataset_dir,
         model_from=model_from,
         chain_export=chain_export,
+        knob_layers=[(layer, knobs) for layer, knobs in knob_layers if knobs],
     )
 
 
@@ -523,5 +537,7 @@ def spec_from_values(values: dict, name: str = "test", exp_dir: str = "/tmp/exp"
     merged["overrides"] = list(values.get("overrides") or [])
     prov = {d: "defaults" for d, _ in leaves(builtin_defaults())}
     prov.update({d: "values" for d, _ in leaves({k: v for k, v in values.items() if k != "overrides"})})
+    layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})), ("config.yaml", dict(values.get("knobs") or {}))]
     return MergedSpec(name=name, exp_dir=exp_dir, values=merged, provenance=prov,
-                      override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py)
+                      override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py,
+                      knob_layers=[(layer, knobs) for layer, knobs in layers if knobs])

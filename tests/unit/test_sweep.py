@@ -58,7 +58,7 @@ def test_too_many_points_refused():
 def test_point_flags_append_grid_after_user_sets():
     flags = {"set": ["rollout_n=4", "a.b=1"], "model": "/m"}
     out = sweep.point_flags(flags, {"rollout_n": "8"})
-    assert out["set"] == ["rollout_n=4", "a.b=1", "rollout_n=8"] and out["model"] == "/m"
+    assert out["set"] == ["rollout_n=4", "a.b=1"] and out["point"] == ["rollout_n=8"] and out["model"] == "/m"
     assert flags["set"] == ["rollout_n=4", "a.b=1"]  # not changed in place
 
 
