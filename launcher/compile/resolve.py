@@ -152,8 +152,8 @@ def resolve(writes: list[Write]) -> Resolution:
         for other in seen.get(w.layer, []):
             if _related(other.key, w.key) and other.item != w.item:
                 where = w.key if w.key == other.key else f"{other.key} and {w.key}"
-                errors.append(SpecError(w.field, f"{where} is written twice in {w.layer} ({other.field} and {w.field}); "
-                                        "keep one of them"))
+                errors.append(SpecError(w.field, f"{where} is written twice in {w.layer} "
+                                        f"({other.field} and {w.field}); keep one of them"))
                 break
         seen.setdefault(w.layer, []).append(w)
     # owners refuse a conflicting write: the same key with another value, or a parent replaced

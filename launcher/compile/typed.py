@@ -130,6 +130,7 @@ def problems(ctx) -> list[tuple[str, str]]:
             out.append((w.field, f"{key}={rules.hydra_value(value)} is a float, but verl's {key} is {want}{dflt}; "
                                  f"write {fix}"))
         else:
-            out.append((w.field, f"{key}={rules.hydra_value(value)} is {_NAMES.get(type(value), type(value).__name__)}, "
+            got = _NAMES.get(type(value), type(value).__name__)
+            out.append((w.field, f"{key}={rules.hydra_value(value)} is {got}, "
                                  f"but verl's {key} is {want}{dflt}; write e.g. {key}={example}"))
     return out
