@@ -753,8 +753,8 @@ def rule_rollout_n(ctx) -> None:
     if ctx.sft:
         return
     n = ctx.get("actor_rollout_ref.rollout.n", 1)
-    if not isinstance(n, int) or isinstance(n, bool):
-        return  # reported by rule_value_types
+    if not _number(n):
+        return  # a string or null: reported by launcher.compile.typed (a float is judged as a number too)
     lo, hi = ctx.method.rollout_n_min, ctx.method.rollout_n_max
     src = ctx.culprit("actor_rollout_ref.rollout.n", "knobs.rollout_n")
     if lo is not None and n < lo:
@@ -784,10 +784,10 @@ def rule_overlong_buffer(ctx) -> None:
     resp = ctx.get("reward.reward_kwargs.max_resp_len", ctx.get("data.max_response_length"))
     length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
     src = ctx.culprit("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len")
-    if _is_int(resp) and _is_int(length) and length > resp:
+    if _number(resp) and _number(length) and length > resp:
         ctx.error(src, f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
                   f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
-    if not (_is_int(length) and length > 0):
+    if not (_number(length) and length > 0):
         ctx.error(src if src.startswith(("overrides[", "--set")) else "knobs.overlong_buffer_len",
                   "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
 
@@ -1111,8 +1111,8 @@ def rule_value_types(ctx) -> None:
                       f"{bare.replace('_', '')}); write the number without '_', or quote a string: {key}='{bare}'")
             continue
         name = knob_of.get(key)
-        if name is None:
-            continue
+        if name is None or (KNOBS[name].type in ("int", "float", "bool") and "_" not in bare):
+            continue  # numbers and bools: typed on the composed value (launcher.compile.typed)
         quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
         try:
             coerce_knob(name, bare[1:-1] if quoted else text)

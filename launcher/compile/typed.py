@@ -30,8 +30,9 @@ def _knob_type(key: str):
 
 
 def _stringy() -> set[str]:
-    """Keys whose value is a number or a 'LOW_HIGH' string (IcePop): checked by their rules."""
-    return {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")}
+    """Keys checked by their own rules: a number or a 'LOW_HIGH' string (IcePop), resume_mode."""
+    return {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")} | {
+        "trainer.resume_mode"}
 
 
 @lru_cache(maxsize=None)
@@ -121,7 +122,7 @@ def problems(ctx) -> list[tuple[str, str]]:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             continue
         if isinstance(value, str):
-            out.append((w.field, f"{key}={value!r} is a string, but verl's {key} is {want}{dflt}; "
+            out.append((w.field, f"{key}={value!r} is a string, not {want}: verl's {key} is {want}{dflt}; "
                                  f"write e.g. {key}={example}"))
         elif kind is int and isinstance(value, float):
             if "float" in (_annotation(ctx, key) or ""):  # verl's dataclass takes a float here

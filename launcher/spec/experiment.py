@@ -365,6 +365,10 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
 
     errors = []
     for item in items or ():
+        if "=" not in item and item.strip().startswith("~") and "." in item:  # Hydra's delete: ~a.b
+            overrides.append(item.strip())
+            sources.append(f"{flag} {item.strip()}")
+            continue
         if "=" not in item:
             errors.append(SpecError(flag, f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
             continue
