@@ -166,6 +166,7 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
     if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
+            _not_a_config(candidate / CONFIG_FILE, name_or_dir)
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
         name = candidate.resolve().name
         if not NAME_RE.fullmatch(name):  # the folder's name names the job and its runs
@@ -177,15 +178,61 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
     if not (exp / CONFIG_FILE).is_file():
+        _not_a_config(exp / CONFIG_FILE, name_or_dir)
         raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with `sf new {name_or_dir} --method verl/grpo`")
-    return name_or_dir, exp.resolve()
+    try:
+        return name_or_dir, exp.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(name_or_dir, f"cannot resolve {exp}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _not_a_config(path: Path, field_name: str) -> None:
+    """Why `path` is not a readable config.yaml when something is in its way (a directory, a
+    FIFO, a symlink loop, a parent that is a file): a SpecError naming it; None when absent."""
+    import errno
+
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            parent = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+            raise SpecError(field_name, f"{parent} is a file, not a folder, so {path} cannot exist; move it away") from None
+        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
+    read_text_file(path, field_name)  # a directory, a FIFO: says which
 
 
 class ConfigLoader(yaml.SafeLoader):
     """config.yaml's scalars as YAML 1.2 reads them, not PyYAML's YAML 1.1: `yes/no/on/off`
     stay strings (a knob types them), `1_000` and `0.5_5` stay strings (no '_' digit
     separators: `0.5_5` is IcePop's LOW_HIGH pair, not 0.55), `1e-6` is a float, `012` is
-    twelve. Only true/false are booleans."""
+    twelve. Only true/false are booleans. A key given twice in one mapping (`method:` twice,
+    two `knobs:` blocks) is an error with both lines, never a silent last-wins."""
+
+    def construct_mapping(self, node, deep=False):
+        refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep)
+
+
+def refuse_duplicate_keys(loader, node) -> None:
+    """A key given twice in one YAML mapping: a ConstructorError naming both lines."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict = {}
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: PyYAML reports it
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1}); keep one",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -216,16 +263,48 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
-def read_config(path: Path) -> dict:
+def read_text_file(path: Path, field_name: str) -> str:
+    """A spec or site file's text, or a SpecError naming the path and the cause: not there, a
+    directory, a FIFO or device (never opened: reading would block), a symlink loop,
+    unreadable, not UTF-8 text."""
+    import stat
+
     try:
-        data = load_yaml(path.read_text())
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise SpecError(field_name, f"{path} is a directory, not a file; remove it or put the file there")
+    if not stat.S_ISREG(mode):
+        raise SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); replace it with the file")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
+    if b"\x00" in raw:
+        raise SpecError(field_name, f"{path} holds NUL bytes: it is a binary file, not YAML text; fix the file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(field_name, f"{path} is not UTF-8 text (byte {exc.start}); fix the file") from None
+
+
+def parse_yaml_file(path: Path, field_name: str, loader=None):
+    """read_text_file + YAML, every failure a SpecError with the path, the line and the cause."""
+    text = read_text_file(path, field_name)
+    try:
+        return yaml.load(text, Loader=loader or ConfigLoader)  # noqa: S506 (SafeLoader subclasses)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SpecError(CONFIG_FILE, f"{path} is not valid YAML{where} ({problem}); fix the file") from None
-    except OSError as exc:
-        raise SpecError(CONFIG_FILE, f"cannot read {path}: {exc.strerror}") from None
+        raise SpecError(field_name, f"{path} is not valid YAML{where} ({problem}); fix the file") from None
+    except RecursionError:
+        raise SpecError(field_name, f"{path} is nested too deeply to be a spec; fix the file") from None
+
+
+def read_config(path: Path) -> dict:
+    data = parse_yaml_file(path, CONFIG_FILE)
     if data is None:
         raise SpecError(CONFIG_FILE, f"{path} is empty; it needs at least `method: verl/grpo`")
     if not isinstance(data, dict):

@@ -93,6 +93,10 @@ def find_site_file(explicit: str | None = None) -> Path:
         if candidate:
             path = Path(candidate).expanduser()
             if not path.is_file():
+                if os.path.lexists(path):  # there, but a directory, a FIFO, a loop, unreadable: say which
+                    from launcher.spec.experiment import read_text_file
+
+                    read_text_file(path, "site")
                 raise SpecError("site", f"site file {path} does not exist; fix $SF_SITE or --site")
             return path
     for path in (SYSTEM_SITE, USER_SITE):
@@ -106,12 +110,21 @@ def _expand(value: str) -> str:
 
 
 def load_site(explicit: str | None = None) -> Site:
+    from launcher.spec.experiment import parse_yaml_file
+
     path = find_site_file(explicit)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SpecError("site", f"{path} is not valid YAML ({exc.__class__.__name__}); fix the file") from None
+    data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
     return site_from_dict(data, str(path))
+
+
+class _SiteLoader(yaml.SafeLoader):
+    """The site file as PyYAML reads it, but a key given twice is an error (with its lines)."""
+
+    def construct_mapping(self, node, deep=False):
+        from launcher.spec.experiment import refuse_duplicate_keys
+
+        refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep)
 
 
 def _whole(value, field: str, path: str) -> int:
