@@ -157,7 +157,11 @@ def check(name: str, flags: dict, run_dir: str | None = None):
 def _sbatch_env_warnings(site) -> list[str]:
     """One warning per SBATCH_* variable set here: sbatch reads them as options that
     override the script's #SBATCH lines."""
-    out = []
+    from launcher.slurm import login_env_variables
+
+    out = [f"{name}={os.environ[name]} is set on this login node: sf leaves it out of the job's environment (it would "
+           "carry another Python or verl than the runtime sf checked); the site's slurm.pass_login_env lets it through"
+           for name in login_env_variables(passed=site.pass_sbatch_env)]
     for name in sbatch_input_variables():
         if name in site.pass_sbatch_env:
             out.append(f"{name}={os.environ[name]} is set and the site passes it to sbatch "

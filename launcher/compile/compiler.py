@@ -305,13 +305,20 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: li
 
 
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
+    from launcher.compile.slurm_time import check_signal_lead, time_seconds
+
     s = spec.values.get("slurm") or {}
     scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
+    time = str(s.get("time") or site.time)
+    limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
+    lead = s.get("signal_lead_s", site.signal_lead_s)
+    if s.get("requeue", True):
+        check_signal_lead(lead, limit)
     return SlurmOptions(
         **scheduler,
         account=s.get("account"),
         qos=s.get("qos"),
-        time=str(s.get("time") or site.time),
+        time=time,
         partition=s.get("partition"),
         exclusive=bool(s.get("exclusive", False)),
         requeue=bool(s.get("requeue", True)),

@@ -478,10 +478,35 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
     return errors
 
 
+def nul_errors(data, where: str) -> list[SpecError]:
+    """A NUL byte in any value or key (bash cuts a string there; Slurm and verl would see
+    another value than sf checked): one SpecError per place, naming it."""
+    out: list[SpecError] = []
+    if isinstance(data, str):
+        if "\x00" in data:
+            out.append(SpecError(where, f"{data.split(chr(0))[0]!r}... holds a NUL byte (\\0), which bash cuts the "
+                                 "value at; remove it"))
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            out += nul_errors(str(key), where) if "\x00" in str(key) else []
+            out += nul_errors(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            out += nul_errors(value, f"{where}[{i}]")
+    return out
+
+
 def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
     flags = dict(flags or {})
+    nul = [e for key, value in flags.items() if key not in ("slurm_provenance",)
+           for e in nul_errors(value, {"set": "--set", "point": "sweep"}.get(key, "--" + key.replace("_", "-")))]
+    if nul:
+        raise SpecErrors(nul)
     name, exp_dir = find_experiment(name_or_dir, experiments_root)
     config = read_config(exp_dir / CONFIG_FILE)
+    nul = nul_errors(config, "")
+    if nul:
+        raise SpecErrors(nul)
     estimator_overrides = _estimator_overrides(config)
     errors = schema_errors(config)
     if errors:

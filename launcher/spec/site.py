@@ -113,7 +113,13 @@ def load_site(explicit: str | None = None) -> Site:
     from launcher.spec.experiment import parse_yaml_file
 
     path = find_site_file(explicit)
+    from launcher.errors import SpecErrors
+    from launcher.spec.experiment import nul_errors
+
     data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
+    nul = nul_errors(data, "site")
+    if nul:
+        raise SpecErrors(nul)
     return site_from_dict(data, str(path))
 
 
@@ -137,6 +143,14 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
     if isinstance(names, str) or not all(isinstance(n, str) and re.fullmatch(r"SBATCH_[A-Z0-9_]+", n) for n in names):
         raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
                         "e.g. [SBATCH_RESERVATION]")
+    return tuple(names)
+
+
+def _login_names(names, path: str) -> tuple[str, ...]:
+    from launcher.slurm import LOGIN_ENV
+
+    if isinstance(names, str) or not all(n in LOGIN_ENV for n in names):
+        raise SpecError("site.slurm.pass_login_env", f"{names!r} in {path} must be a list of {', '.join(LOGIN_ENV)}")
     return tuple(names)
 
 
@@ -205,7 +219,9 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
         env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
         modules=tuple(data.get("modules", ())),
-        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path),
+        # SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment
+        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
+        + _login_names(slurm.get("pass_login_env") or (), path),
         raw=data,
     )
 
