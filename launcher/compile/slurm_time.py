@@ -47,4 +47,5 @@ def check_signal_lead(lead_s, limit_s: int | None, field: str = "slurm.signal_le
     """The requeue signal must come after the job starts: its lead below the time limit."""
     if limit_s is not None and isinstance(lead_s, int) and lead_s >= limit_s:
         raise SpecError(field, f"{lead_s} s is not below the time limit ({limit_s} s): Slurm would send USR1 as the "
-                        "job starts and the job would requeue itself in a loop; lower signal_lead_s or raise slurm.time")
+                        "job starts and the job would requeue itself in a loop; lower signal_lead_s or raise "
+                        "slurm.time")
