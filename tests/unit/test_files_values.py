@@ -227,7 +227,8 @@ def test_login_env_left_out_of_sbatch_unless_the_site_passes_it(monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", "/home/me/lib")
     env = slurm._sbatch_env(())
     assert not {"PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH"} & set(env) and "PATH" in env
-    site = site_from_dict(dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["LD_LIBRARY_PATH"]}), "s.yaml")
+    passing = dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["LD_LIBRARY_PATH"]})
+    site = site_from_dict(passing, "s.yaml")
     env = slurm._sbatch_env(site.pass_sbatch_env)
     assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and "PYTHONPATH" not in env
     with pytest.raises(SpecError):
