@@ -143,7 +143,7 @@ def test_without_verl_config_says_so_once_and_keeps_string_checks(monkeypatch):
 def test_fast_compose_equals_hydra_compose(overrides):
     from omegaconf import OmegaConf
 
-    fast = verlcheck._compose_fast("ppo_trainer", overrides)
+    fast, _base = verlcheck._compose_fast("ppo_trainer", overrides)
     full = verlcheck._compose("ppo_trainer", overrides)
     assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
 
@@ -444,7 +444,7 @@ def test_fast_compose_equals_hydra_compose_on_compiled_plans(method):
     from omegaconf import OmegaConf
 
     plan = compile_values(base(method, knobs={"rollout_is": "token", "rollout_is_threshold": "0.5_5"} if method == "grpo" else {}))
-    fast = verlcheck._compose_fast(plan.config_name, plan.overrides)
+    fast, _base = verlcheck._compose_fast(plan.config_name, plan.overrides)
     full = verlcheck._compose(plan.config_name, plan.overrides)
     assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
 
