@@ -809,9 +809,9 @@ def rule_rollout_correction(ctx) -> None:
     """Rollout correction (rollout_is) spells out calculate_log_probs=True in the command."""
     if ctx.sft:
         return
-    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None \
-            and not ctx.user_sets("actor_rollout_ref.rollout.calculate_log_probs"):
-        # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so.
+    if ctx.get(_RC + "rollout_is") not in (None, "null"):  # from any input: a knob, a raw override, a dict
+        # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so (sf's
+        # layer: any input that sets it wins).
         ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
 
 
