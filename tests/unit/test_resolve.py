@@ -291,3 +291,16 @@ def test_rollout_sizing_equal_to_the_pool_is_fine():
     ov = overrides_of(base("grpo", overrides=["actor_rollout_ref.rollout.n_gpus_per_node=4",
                                               "actor_rollout_ref.rollout.nnodes=0"]))
     assert ov["actor_rollout_ref.rollout.n_gpus_per_node"] == "4"
+
+
+def test_dry_run_json_carries_the_map(env):
+    venv = env / "verl-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    write_exp(env, "exp", GOOD.format(method="grpo") + f'overrides: ["{N}=3"]\n')
+    r = CliRunner(env={"FORGE_IMAGE_VERL": str(venv)}).invoke(main, ["submit", "exp", "--dry-run", "--json",
+                                                                    "--set", "rollout_n=6"])
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.output)
+    assert out["resolved"][N]["value"] == 6 and out["resolved"][N]["overrides"][0]["source"] == "config.yaml"
+    assert f"{N}=6" in out["overrides"]
