@@ -115,6 +115,21 @@ def test_config_yaml_unreadable(env):
     _refused(_run("validate", "exp"), "config.yaml", "Permission denied")
 
 
+def test_config_yaml_unreadable_as_root_too(env, monkeypatch):
+    # the suite runs as root, which reads every file: the refusal of an unreadable file, simulated
+    path = _config_path(env)
+    path.write_text(GOOD)
+    real = Path.read_bytes
+
+    def refuse(self):
+        if self.name == "config.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    _refused(_run("validate", "exp"), "config.yaml", "Permission denied", "permissions")
+
+
 def test_experiments_is_a_file(env):
     (env / "experiments").write_text("")
     _refused(_run("validate", "exp"), "experiments is a file")
