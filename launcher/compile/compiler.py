@@ -119,7 +119,8 @@ class Ctx:
         if stage == "raw":
             return raw_layer(source or "")
         if stage == "knob":
-            return {"default:sf": "default:sf"}.get(self.layer((source or "").strip()), self.layer((source or "").strip()))
+            layer = self.layer((source or "").strip())
+            return layer if layer in resolve.RANK else "config.yaml"
         return "sf"
 
     def _origin(self, stage: str, source: str | None, layer: str) -> str:
