@@ -26,50 +26,39 @@ from launcher.submit import sweep as sweep_mod
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
-    """(site, [(params, request)], runtime, exports): every point compiled once (its
-    overrides checked against verl) into a launcher.submit.pipeline Request with a
-    placeholder run dir; SpecErrors naming every bad point. `exports`: {ChainExport: its
-    Request}, the export `--model run:RUN` queues first when RUN has none yet (one per RUN,
-    shared by every point: they all name its folder as their model)."""
-    from launcher.compile.compiler import compile_plan
-    from launcher.compile.verlcache import checked_overrides
-    from launcher.spec.experiment import load_spec
-    from launcher.spec.runtime import resolve_runtime
-    from launcher.spec.site import load_site
-    from launcher.submit.chain import export_request
-    from launcher.submit.pipeline import placeholder_run_dir, run_request
+    """(site, [(params, request)], runtime, exports): every point prepared by the same
+    launcher.submit.pipeline.prepare_run as `sf submit` (load, compile once, the runtime's
+    default overrides, the verl compose check) with its grid values as the last --set, so a
+    point's job is the job `sf submit` would send for it; SpecErrors naming every bad point.
+    `exports`: {ChainExport: its Request}, the export `--model run:RUN` queues first when RUN
+    has none yet (one per RUN, shared by every point: they all name its folder as their model)."""
+    from launcher.submit.pipeline import prepare_run
 
-    site = load_site(flags.get("site"))
-    compiled, errors = [], []
+    prepared, errors = [], []
     for index, params in enumerate(points):
         where = f"point {index} ({sweep_mod.label(params)})"
         try:
-            spec = load_spec(name, sweep_mod.point_flags(flags, params), site)
-            plan = compile_plan(spec, site, placeholder_run_dir(site.runs_dir, spec.name))
-            bad = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
-            if bad:
-                raise SpecErrors(bad)
+            prepared.append((params, prepare_run(name, sweep_mod.point_flags(flags, params), preflight=preflight)))
         except SpecErrors as exc:
             errors += [SpecError(where, str(e)) for e in exc.errors]
-            continue
         except SpecError as exc:
             errors.append(SpecError(where, str(exc)))
-            continue
-        compiled.append((params, spec, plan))
     if errors:
         raise SpecErrors(errors)
-    first = compiled[0][2]
-    for index, (params, _spec, plan) in enumerate(compiled):
-        if plan.pools != first.pools:
+    first = prepared[0][1]
+    for index, (params, request) in enumerate(prepared):
+        if request.plan.pools != first.plan.pools:
             raise SpecError(f"point {index} ({sweep_mod.label(params)})",
                             "changes the pools (nodes, GPUs or het groups); a sweep's points must share one shape")
-    runtime = resolve_runtime(first.framework, first.framework_version, site)
+        if request.runtime != first.runtime:
+            raise SpecError(f"point {index} ({sweep_mod.label(params)})",
+                            "changes the verl runtime; a sweep's points must share one")
     exports = {}
-    for _params, spec, _plan in compiled:
-        if spec.chain_export is not None and spec.chain_export not in exports:
-            exports[spec.chain_export] = export_request(spec.chain_export, site, preflight=preflight)
-    return site, [(params, run_request(spec, plan, site, runtime, preflight=preflight))
-                  for params, spec, plan in compiled], runtime, exports
+    for _params, request in prepared:
+        chain_export = request.spec.chain_export
+        if chain_export is not None and chain_export not in exports:
+            exports[chain_export] = request.upstream
+    return first.site, prepared, first.runtime, exports
 
 
 @click.command()
@@ -140,7 +129,8 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
                                sweep_dir)
     else:
         script = first.script
-    pts = [{"index": i, "params": params, "overrides": list(request.plan.overrides)}
+    pts = [{"index": i, "params": params, "overrides": list(request.plan.overrides),
+            "sources": list(request.plan.sources)}
            for i, (params, request) in enumerate(compiled)]
     if as_json:
         click.echo(json.dumps({"experiment": first.experiment, "mode": mode, "points": pts, "max_parallel": k,

@@ -296,8 +296,6 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: li
         roles.setdefault(role, first)
     if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:
         roles["teacher"] = pools[1].name
-    if "reward" not in roles and any(p.name == "reward" for p in pools[1:]):
-        roles["reward"] = "reward"
     with_roles = []
     for p in pools:
         mine = tuple(r for r in ("actor", "rollout", "ref", "critic", "teacher", "reward") if roles.get(r) == p.name)

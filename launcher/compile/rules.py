@@ -873,6 +873,7 @@ def rule_pools(ctx) -> None:
     train = by_name.get(roles.get("actor", pools[0].name), pools[0])
     if train.het_group != 0:
         ctx.error("spec.resources.roles.actor", "the actor must run on the first pool (het group 0, where Ray's head runs)")
+    rule_roles_verl_can_place(ctx, train)
     ctx.set("trainer.nnodes", train.nodes, "topology")
     ctx.set("trainer.n_gpus_per_node", train.gpus_per_node, "topology")
     if ctx.sft:
@@ -927,6 +928,26 @@ def rule_pools(ctx) -> None:
     for p in pools:
         if p.name not in used:
             ctx.error(f"spec.resources.pools.{p.name}", "pool has no role; map a role to it in spec.resources.roles or remove it")
+
+
+# Roles verl 0.9.1's trainers keep in the actor's resource pool (main_ppo's `global_pool`:
+# ActorRolloutRef is one colocated worker group, the critic shares its pool).
+COLOCATED_WITH_ACTOR = ("rollout", "ref", "critic")
+
+
+def rule_roles_verl_can_place(ctx, train) -> None:
+    """Every role in `roles:` is one the method has, on a pool verl 0.9.1 can put it on:
+    rollout, ref and critic run in the actor's resource pool (a rollout pool of its own needs
+    verl's disaggregated trainers), a critic only where the method has one. Placement follows
+    these roles, never a pool's name."""
+    for role in COLOCATED_WITH_ACTOR:
+        pool_name = ctx.roles.get(role)
+        if role == "critic" and pool_name is not None and not ctx.method.critic:
+            ctx.error("spec.resources.roles.critic", f"verl/{ctx.method.name} has no critic; remove roles.critic")
+        elif pool_name is not None and pool_name != train.name:
+            ctx.error(f"spec.resources.roles.{role}",
+                      f"verl 0.9.1's {ctx.method.entry[-1]} runs the {role} in the actor's resource pool, so it cannot "
+                      f"run on pool {pool_name!r}; map {role} to {train.name!r} (the actor's pool) or remove it")
 
 
 def rule_custom_reward_function(ctx) -> None:

@@ -18,27 +18,43 @@ from launcher.injob import topology
 
 VERL_MAX_COLOCATE = 3
 
-# verl resource pool name (prefix) -> which Slurm pool it belongs to
-_TEACHER = ("teacher_pool", "rollout_pool_teacher")
-_REWARD = ("reward_pool", "rollout_pool_reward")
+# verl 0.9.1's resource pool of each role (trainer/main_ppo.py: actor, rollout, ref and critic
+# share `global_pool`; the reward model gets `reward_pool` when it has a pool of its own;
+# distillation's teacher `teacher_pool`; their vLLM servers `rollout_pool_<that>`).
+VERL_POOL_OF_ROLE = {"actor": "global_pool", "rollout": "global_pool", "ref": "global_pool",
+                     "critic": "global_pool", "teacher": "teacher_pool", "reward": "reward_pool"}
+_ROLE_OF_VERL_POOL = (("teacher_pool", "teacher"), ("rollout_pool_teacher", "teacher"),
+                      ("reward_pool", "reward"), ("rollout_pool_reward", "reward"))
+
+
+def role_of(verl_pool: str) -> str:
+    """The role whose workers a verl resource pool (its name prefix) holds."""
+    return next((role for prefix, role in _ROLE_OF_VERL_POOL if (verl_pool or "").startswith(prefix)), "actor")
 
 
 def slurm_pool_for(verl_pool: str, pools: list[dict]) -> dict:
-    """The Slurm pool (dict with name, roles, resource) a verl resource pool must land on."""
-    def find(*names):
-        for pool in pools:
-            if pool["name"] in names or set(pool.get("roles") or ()) & set(names):
-                return pool
-        return None
-
-    name = verl_pool or ""
-    if name.startswith(_TEACHER):
-        target = find("teach", "teacher")
-    elif name.startswith(_REWARD):
-        target = find("reward", "reward_model")
-    else:
-        target = None
+    """The Slurm pool (dict with name, roles, resource) a verl resource pool must land on:
+    the pool that `roles:` gives its role, never a pool picked by its name (a training pool
+    named `teach` stays a training pool). Roles without a pool of their own run with the
+    actor, on het group 0."""
+    role = role_of(verl_pool)
+    target = next((p for p in pools if role in (p.get("roles") or ())), None)
     return target or next((p for p in pools if p.get("het_group", 0) == 0), pools[0])
+
+
+def role_report(pools: list[dict], placed: dict) -> list[dict]:
+    """Per role of every pool: the Slurm pool its verl resource pool is pinned to and the
+    nodes that pool's bundles landed on (`placed`: pool name -> pin_report); ok when that
+    is the pool `roles:` names."""
+    out = []
+    for pool in pools:
+        for role in pool.get("roles") or ():
+            target = slurm_pool_for(VERL_POOL_OF_ROLE.get(role, "global_pool"), pools)
+            place = placed.get(target["name"]) or {}
+            out.append({"role": role, "pool": pool["name"], "placed_on_pool": target["name"],
+                        "nodes": list(place.get("nodes") or []),
+                        "ok": target["name"] == pool["name"] and bool(place.get("ok", True))})
+    return out
 
 
 def tag_bundles(bundles: list[dict], resource: str) -> list[dict]:

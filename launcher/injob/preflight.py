@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from launcher import runs
-from launcher.injob import health, topology
+from launcher.injob import health, placement, topology
 
 
 def check_paths_here(paths: list[str]) -> dict:
@@ -59,8 +59,6 @@ def check_overrides(config_name: str, overrides: list[str]) -> dict:
 
 def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, dict, dict]:
     import ray
-
-    from launcher.injob import placement
 
     ray.init(address=job["head"], logging_level="ERROR", log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -168,6 +166,12 @@ def main() -> int:
         report["failures"].append(f"health: node check failed (suspect: {bad}): "
                                   + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
+    if place:  # where each role's workers land: the pool roles: names, or a failure naming the role
+        report["roles"] = placement.role_report(pools, place)
+        for entry_ in report["roles"]:
+            if not entry_["ok"]:
+                report["failures"].append(f"role {entry_['role']}: its workers land on pool {entry_['placed_on_pool']}"
+                                          f" ({', '.join(entry_['nodes']) or 'no nodes'}), not on pool {entry_['pool']}")
     for name, entry_ in pool_report.items():
         if not entry_.get("ok", True):
             report["failures"].append(f"pool {name}: nodes/GPUs joined differ from what was compiled")
@@ -216,6 +220,9 @@ def summary(report: dict) -> str:
     for name, place in report.get("placement", {}).items():
         lines.append(f"placement {name}: {len(place.get('bundles', []))} bundles on {', '.join(place.get('nodes', []))}"
                      f" -> {'ok' if place.get('ok') else 'WRONG'}")
+    for role in report.get("roles", []):
+        lines.append(f"role {role['role']}: pool {role['pool']} -> {', '.join(role['nodes']) or '?'}"
+                     f" {'ok' if role['ok'] else 'WRONG (lands on pool ' + role['placed_on_pool'] + ')'}")
     o = report.get("overrides", {})
     lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
     paths = report.get("paths", {})

@@ -75,6 +75,7 @@ class Request:
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
     site: object = None  # the launcher.spec.site.Site it was compiled for
     spec: object = None  # the launcher.spec.experiment.MergedSpec it came from
+    runtime: object = None  # the launcher.spec.runtime.Runtime it renders for (training jobs)
     upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
     chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
 
@@ -128,7 +129,7 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream:
         render=lambda run_dir, after=None: run_files(spec, plan.with_run_dir(run_dir).with_dependency(after), site,
                                                      runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict()},
-        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site,
+        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site, runtime=runtime,
         pass_sbatch_env=site.pass_sbatch_env, upstream=upstream, chain=getattr(spec, "model_from", None),
     )
 

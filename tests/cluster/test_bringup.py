@@ -122,6 +122,37 @@ def test_distillation_hetjob_one_ray_cluster_teacher_pinned():
     print(f"\nbring-up 3 nodes (hetjob): {bringup_seconds(Path('/var/lib/sfdev/runs') / out['run']):.1f}s")
 
 
+def test_placement_follows_roles_not_pool_names(tmp_path):
+    """The distillation hetjob with its pools' names swapped: the training pool is called
+    `teach` (fake series, dev1-6) and the teacher's pool `train` (fake-teach, dev7-8). verl's
+    workers follow `roles:`: the actor's bundles on the pool called teach, the teacher's on
+    the pool called train; the preflight reports each role's nodes."""
+    assets = REPO / "examples" / "assets"
+    data = yaml.safe_load((REPO / "examples" / "distill" / "config.yaml").read_text())
+    data["model"], data["teacher"] = str(assets / "model"), {"model": str(assets / "teacher")}
+    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
+                    "validation": {"files": str(assets / "data" / "test.parquet")}}
+    data["spec"]["resources"] = {
+        "pools": [{"name": "teach", "series": "fake", "nodes": 1, "gpus_per_node": 4},
+                  {"name": "train", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
+        "roles": {"actor": "teach", "rollout": "teach", "teacher": "train"}}
+    exp = tmp_path / "swapped"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    out = submit_preflight(str(exp))
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    report = out["preflight"]
+    (actor_node,) = report["pools"]["teach"]["joined"]
+    (teacher_node,) = report["pools"]["train"]["joined"]
+    assert teacher_node in ("dev7", "dev8") and actor_node not in ("dev7", "dev8")
+    roles = {r["role"]: r for r in report["roles"]}
+    assert set(roles) == {"actor", "rollout", "ref", "teacher"}
+    assert roles["actor"]["nodes"] == roles["rollout"]["nodes"] == [actor_node]
+    assert roles["teacher"]["nodes"] == [teacher_node] and roles["teacher"]["placed_on_pool"] == "train"
+    assert all(r["ok"] for r in roles.values())
+
+
 def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
     site = test_site(tmp_path)
     procs = [subprocess.Popen([SF, "submit", "examples/grpo", "--site", site, "--profile", "shared:2x2",

@@ -109,9 +109,33 @@ def test_placement_pins_verl_pools_to_slurm_pools():
     assert placement.slurm_pool_for("teacher_pool", pools)["name"] == "teach"
     assert placement.slurm_pool_for("rollout_pool_teacher_0", pools)["name"] == "teach"
     assert placement.slurm_pool_for("reward_pool", pools)["name"] == "train"  # no reward pool: train nodes
+    # roles place, never names: a training pool called `teach` keeps the actor, and the pool
+    # that roles: gives the teacher gets the teacher whatever it is called
+    renamed = [{**pools[0], "name": "teach"}, {**pools[1], "name": "big"}]
+    assert placement.slurm_pool_for("global_pool", renamed)["name"] == "teach"
+    assert placement.slurm_pool_for("teacher_pool", renamed)["name"] == "big"
+    named_reward = [{**pools[0], "name": "reward"}, {**pools[1], "name": "rm", "roles": ["reward"]}]
+    assert placement.slurm_pool_for("global_pool", named_reward)["name"] == "reward"
+    assert placement.slurm_pool_for("reward_pool", named_reward)["name"] == "rm"
     scheme = placement.pool_bundles(pools[1])
     assert scheme == [[{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 4]
     assert placement.fitting_cpus(pools[0], 4)[0] == 1.0 and placement.fitting_cpus(pools[0], 64) == (3, None)
+
+
+def test_role_report_names_a_role_off_its_pool():
+    from launcher.injob import placement
+
+    pools = [{"name": "train", "het_group": 0, "roles": ["actor", "rollout"], "nodes": 1, "gpus_per_node": 1},
+             {"name": "teach", "het_group": 1, "roles": ["teacher"], "nodes": 1, "gpus_per_node": 1}]
+    placed = {"train": {"nodes": ["dev1"], "ok": True}, "teach": {"nodes": ["dev2"], "ok": True}}
+    report = placement.role_report(pools, placed)
+    assert [(r["role"], r["pool"], r["nodes"], r["ok"]) for r in report] == [
+        ("actor", "train", ["dev1"], True), ("rollout", "train", ["dev1"], True), ("teacher", "teach", ["dev2"], True)]
+    # a role verl would not put on the pool roles: names (here a reward role on a second pool
+    # whose placement failed) is reported as not ok
+    pools[1]["roles"] = ["reward"]
+    placed["teach"]["ok"] = False
+    assert [r["ok"] for r in placement.role_report(pools, placed)] == [True, True, False]
 
 
 def test_verl_main_patch_tags_bundles(monkeypatch):

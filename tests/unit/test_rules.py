@@ -137,6 +137,31 @@ def test_dapo_reward_model_on_its_own_pool_ok():
     assert ov["reward.reward_model.nnodes"] == "1" and ov["reward.reward_model.n_gpus_per_node"] == "2"
 
 
+def _two_pools(method, roles, second="gen"):
+    v = base(method)
+    v["spec"] = {"resources": {"pools": [{"name": "train"}, {"name": second, "nodes": 1, "gpus_per_node": 2}],
+                               "roles": roles}}
+    return v
+
+
+@pytest.mark.parametrize("role", ["rollout", "ref"])
+def test_role_verl_cannot_put_on_its_own_pool_refused(role):
+    # verl 0.9.1's main_ppo colocates actor, rollout and ref in one resource pool
+    _one(errors_of(_two_pools("grpo", {"actor": "train", role: "gen"})), f"roles.{role}", "actor's resource pool")
+
+
+def test_critic_role_on_a_method_without_critic_refused():
+    _one(errors_of(_two_pools("grpo", {"critic": "gen"})), "roles.critic", "has no critic")
+
+
+def test_pool_named_reward_without_a_role_is_not_a_reward_pool():
+    # placement by roles, never by name: a pool called `reward` with no role is refused
+    v = base("dapo", reward={"model": "/models/rm"})
+    v["spec"] = {"resources": {"pools": [{"name": "train"}, {"name": "reward"}]}}
+    errors = [str(e) for e in errors_of(v)]
+    assert any("pools.reward" in e and "no role" in e for e in errors), errors
+
+
 # rule_rollout_correction
 def test_rollout_correction_tis_and_icepop():
     ov = overrides_of(base("grpo", knobs={"rollout_is": "sequence", "rollout_is_threshold": 2.0}))

@@ -272,3 +272,52 @@ def test_cli_bad_point_fails_whole_sweep_before_anything(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site), "--grid", "rollout_n=4",
                                     "--max-parallel", "x"])
     assert res.exit_code == 2 and "--max-parallel" in res.output
+
+
+RUNTIME_REGISTRY = """verl:
+  "0.9.1":
+    kind: venv
+    path: {path}
+    overrides:
+      ppo_trainer:
+        - actor_rollout_ref.model.use_remove_padding=False
+        - +actor_rollout_ref.model.override_config.attn_implementation=sdpa
+"""
+
+
+@pytest.mark.parametrize("experiment, grid, point_set", [
+    ("examples/grpo", "rollout_n=3,4", "rollout_n=4"),        # a job array
+    ("examples/distill", "actor_lr=1e-6,2e-6", "actor_lr=2e-6"),  # hetjobs: one script per point
+])
+def test_sweep_point_is_what_sf_submit_sends(tmp_path, monkeypatch, experiment, grid, point_set):
+    """One path: a sweep point is prepared by the same pipeline as `sf submit --set` of its
+    grid values: the same overrides (the runtime's default overrides included), the same
+    provenance, and for a hetjob sweep the same batch script."""
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    repo = Path(__file__).resolve().parents[2]
+    registry = tmp_path / "runtimes.yaml"
+    registry.write_text(RUNTIME_REGISTRY.format(path=tmp_path / "rt"))
+    site = tmp_path / "site.yaml"
+    text = (repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs"))
+    site.write_text(text.replace("runtime_registry: /var/lib/sfdev/runtimes.yaml", f"runtime_registry: {registry}"))
+    monkeypatch.delenv("FORGE_RUNTIME_REGISTRY_FILE", raising=False)
+    monkeypatch.delenv("FORGE_IMAGE_VERL", raising=False)
+    monkeypatch.chdir(repo)
+    swept = CliRunner().invoke(main, ["sweep", experiment, "--site", str(site), "--grid", grid,
+                                      "--dry-run", "--json"])
+    assert swept.exit_code == 0, swept.output
+    point = json.loads(swept.stdout)["points"][1]
+    sent = CliRunner().invoke(main, ["submit", experiment, "--site", str(site), "--set", point_set,
+                                     "--dry-run", "--json"])
+    assert sent.exit_code == 0, sent.output
+    submitted = json.loads(sent.stdout)
+    assert "actor_rollout_ref.model.use_remove_padding=False" in point["overrides"]
+    assert point["overrides"] == submitted["overrides"]
+    assert point["sources"] == submitted["sources"]
+    if experiment == "examples/distill":
+        first = CliRunner().invoke(main, ["submit", experiment, "--site", str(site), "--set", "actor_lr=1e-6",
+                                          "--dry-run", "--json"])
+        assert json.loads(swept.stdout)["script"] == json.loads(first.stdout)["script"]
