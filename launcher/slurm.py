@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
+from launcher.spec.site import LOGIN_ENV
 from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()
@@ -101,12 +102,6 @@ def sbatch_input_variables(environ=None, passed=()) -> list[str]:
     options, overriding the script's #SBATCH lines, less those `passed` on purpose."""
     environ = os.environ if environ is None else environ
     return sorted(name for name in environ if name.startswith("SBATCH_") and name not in passed)
-
-
-# Login-node variables that would carry another Python, verl or libraries into the job than the
-# runtime sf checked (sbatch exports the whole environment by default): left out of sbatch's
-# environment unless the site lets them through (slurm.pass_login_env).
-LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
 
 
 def login_env_variables(environ=None, passed=()) -> list[str]:

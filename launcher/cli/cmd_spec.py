@@ -11,7 +11,7 @@ import click
 
 from launcher.cli.options import spec_flags, spec_options
 from launcher.errors import SpecError, SpecErrors
-from launcher.slurm import sbatch_input_variables
+from launcher.slurm import login_env_variables, sbatch_input_variables
 
 _KNOB_BLOCK = {
     "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
@@ -157,8 +157,6 @@ def check(name: str, flags: dict, run_dir: str | None = None):
 def _sbatch_env_warnings(site) -> list[str]:
     """One warning per SBATCH_* variable set here: sbatch reads them as options that
     override the script's #SBATCH lines."""
-    from launcher.slurm import login_env_variables
-
     out = [f"{name}={os.environ[name]} is set on this login node: sf leaves it out of the job's environment (it would "
            "carry another Python or verl than the runtime sf checked); the site's slurm.pass_login_env lets it through"
            for name in login_env_variables(passed=site.pass_sbatch_env)]
@@ -218,10 +216,11 @@ def validate(name, as_json, live, **kwargs):
 
     for dotted, value in leaves({k: v for k, v in spec.values.items() if k not in ("overrides", "knobs")}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
-    from launcher.compile.resolve import shown_dict
+    from launcher.compile.resolve import shown_dict  # lazy like the command's other imports (start-up cost)
+    from launcher.compile.rules import hydra_value  # lazy like the command's other imports (start-up cost)
 
     for key, item in plan.resolved.items():  # every verl key, as verl reads it (knobs, overrides, bindings)
-        click.echo(f"  {key} = {shown_dict(item)}")
+        click.echo(f"  {key} = {shown_dict(item, hydra_value)}")
     click.echo("pools:")
     for p in plan.pools:
         click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "

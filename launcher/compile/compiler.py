@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from launcher.compile import catalog, resolve, rules, scheduler_options, verlcache
+from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
+from launcher.compile.slurm_time import check_signal_lead, time_seconds
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.spec.experiment import MergedSpec
@@ -199,8 +200,6 @@ class Ctx:
 
     def check_types(self) -> None:
         """A user value typed otherwise than verl reads the key (launcher.compile.typed)."""
-        from launcher.compile import typed
-
         for field, message in typed.problems(self):
             self.error(field, message)
 
@@ -304,8 +303,6 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: li
 
 
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
-    from launcher.compile.slurm_time import check_signal_lead, time_seconds
-
     s = spec.values.get("slurm") or {}
     scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
     time = str(s.get("time") or site.time)

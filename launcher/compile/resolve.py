@@ -227,10 +227,9 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def shown_dict(item: dict) -> str:
-    """`6    [--set] (overrides 3 from config.yaml)` from an entry of Plan.resolved (as_dict)."""
-    from launcher.compile.rules import hydra_value
-
+def shown_dict(item: dict, hydra_value: Callable[[Any], str]) -> str:
+    """`6    [--set] (overrides 3 from config.yaml)` from an entry of Plan.resolved (as_dict),
+    values formatted by `hydra_value` (launcher.compile.rules.hydra_value)."""
     def text(one: dict) -> str:
         if one["op"] == DELETE:
             return "<deleted>"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
+from launcher.compile import resolve
 from launcher.errors import SpecError
 
 # ----------------------------------------------------------------------------- values
@@ -544,8 +545,6 @@ def rule_pins_hold(ctx) -> None:
 def refusal(ctx, conflict) -> str:
     """The message of a write that the owner of its key (a pin, a binding, the pools, the run)
     refuses (launcher.compile.resolve): the rule's own message where there is one."""
-    from launcher.compile import resolve
-
     owner, key = conflict.owner, conflict.owner.key
     if owner.layer == "pin":
         if key == ESTIMATOR_KEY:

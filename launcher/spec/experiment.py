@@ -25,6 +25,7 @@ import yaml
 
 from launcher.errors import SpecError, SpecErrors
 from launcher.spec import paths
+from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
 from launcher.spec.site import Site
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -166,7 +167,7 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
     if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
-            _not_a_config(candidate / CONFIG_FILE, name_or_dir)
+            blocked_path(candidate / CONFIG_FILE, name_or_dir)
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
         name = candidate.resolve().name
         if not NAME_RE.fullmatch(name):  # the folder's name names the job and its runs
@@ -178,29 +179,12 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
     if not (exp / CONFIG_FILE).is_file():
-        _not_a_config(exp / CONFIG_FILE, name_or_dir)
+        blocked_path(exp / CONFIG_FILE, name_or_dir)
         raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with `sf new {name_or_dir} --method verl/grpo`")
     try:
         return name_or_dir, exp.resolve()
     except (OSError, RuntimeError) as exc:
         raise SpecError(name_or_dir, f"cannot resolve {exp}: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-def _not_a_config(path: Path, field_name: str) -> None:
-    """Why `path` is not a readable config.yaml when something is in its way (a directory, a
-    FIFO, a symlink loop, a parent that is a file): a SpecError naming it; None when absent."""
-    import errno
-
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        if exc.errno == errno.ENOTDIR:
-            parent = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-            raise SpecError(field_name, f"{parent} is a file, not a folder, so {path} cannot exist; move it away") from None
-        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
-    read_text_file(path, field_name)  # a directory, a FIFO: says which
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -213,26 +197,6 @@ class ConfigLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         refuse_duplicate_keys(self, node)
         return super().construct_mapping(node, deep)
-
-
-def refuse_duplicate_keys(loader, node) -> None:
-    """A key given twice in one YAML mapping: a ConstructorError naming both lines."""
-    if not isinstance(node, yaml.MappingNode):
-        return
-    seen: dict = {}
-    for key_node, _value in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            first = seen.get(key)
-        except TypeError:  # an unhashable key: PyYAML reports it
-            continue
-        if first is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1}); keep one",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line + 1
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -263,48 +227,8 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
-def read_text_file(path: Path, field_name: str) -> str:
-    """A spec or site file's text, or a SpecError naming the path and the cause: not there, a
-    directory, a FIFO or device (never opened: reading would block), a symlink loop,
-    unreadable, not UTF-8 text."""
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
-    if stat.S_ISDIR(mode):
-        raise SpecError(field_name, f"{path} is a directory, not a file; remove it or put the file there")
-    if not stat.S_ISREG(mode):
-        raise SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); replace it with the file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
-    if b"\x00" in raw:
-        raise SpecError(field_name, f"{path} holds NUL bytes: it is a binary file, not YAML text; fix the file")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(field_name, f"{path} is not UTF-8 text (byte {exc.start}); fix the file") from None
-
-
-def parse_yaml_file(path: Path, field_name: str, loader=None):
-    """read_text_file + YAML, every failure a SpecError with the path, the line and the cause."""
-    text = read_text_file(path, field_name)
-    try:
-        return yaml.load(text, Loader=loader or ConfigLoader)  # noqa: S506 (SafeLoader subclasses)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SpecError(field_name, f"{path} is not valid YAML{where} ({problem}); fix the file") from None
-    except RecursionError:
-        raise SpecError(field_name, f"{path} is nested too deeply to be a spec; fix the file") from None
-
-
 def read_config(path: Path) -> dict:
-    data = parse_yaml_file(path, CONFIG_FILE)
+    data = parse_yaml_file(path, CONFIG_FILE, ConfigLoader)
     if data is None:
         raise SpecError(CONFIG_FILE, f"{path} is empty; it needs at least `method: verl/grpo`")
     if not isinstance(data, dict):
@@ -476,24 +400,6 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
         errors.append(SpecError(f"{flag} {key}", "neither a knob nor a dotted Hydra key"
                                 + (f"; did you mean {', '.join(close)}?" if close else "; see `sf schema` for the knobs")))
     return errors
-
-
-def nul_errors(data, where: str) -> list[SpecError]:
-    """A NUL byte in any value or key (bash cuts a string there; Slurm and verl would see
-    another value than sf checked): one SpecError per place, naming it."""
-    out: list[SpecError] = []
-    if isinstance(data, str):
-        if "\x00" in data:
-            out.append(SpecError(where, f"{data.split(chr(0))[0]!r}... holds a NUL byte (\\0), which bash cuts the "
-                                 "value at; remove it"))
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            out += nul_errors(str(key), where) if "\x00" in str(key) else []
-            out += nul_errors(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(data, (list, tuple)):
-        for i, value in enumerate(data):
-            out += nul_errors(value, f"{where}[{i}]")
-    return out
 
 
 def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:

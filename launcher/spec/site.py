@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from launcher.errors import SpecError
+from launcher.errors import SpecError, SpecErrors
 from launcher.spec import paths
+from launcher.spec.files import nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
 
 SYSTEM_SITE = Path("/etc/sf/site.yaml")
 USER_SITE = Path("~/.config/sf/site.yaml").expanduser()
@@ -94,8 +95,6 @@ def find_site_file(explicit: str | None = None) -> Path:
             path = Path(candidate).expanduser()
             if not path.is_file():
                 if os.path.lexists(path):  # there, but a directory, a FIFO, a loop, unreadable: say which
-                    from launcher.spec.experiment import read_text_file
-
                     read_text_file(path, "site")
                 raise SpecError("site", f"site file {path} does not exist; fix $SF_SITE or --site")
             return path
@@ -110,12 +109,7 @@ def _expand(value: str) -> str:
 
 
 def load_site(explicit: str | None = None) -> Site:
-    from launcher.spec.experiment import parse_yaml_file
-
     path = find_site_file(explicit)
-    from launcher.errors import SpecErrors
-    from launcher.spec.experiment import nul_errors
-
     data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
     nul = nul_errors(data, "site")
     if nul:
@@ -127,8 +121,6 @@ class _SiteLoader(yaml.SafeLoader):
     """The site file as PyYAML reads it, but a key given twice is an error (with its lines)."""
 
     def construct_mapping(self, node, deep=False):
-        from launcher.spec.experiment import refuse_duplicate_keys
-
         refuse_duplicate_keys(self, node)
         return super().construct_mapping(node, deep)
 
@@ -146,9 +138,13 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _login_names(names, path: str) -> tuple[str, ...]:
-    from launcher.slurm import LOGIN_ENV
+# Login-node variables that would carry another Python, verl or libraries into the job than the
+# runtime sf checked (sbatch exports the whole environment by default): launcher.slurm leaves
+# them out of sbatch's environment unless the site lets them through (slurm.pass_login_env).
+LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
 
+
+def _login_names(names, path: str) -> tuple[str, ...]:
     if isinstance(names, str) or not all(n in LOGIN_ENV for n in names):
         raise SpecError("site.slurm.pass_login_env", f"{names!r} in {path} must be a list of {', '.join(LOGIN_ENV)}")
     return tuple(names)
