@@ -26,6 +26,7 @@ import yaml
 from launcher.errors import SpecError, SpecErrors
 from launcher.spec import paths
 from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
+from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -80,9 +81,11 @@ def _path_str(path) -> str:
 
 def schema_errors(data: dict) -> list[SpecError]:
     """Validate config.yaml's content; one SpecError per problem, naming the field and the fix."""
-    import jsonschema
-
     sch = schema()
+    if surely_valid(data, sch):  # the common case, without importing jsonschema (launcher.spec.schema_fast)
+        return []
+    import jsonschema  # only for a spec that may have a problem: its import is ~40 ms of a dry run
+
     validator = jsonschema.Draft202012Validator(sch)
     errors: list[SpecError] = []
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
