@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from launcher.errors import SpecError
-from launcher.states import CREATED
+from launcher.states import CREATED, REQUEUED
 
 RECORD = "record.json"
 EVENTS = "events.jsonl"
@@ -157,7 +157,7 @@ class Run:
         phases = read_phases(self.dir)
         rec["phases"] = phases
         restarts = [_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
-        requeued = sum(1 for p in phases if p.get("phase") == "requeued")
+        requeued = sum(1 for p in phases if p.get("phase") == REQUEUED)
         rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts])
         if not rec.get("exit_reason"):
             reason = self.read_text(REASON)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from launcher.errors import SlurmError
 from launcher.spec.site import LOGIN_ENV
-from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_TERMINAL, slurm_done
+from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_PENDING, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()
 DEFAULT_TIMEOUT_S = 60
@@ -434,7 +434,7 @@ def prefer_queue(states: dict[str, JobState], queued: dict[str, JobState]) -> No
 
 def lagging(state: JobState) -> bool:
     """sacct's answer may trail the controller's: worth one squeue look."""
-    return state.missing or state.state == "PENDING"
+    return state.missing or state.state == SLURM_PENDING
 
 
 def _query_ids(job_ids) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 # --- Slurm job states -------------------------------------------------------------------
 
+SLURM_PENDING, SLURM_RUNNING, SLURM_COMPLETED = "PENDING", "RUNNING", "COMPLETED"
 SLURM_TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED",
                   "GONE")
@@ -45,8 +46,17 @@ GONE = "gone"
 # `sf cancel` was sent and Slurm still reports the job running (sacct lags a second).
 CANCELLING = "cancelling"
 
+# Slurm's states lowered that the login side names itself (sf submit --wait, chains, sweeps,
+# a --local export/eval's entry).
+PENDING, RUNNING, COMPLETING, COMPLETED, FAILED = "pending", "running", "completing", "completed", "failed"
+PREEMPTED = "preempted"  # Slurm may start a preempted job again
+REQUEUED_STATE = "requeued"  # Slurm's REQUEUED lowered (the phase of the same name is REQUEUED)
+UNKNOWN = "unknown"  # an array task or hetjob part Slurm has not reported
+
 RUN_TERMINAL = frozenset(s.lower() for s in SLURM_TERMINAL if s != "GONE") | {SUBMIT_FAILED}
-RUN_RUNNING = ("running", "completing", "configuring")
+# Ended without success and not on purpose (cancelled is): what `sf sweep --retry-failed` resends.
+RUN_FAILED = (RUN_TERMINAL - {COMPLETED, CANCELLED}) | {GONE}
+RUN_RUNNING = (RUNNING, COMPLETING, "configuring")
 
 
 def run_state(slurm_state: str) -> str:
@@ -82,9 +92,6 @@ NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED, NODE_RETRY)
 EXPORT_STARTED, EXPORT_ENDED = "export_started", "export_ended"
 EVAL_STARTED, EVAL_ENDED = "eval_started", "eval_ended"
 
-# Not emitted: how status names a driver_started whose `what` is preflight.
-PREFLIGHT_RUNNING = "preflight_running"
-
 PHASE_LABELS = {
     ALLOCATED: "allocated",
     RESTARTED: "restarted after requeue",
@@ -93,7 +100,6 @@ PHASE_LABELS = {
     ALL_JOINED: "ray up",
     HEALTH_CHECKED: "nodes checked",
     DRIVER_STARTED: "driver started",
-    PREFLIGHT_RUNNING: "preflight running",
     ENDED: "ended",
     REQUEUED: "requeued",
     REQUEUE_REFUSED: "requeue refused (bound reached)",
@@ -104,16 +110,23 @@ PHASE_LABELS = {
 }
 
 
-def phase_label(phase: str) -> str:
+def phase_label(phase: str, what: str | None = None) -> str:
+    """`sf status`'s words for a phase (driver_started of a preflight: "preflight running")."""
+    if phase == DRIVER_STARTED and what == "preflight":
+        return "preflight running"
     return PHASE_LABELS.get(phase, phase.replace("_", " "))
 
 
-def latest_phase(events: list[dict]) -> str | None:
-    """The newest job-level phase of events.jsonl (per-node events are detail)."""
+def latest_event(events: list[dict]) -> dict | None:
+    """The newest job-level event of events.jsonl (per-node events are detail)."""
     for event in reversed(events):
         name = str(event.get("phase", ""))
         if name and name not in NODE_PHASES and not name.startswith("node_"):
-            if name == DRIVER_STARTED and event.get("what") == "preflight":
-                return PREFLIGHT_RUNNING
-            return name
+            return event
     return None
+
+
+def latest_phase(events: list[dict]) -> str | None:
+    """The newest job-level phase of events.jsonl."""
+    event = latest_event(events)
+    return str(event["phase"]) if event else None

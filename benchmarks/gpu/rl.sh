@@ -93,7 +93,7 @@ if want install; then
     want_sha=$(cut -d' ' -f1 "$W/kit/bundle.sha256"); got=$(sha256sum /tmp/bundle.tar.xz | cut -d' ' -f1)
     echo "sha256 want=$want_sha got=$got"
     [[ "$want_sha" == "$got" ]] || { note "bundle sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; exit 3; }
-    rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xJf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
+    rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
     touch /tmp/site/.sf-bundle-done
@@ -297,6 +297,25 @@ if want distill3; then
   D=$(cat "$L/distill3-run-dir.txt" 2>/dev/null)
   [[ -n "$D" ]] && (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -12 | tee "$L/distill3-metrics.txt" \
     && sf plot "$(basename "$D")" -o "$L/distill3.png" 2>&1 | tail -2)
+fi
+# -- session 3 (issue 23 item 4): the methods that never trained on a GPU, through sf --
+MSTEPS=${MSTEPS:-4}
+# method_run TAG METHOD ROLLOUT_N: tiny-grpo's experiment with another method, MSTEPS steps on n1
+method_run() {
+  local tag=$1 method=$2 n=$3 exp=tiny-$1
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  sed -i -e "s#^method: .*#method: $method#" -e "s#^  rollout_n: .*#  rollout_n: $n#" "$EXP/experiments/$exp/config.yaml"
+  s0=$(date +%s)
+  sf_submit "$tag" "$exp" --profile h200:1 --set total_training_steps="$MSTEPS"
+  echo "$tag: submit to end $(( $(date +%s) - s0 )) s"
+  local D; D=$(cat "$L/$tag-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -12 | tee "$L/$tag-metrics.txt")
+  [[ -n "$D" ]] && grep -h adv_estimator "$D/overrides.txt"
+}
+if want methods; then
+  stage "methods: REINFORCE++-baseline and ReMax, $MSTEPS steps each on n1 (GPU 0)"
+  method_run rpp verl/reinforce-baseline 4
+  method_run remax verl/remax 1
 fi
 if want summary2; then
   stage "summary2"

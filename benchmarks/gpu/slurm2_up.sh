@@ -27,6 +27,9 @@ NODELINE=$(slurmd -C 2>/dev/null | grep '^NodeName=' | head -1)
 CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(nproc)}
 MEM=$(echo "$NODELINE" | grep -o 'RealMemory=[0-9]*' | cut -d= -f2); MEM=${MEM:-16000}
 NCPU=$((CPUS / 2)); NMEM=$((MEM * 4 / 10))
+# a one-GPU machine: n1 only, with all the host's CPUs (half of 16 starved verl 0.9.1's v1
+# trainer: its 8 TransferQueue storage actors took every CPU and no GPU worker could start)
+NODES="1 2"; [[ -e /dev/nvidia1 ]] || { NODES=1; NCPU=$CPUS; NMEM=$((MEM * 8 / 10)); }
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/log/slurm
 cat >/etc/slurm/taskprolog.sh <<'EOF'
 #!/bin/sh
@@ -77,12 +80,12 @@ MinJobAge=900
 Waittime=0
 EOF
 [[ $GPU_FIX == 1 ]] && echo "TaskProlog=/etc/slurm/taskprolog.sh"
-for k in 1 2; do
+for k in $NODES; do
   echo "NodeName=n$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + k)) CPUs=$NCPU RealMemory=$NMEM Gres=gpu:1 State=UNKNOWN"
 done
 echo "PartitionName=train Nodes=n1 Default=YES MaxTime=INFINITE State=UP"
-echo "PartitionName=teach Nodes=n2 MaxTime=INFINITE State=UP"
-echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"
+[[ $NODES == 1 ]] || { echo "PartitionName=teach Nodes=n2 MaxTime=INFINITE State=UP"
+echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"; }
 } >/etc/slurm/slurm.conf
 # nvidia_gpu_env: only CUDA_VISIBLE_DEVICES in the steps (sf drops ROCR_VISIBLE_DEVICES anyway).
 printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=/dev/nvidia1 Flags=nvidia_gpu_env\n' >/etc/slurm/gres.conf
@@ -90,10 +93,10 @@ printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n' >/etc/slurm/cgroup.conf
 
 if pgrep -x slurmctld >/dev/null; then scontrol reconfigure; else setsid slurmctld </dev/null; fi
 for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
-for k in 1 2; do pgrep -f "slurmd -N n$k" >/dev/null || setsid slurmd -N n$k </dev/null; done
+for k in $NODES; do pgrep -f "slurmd -N n$k" >/dev/null || setsid slurmd -N n$k </dev/null; done
 for _ in $(seq 150); do
-  [[ $(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | grep -cE ' (idle|mix|alloc)$') -ge 2 ]] && break; sleep 0.2
+  [[ $(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | grep -cE ' (idle|mix|alloc)$') -ge $(wc -w <<<"$NODES") ]] && break; sleep 0.2
 done
 t1=$(date +%s.%N)
 echo "slurm (GPU_FIX=$GPU_FIX): $(sinfo -h -N -o '%N %P %T %c %G' 2>&1 | tr '\n' ';') (up in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s)"
-[[ $(sinfo -h -N -o '%N %T' | sort -u | grep -cE ' (idle|mix|alloc)$') -ge 2 ]]
+[[ $(sinfo -h -N -o '%N %T' | sort -u | grep -cE ' (idle|mix|alloc)$') -ge $(wc -w <<<"$NODES") ]]

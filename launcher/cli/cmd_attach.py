@@ -11,29 +11,30 @@ import socket
 
 import click
 
-from launcher.cli.cmd_monitor import complete_run_ids
-from launcher.cli.options import runs_options, runs_root
+from launcher import runs, slurm
+from launcher.cli.options import complete_run_ids, runs_options
 from launcher.errors import SpecError
+from launcher.injob import auth
+from launcher.monitor import attach as att
+from launcher.monitor import poll as monitor
+from launcher.spec.runtime import Runtime
+from launcher.spec.site import load_site, runs_root
+from launcher.states import SLURM_RUNNING
 
 
 def _running(run_id: str, site_path, runs_dir):
     """(run, record, Where, site) of a running run; SpecError naming its state otherwise."""
-    from launcher import runs
-    from launcher.monitor import attach
-    from launcher.monitor import poll as monitor
-    from launcher.spec.site import load_site
-
     site = load_site(site_path)
-    run = runs.open_run(runs_root(site_path, runs_dir, site), run_id)
+    run = runs.open_run(runs_root(runs_dir, site, site_path), run_id)
     rec = run.record()
     if rec.get("kind") == "sweep":
         raise SpecError("run", f"{run.id} is a sweep; attach to one of its runs (`sf status {run.id}`)")
     status = monitor.poll([run], write_back=False)[0]
-    if status.slurm_state != "RUNNING":
+    if status.slurm_state != SLURM_RUNNING:
         raise SpecError("run", f"run {run.id} is not running (state {status.state}"
                         + (f", Slurm {status.slurm_state}" if status.slurm_state else "")
                         + "); `sf attach` needs a running job: see `sf status " + run.id + "`")
-    return run, rec, attach.where(rec, runs.read_phases(run.dir), run.read_json("plan.json")), site
+    return run, rec, att.where(rec, runs.read_phases(run.dir), run.read_json("plan.json")), site
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -56,11 +57,6 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
       sf attach grpo-abcde --role teacher  # the first node of the teacher pool
       sf attach grpo-abcde --node dev2 -- ray status
     """
-    from launcher import slurm
-    from launcher.injob import auth
-    from launcher.monitor import attach as att
-    from launcher.spec.runtime import Runtime
-
     run, rec, where, site = _running(run_id, site_path, runs_dir)
     host, het_group = att.target(where, node, role)
     runtime = Runtime.from_dict(rec.get("runtime") or {"framework": "verl", "version": "?", "kind": "module"})
@@ -85,10 +81,6 @@ def attach(run_id, node, role, print_only, command, site_path, runs_dir):
 @runs_options
 def dashboard(run_id, local_port, site_path, runs_dir):
     """Print the ssh port-forward to a running job's Ray dashboard (where the site enables it)."""
-    from launcher.injob import auth
-    from launcher.monitor import attach as att
-    from launcher.spec.site import load_site
-
     site = load_site(site_path)
     if not (site.raw.get("ray") or {}).get("dashboard"):
         raise SpecError("site.ray.dashboard", f"site {site.name} does not start the Ray dashboard; an admin "

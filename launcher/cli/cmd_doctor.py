@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from launcher.submit import doctor as dr
+
 
 @click.command("doctor")
 @click.option("--site", "site_path", default=None, metavar="FILE", help="Site file to check (default: as sf finds it).")
@@ -16,8 +18,6 @@ def doctor(site_path, as_json):
 
     Exit 0 when every check passes, 1 otherwise.
     """
-    from launcher.submit import doctor as dr
-
     checks = dr.run_checks(site_path)
     if as_json:
         click.echo(json.dumps({"ok": dr.all_ok(checks), "checks": [c.to_dict() for c in checks]}, indent=2))

@@ -6,13 +6,14 @@ import json
 
 import click
 
-from launcher.cli.options import runs_options, runs_root
+from launcher import runs
+from launcher.cli.options import runs_options
+from launcher.monitor import metrics as m
+from launcher.spec.site import runs_root
 
 
 def _open(site_path, runs_dir, run_id):
-    from launcher import runs
-
-    return runs.open_run(runs_root(site_path, runs_dir), run_id)
+    return runs.open_run(runs_root(runs_dir, site_path=site_path), run_id)
 
 
 @click.command("metrics")
@@ -26,8 +27,6 @@ def metrics(run_id, as_json, site_path, runs_dir):
     Series: critic/score/mean, val-core/*/reward/mean*, timing_s/gen and timing_s/step,
     response_length/mean, actor/pg_loss, critic/vf_loss (train/loss, val/loss for SFT).
     """
-    from launcher.monitor import metrics as m
-
     run = _open(site_path, runs_dir, run_id)
     data = m.load_run_metrics(run.dir, run.id)
     if as_json:
@@ -42,8 +41,6 @@ def metrics(run_id, as_json, site_path, runs_dir):
 @runs_options
 def plot(run_id, output, site_path, runs_dir):
     """Draw the key training metrics of RUN to a PNG (needs matplotlib: sf[plots])."""
-    from launcher.monitor import metrics as m
-
     run = _open(site_path, runs_dir, run_id)
     data = m.load_run_metrics(run.dir, run.id)
     path = m.plot(data, output, title=f"{run.id} ({data.steps} steps)")

@@ -16,22 +16,13 @@ from pathlib import Path
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import runs_options, runs_root
+from launcher.cli.options import complete_run_ids, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
+from launcher.spec.site import runs_root
 from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
 EXIT_INTERRUPTED = 130
-
-
-def complete_run_ids(ctx, param, incomplete):
-    """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
-    try:
-        root = runs_root(ctx.params.get("site_path"), ctx.params.get("runs_dir"))
-        names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
-    except Exception:  # completion must never fail loudly
-        return []
-    return [n for n in names if n.startswith(incomplete)]
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
@@ -108,7 +99,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     asking Slurm). With a SWEEP id: every point. One sacct call per poll however many
     runs and array tasks; falls back to squeue (and says so) without accounting.
     """
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     if target:
         watched = [runs.open_run(root, target)]
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
@@ -245,29 +236,13 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
-    root = runs_root(site_path, runs_dir)
-    run = runs.open_run(root, run_id)
-    rec = run.record()
-    array_id, only = None, None
-    if task is not None:
-        if rec.get("kind") != "sweep":
-            raise SpecError("--task", f"{run.id} is a run, not a sweep; drop --task")
-        members = [m for m in runs.sweep_members(root, run.id)
-                   if (m.record().get("sweep") or {}).get("index") == task]
-        if members:  # a sweep of separate runs (hetjobs): follow that point's run
-            run, rec = members[0], members[0].record()
-        elif rec.get("job_ids"):
-            array_id = str(rec["job_ids"][0])
-            only = f"{array_id}_{task}"
-        else:
-            raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
+    run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
     if list_only:
         files = monitor.log_files(run.dir)
         click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
                                                for f in files]) if files else f"no logs yet in {run.logs_dir}")
         return
-    if tail_n is None and follow:
-        tail_n = 50
+    tail_n = 50 if tail_n is None and follow else tail_n
     offsets: dict[Path, int] = {}
 
     def current_files():
@@ -314,14 +289,37 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     read_new(files, first=True)
     if not follow:
         return
+    if not files:
+        click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
+    _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def _log_target(root, run_id: str, task: int | None):
+    """(run, array job id, `<array>_<task>`) whose logs `sf logs RUN [--task N]` shows: a
+    sweep's point N is its own run (hetjob sweeps) or one task of the sweep's array."""
+    run = runs.open_run(root, run_id)
+    rec = run.record()
+    if task is None:
+        return run, None, None
+    if rec.get("kind") != "sweep":
+        raise SpecError("--task", f"{run.id} is a run, not a sweep; drop --task")
+    members = [m for m in runs.sweep_members(root, run.id) if (m.record().get("sweep") or {}).get("index") == task]
+    if members:  # a sweep of separate runs (hetjobs): follow that point's run
+        return members[0], None, None
+    if rec.get("job_ids"):
+        array_id = str(rec["job_ids"][0])
+        return run, array_id, f"{array_id}_{task}"
+    raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
+
+
+def _follow(run, only, interval, check_every, current_files, read_new) -> None:
+    """`sf logs -f`: new lines every `interval` s; every `check_every` s one Slurm query
+    whether the job ended (then a last drain and return). Ctrl-C: exit 130."""
     try:
-        if not files:
-            click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
         next_check = time.monotonic() + check_every
         while True:
             time.sleep(interval)
-            files = current_files()
-            read_new(files, first=False)
+            read_new(current_files(), first=False)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + check_every
                 try:
@@ -345,7 +343,7 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
 @runs_options
 def cancel(target, as_json, site_path, runs_dir):
     """Cancel every Slurm job of a run, or of every point of a sweep."""
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     run = runs.open_run(root, target)
     statuses = monitor.poll([run], runs_dir=root, write_back=False)
     status = statuses[0]
@@ -393,7 +391,7 @@ def list_runs(as_json, limit, site_path, runs_dir):
 
     Records that have not ended yet are brought up to date first with ONE Slurm query for
     all of them (as `sf status` does); ended runs cost nothing."""
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     listed = runs.list_runs(root)[:limit]
     try:
         monitor.poll(listed, runs_dir=root, skip_ended=True)  # writes the states it learns back

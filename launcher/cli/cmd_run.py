@@ -20,8 +20,16 @@ from pathlib import Path
 
 import click
 
+from launcher import runs
 from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SpecError
+from launcher.injob.preflight import summary
+from launcher.monitor import poll as monitor
+from launcher.render.logger_env import after_submit
+from launcher.states import SLURM_COMPLETED
+from launcher.submit import pipeline
+from launcher.submit.live import verify
+from launcher.submit.pipeline import prepare_run
 
 
 def _warn(warnings) -> None:
@@ -40,8 +48,6 @@ def render(name, out_dir, preflight, **kwargs):
 
     The script is standalone: `sbatch DIR/job.sbatch` runs it (its logs go to DIR/logs/).
     """
-    from launcher.submit.pipeline import prepare_run
-
     request = prepare_run(name, spec_flags(kwargs), preflight=preflight)
     if request.upstream is not None:
         ce = request.spec.chain_export
@@ -73,8 +79,6 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
       sf submit my-grpo --profile fake:2x4 --dry-run
       sf submit examples/grpo --preflight --wait
     """
-    from launcher.submit import pipeline
-
     request = pipeline.prepare_run(name, spec_flags(kwargs), preflight=preflight)
     plan = request.plan
     say_sbatch_env_left_out(request.pass_sbatch_env)  # what sbatch runs with is part of the request
@@ -98,7 +102,6 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo("sf: dry run: nothing written, nothing submitted", err=True)
         return
 
-    from launcher.submit.live import verify
 
     # a pool no partition can ever hold, an account or QOS Slurm would refuse: exit 2 here
     live_warnings = verify(plan, request.site, getattr(request.spec, "provenance", None))
@@ -114,9 +117,8 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
             click.echo(chain_line(chain, export_job, preflight))
         click.echo(f"submitted run {run.id} as job {job_id} ({'preflight, ' if preflight else ''}"
                    f"{len(plan.pools)} pool{'s' if len(plan.pools) > 1 else ''}); run dir {run.dir}")
-    from launcher.render.logger_env import after_submit  # W&B offline: the `wandb sync` line
 
-    for line in after_submit(run.dir, sent.rendered.script):
+    for line in after_submit(run.dir, sent.rendered.script):  # W&B offline: the `wandb sync` line
         click.echo(line, err=True)
     if wait:
         sys.exit(wait_for_job(run, job_id, preflight=preflight, as_json=as_json))
@@ -157,13 +159,19 @@ def _event_line(event: dict) -> str:
 def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None, sleep=time.sleep) -> int:
     """Follow the run with monitor.poll: print each new Slurm state and phase; at the end
     the reason / preflight report. 0 when the job completed, else 1."""
-    from launcher import runs
-    from launcher.monitor import poll as monitor
-
     echo = echo or (lambda text: click.echo(text, err=as_json))
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S
     while True:
-        status = monitor.poll([run])[0]
+        polled = monitor.poll([run])
+        if not polled:  # the record could not be read this time (poll leaves such runs out)
+            unknown_since = unknown_since or time.monotonic()
+            if time.monotonic() - unknown_since > UNKNOWN_GIVE_UP_S:
+                echo(f"job {job_id}: the run record {run.dir} could not be read for {UNKNOWN_GIVE_UP_S:.0f} s; "
+                     f"stopped waiting (see `sf status {run.id}`)")
+                break
+            sleep(delay)
+            continue
+        status = polled[0]
         slurm_state = status.slurm_state or "UNKNOWN"
         # Slurm does not know the job (not yet in sacct, or purged): do not wait forever
         # on a job nobody can see.
@@ -190,14 +198,12 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
         sleep(delay)
     reason = run.read_text(runs.REASON)
     report = run.read_json("preflight.json") if preflight else None
-    ok = last_state == "COMPLETED"
+    ok = last_state == SLURM_COMPLETED
     if as_json:
         click.echo(json.dumps({"run": run.id, "job_id": job_id, "state": last_state, "ok": ok,
                                "reason": reason.strip() if reason else None, "preflight": report}, indent=2))
     else:
         if report:
-            from launcher.injob.preflight import summary
-
             click.echo(summary(report))
         if reason and not ok:
             click.echo(f"reason: {reason.strip()}")

@@ -5,13 +5,23 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import click
+import yaml
 
 from launcher.cli.options import spec_flags, spec_options
-from launcher.errors import SpecError, SpecErrors
+from launcher.compile import catalog
+from launcher.compile.catalog import METHODS, versions
+from launcher.compile.resolve import shown_dict
+from launcher.compile.rules import hydra_value
+from launcher.errors import SpecError
 from launcher.slurm import login_env_variables, sbatch_input_variables
+from launcher.spec.experiment import NAME_RE, leaves, schema_errors
+from launcher.spec.experiment import schema as load_schema
+from launcher.submit import pipeline
+from launcher.submit.live import verify
 
 _KNOB_BLOCK = {
     "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
@@ -66,14 +76,10 @@ def config_text(name: str, method: str, version: str) -> str:
 
 
 def _complete_methods(ctx, param, incomplete):
-    from launcher.compile.catalog import METHODS
-
     return [f"verl/{m}" for m in METHODS if f"verl/{m}".startswith(incomplete)]
 
 
 def _complete_versions(ctx, param, incomplete):
-    from launcher.compile.catalog import versions
-
     return [v for v in versions() if v.startswith(incomplete)]
 
 
@@ -85,11 +91,6 @@ def _complete_versions(ctx, param, incomplete):
               shell_complete=_complete_versions, help="verl version of the catalog.")
 def new(name, method, framework_version):
     """Create experiments/NAME/config.yaml for a method."""
-    import yaml
-
-    from launcher.compile import catalog
-    from launcher.spec.experiment import NAME_RE, schema_errors
-
     if not NAME_RE.fullmatch(name):
         raise SpecError("NAME", f"{name!r} is not a valid experiment name: letters, digits, _ . - (at most 64), "
                         "starting with a letter or digit")
@@ -115,43 +116,6 @@ def new(name, method, framework_version):
         os.unlink(tmp)
     click.echo(f"created {target}")
     click.echo(f"next: sf validate {name} --model PATH_OR_HF_ID --train-data FILE")
-
-
-def _runtime_defaults(spec, site) -> dict:
-    """The published runtime's default overrides ({verl config name: lines}); none when no
-    runtime is published here (`sf validate` works without one; `sf submit` then refuses)."""
-    from launcher.errors import SpecError
-    from launcher.spec.runtime import resolve_runtime
-
-    try:
-        return dict(resolve_runtime("verl", spec.framework_version or "0.9.1", site).overrides)
-    except SpecError:
-        return {}
-
-
-def check(name: str, flags: dict, run_dir: str | None = None):
-    """load_spec + compile_plan + the verl compose check (remembered when clean:
-    launcher.compile.verlcache). Returns (spec, plan, site); raises SpecErrors."""
-    from launcher.compile.compiler import compile_plan
-    from launcher.compile.verlcache import checked_overrides
-    from launcher.compile.verlcheck import version_note
-    from launcher.spec.experiment import load_spec
-    from launcher.spec.site import load_site
-    from launcher.submit.pipeline import placeholder_run_dir
-
-    site = load_site(flags.get("site"))
-    spec = load_spec(name, flags, site)
-    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name),
-                        runtime_overrides=_runtime_defaults(spec, site))
-    errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
-    if errors:
-        raise SpecErrors(errors)
-    note = version_note(plan.framework_version)
-    if note:
-        from dataclasses import replace
-
-        plan = replace(plan, warnings=plan.warnings + (note,))
-    return spec, plan, site
 
 
 def _sbatch_env_warnings(site) -> list[str]:
@@ -182,12 +146,8 @@ def validate(name, as_json, live, **kwargs):
 
     Exit 0 when valid, 2 when not (one line per problem on stderr).
     """
-    spec, plan, site = check(name, spec_flags(kwargs))  # errors: launcher.cli.app prints them (as JSON too)
+    spec, plan, site = pipeline.check(name, spec_flags(kwargs))  # errors: launcher.cli.app prints them (as JSON too)
     if live:
-        from dataclasses import replace
-
-        from launcher.submit.live import verify
-
         plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site, spec.provenance)))
     if as_json:
         out = {
@@ -212,13 +172,8 @@ def validate(name, as_json, live, **kwargs):
         return
     click.echo(f"{plan.experiment}: verl/{plan.method} on verl {plan.framework_version} — valid")
     click.echo("values:")
-    from launcher.spec.experiment import leaves
-
     for dotted, value in leaves({k: v for k, v in spec.values.items() if k not in ("overrides", "knobs")}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
-    from launcher.compile.resolve import shown_dict  # lazy like the command's other imports (start-up cost)
-    from launcher.compile.rules import hydra_value  # lazy like the command's other imports (start-up cost)
-
     for key, item in plan.resolved.items():  # every verl key, as verl reads it (knobs, overrides, bindings)
         click.echo(f"  {key} = {shown_dict(item, hydra_value)}")
     click.echo("pools:")
@@ -236,6 +191,4 @@ def validate(name, as_json, live, **kwargs):
 @click.command()
 def schema():
     """Print the JSON Schema of config.yaml."""
-    from launcher.spec.experiment import schema as load_schema
-
     click.echo(json.dumps(load_schema(), indent=2))

@@ -19,10 +19,19 @@ from pathlib import Path
 
 import click
 
-from launcher.cli.options import runs_root, say_sbatch_env_left_out, spec_flags, spec_options
+from launcher import runs, slurm
+from launcher.cli.cmd_run import chain_line
+from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.monitor import poll as monitor
+from launcher.render.script import array_directive
+from launcher.spec.site import load_site, runs_root
 from launcher.states import RETRYING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
+from launcher.submit import pipeline
 from launcher.submit import sweep as sweep_mod
+from launcher.submit.chain import join, queued_model_from
+from launcher.submit.live import verify
+from launcher.submit.pipeline import placeholder_run_dir, run_files
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
@@ -32,13 +41,12 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
     point's job is the job `sf submit` would send for it; SpecErrors naming every bad point.
     `exports`: {ChainExport: its Request}, the export `--model run:RUN` queues first when RUN
     has none yet (one per RUN, shared by every point: they all name its folder as their model)."""
-    from launcher.submit.pipeline import prepare_run
-
     prepared, errors = [], []
     for index, params in enumerate(points):
         where = f"point {index} ({sweep_mod.label(params)})"
         try:
-            prepared.append((params, prepare_run(name, sweep_mod.point_flags(flags, params), preflight=preflight)))
+            point_flags = sweep_mod.point_flags(flags, params)
+            prepared.append((params, pipeline.prepare_run(name, point_flags, preflight=preflight)))
         except SpecErrors as exc:
             errors += [SpecError(where, str(e)) for e in exc.errors]
         except SpecError as exc:
@@ -73,8 +81,7 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--retry-failed", "retry", default=None, metavar="SWEEP",
               help="Submit the failed points of SWEEP again (same sweep, same run dirs, new jobs).")
-@click.option("--runs-dir", default=None, metavar="DIR", help="Run records folder (with --retry-failed).")
-def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, runs_dir, **kwargs):
+def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, **kwargs):
     """Submit a grid of runs: one Slurm job array (or throttled hetjobs for multi-pool methods).
 
     \b
@@ -88,7 +95,7 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
         if name or grid_items:
             raise SpecError("--retry-failed", "takes only the sweep id (the points are in its record); "
                             "drop NAME and --grid")
-        return _retry(retry, flags.get("site"), runs_dir, as_json, dry_run)
+        return _retry(retry, flags.get("site"), flags.get("runs_dir"), as_json, dry_run)
     if not name:
         raise SpecError("NAME", "give the experiment to sweep (or --retry-failed SWEEP)")
     if max_parallel is not None:
@@ -110,17 +117,11 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, ru
 def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
                   sweep_dir: str) -> str:
     """The one batch script of an array sweep (each task reads its point from the manifest)."""
-    from launcher.submit.pipeline import run_files
-
     array = {"size": n, "max_parallel": k, "sweep_id": sweep_id, "sweep_dir": sweep_dir}
     return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
 def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
-    from launcher.cli.cmd_run import chain_line
-    from launcher.render.script import array_directive
-    from launcher.submit.pipeline import placeholder_run_dir
-
     first = compiled[0][1]
     n = len(compiled)
     if mode == "array":
@@ -150,13 +151,8 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
     click.echo("sf: dry run: nothing written, nothing submitted", err=True)
 
 
+# long: the sweep record, its members and the array/hetjob submission; issue 20 moves it into submit/
 def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports):
-    from launcher import runs
-    from launcher.cli.cmd_run import chain_line
-    from launcher.submit import pipeline
-    from launcher.submit.chain import queued_model_from
-    from launcher.submit.live import verify
-
     first = compiled[0][1]
     n = len(compiled)
     # as sf submit: the pools against the partitions, the account/QOS where enforced (the
@@ -234,9 +230,6 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
 def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None = None) -> bool:
     """One sbatch of the sweep's array script (for `indices`); `after`: a dependency the
     whole array waits on besides the script's own (the chained export's job)."""
-    from launcher import runs, slurm
-    from launcher.render.script import array_directive
-
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
     if after:  # the command line replaces the script's --dependency: join the two
@@ -263,8 +256,6 @@ def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None
 
 
 def _point_submitted(member, job_id: str) -> None:
-    from launcher import runs
-
     old_reason = (member.read_text(runs.REASON) or "").strip() or None
 
     def apply(rec):
@@ -285,9 +276,6 @@ def _point_submitted(member, job_id: str) -> None:
 def _submit_hetjobs(sweep_run, members, k, pass_env, waits: list[str | None] | None = None) -> bool:
     """One sbatch per point, at most k at once (afterany chains); `waits[i]`: a dependency
     point i waits on besides (its chained export's job)."""
-    from launcher import runs, slurm
-    from launcher.submit.chain import join
-
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
@@ -341,11 +329,7 @@ def _report(sweep_run, members, mode, k, as_json, retry: bool) -> None:
 
 
 def _retry(sweep_id, site_path, runs_dir, as_json, dry_run):
-    from launcher import runs
-    from launcher.monitor import poll as monitor
-    from launcher.spec.site import load_site
-
-    root = runs_root(site_path, runs_dir)
+    root = runs_root(runs_dir, site_path=site_path)
     sweep_run = runs.open_run(root, sweep_id)
     rec = sweep_run.record()
     if rec.get("kind") != "sweep":

@@ -1,21 +1,24 @@
 """Flags shared by commands: the spec flags of `sf validate`, `sf submit`, `sf render` and
-`sf sweep`, and where the run records are (`runs_options`, `runs_root`).
+`sf sweep`, and where the run records are (`runs_options`; the order is
+launcher.spec.site.runs_root's).
 
     @click.command()
     @click.argument("name")
     @spec_options
-    def submit(name, **kwargs):
-        flags = spec_flags(kwargs)         # pops the spec flags out of kwargs
-        site = load_site(flags.get("site"))
-        spec = load_spec(name, flags, site)
+    def validate(name, **kwargs):
+        flags = spec_flags(kwargs)                      # pops the spec flags out of kwargs
+        spec, plan, site = pipeline.check(name, flags)  # launcher.submit.pipeline
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import click
+from click.shell_completion import CompletionItem
+
+from launcher import sbatch_values
+from launcher.compile import scheduler_options
+from launcher.slurm import login_env_variables, sbatch_input_variables
+from launcher.spec.site import runs_root
 
 _OPTIONS = (
     click.option("--model", metavar="PATH_OR_HF_ID|run:RUN", shell_complete=lambda *a: complete_model(*a),
@@ -32,16 +35,24 @@ _OPTIONS = (
     click.option("--set", "set_", metavar="KEY=VALUE", multiple=True,
                  help="A knob (rollout_n=8) or a raw Hydra key (a.b.c=1); repeatable."),
     click.option("--site", metavar="FILE", help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...)."),
+    click.option("--runs-dir", "runs_dir", default=None, metavar="DIR",
+                 help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir)."),
 )
+
+
+def complete_run_ids(ctx, param, incomplete):
+    """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
+    try:
+        root = runs_root(ctx.params.get("runs_dir"), site_path=ctx.params.get("site_path") or ctx.params.get("site"))
+        names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
+    except Exception:  # completion must never fail loudly
+        return []
+    return [n for n in names if n.startswith(incomplete)]
 
 
 def complete_model(ctx, param, incomplete):
     """--model: `run:<id>` for the runs of the runs folder once `r`/`run:` is typed, else files."""
-    from click.shell_completion import CompletionItem
-
     if "run:".startswith(incomplete[:4]) and incomplete:
-        from launcher.cli.cmd_monitor import complete_run_ids
-
         ids = complete_run_ids(ctx, param, incomplete[4:] if incomplete.startswith("run:") else "")
         items = [CompletionItem(f"run:{i}") for i in ids if f"run:{i}".startswith(incomplete)]
         if items:
@@ -51,9 +62,7 @@ def complete_model(ctx, param, incomplete):
 
 def spec_options(func):
     """Decorator adding the spec flags (and the scheduler flags) to a click command."""
-    from launcher.compile.scheduler_options import click_options
-
-    for option in reversed(_OPTIONS + click_options()):
+    for option in reversed(_OPTIONS + _scheduler_options()):
         func = option(func)
     return func
 
@@ -68,12 +77,61 @@ def spec_flags(kwargs: dict) -> dict:
         "profile": kwargs.pop("profile", None),
         "set": list(kwargs.pop("set_", None) or ()),
         "site": kwargs.pop("site", None),
+        "runs_dir": kwargs.pop("runs_dir", None),
     }
-    from launcher.compile.scheduler_options import pop_flags
-
-    flags["slurm"], flags["slurm_provenance"] = pop_flags(kwargs)
+    flags["slurm"], flags["slurm_provenance"] = _pop_scheduler_flags(kwargs)
     flags["after"] = kwargs.pop("after", None)  # --after RUN (launcher.submit.chain)
     return flags
+
+
+def _scheduler_options():
+    """The scheduler flags (launcher.compile.scheduler_options checks their values)."""
+    return (
+        click.option("--account", metavar="NAME", help="Slurm account to charge (slurm.account; over the site's)."),
+        click.option("--qos", metavar="NAME", help="Slurm QOS (slurm.qos; over the site's)."),
+        click.option("--reservation", metavar="NAME", help="Run in a Slurm reservation (every het group)."),
+        click.option("--mail-type", "mail_type", metavar="TYPES",
+                     help="Mail on these events, e.g. FAIL or END,FAIL (job-wide)."),
+        click.option("--mail-user", "mail_user", metavar="ADDR", help="Who gets the mail (job-wide)."),
+        click.option("--dependency", metavar="EXPR",
+                     help="Slurm dependency, e.g. afterok:1234 (job-wide; sf adds singleton for the run)."),
+        click.option("--exclude", metavar="NODES", help="Nodes to leave out, e.g. node[01-02] (every het group)."),
+        click.option("--constraint", metavar="FEATURES",
+                     help="Node features, joined with the series' own by & (every het group)."),
+        click.option("--after", metavar="RUN", shell_complete=complete_run_ids,
+                     help="Wait for another run (or sweep) to succeed: afterok on its "
+                     "current job, still right after it is requeued."),
+        click.option("--exclude-bad-nodes", "exclude_bad_nodes", is_flag=True, default=None,
+                     help="Check every node (object transfers; NCCL all-reduce and a GEMM per GPU on GPU nodes) "
+                          "before training; requeue without the nodes that fail (at most max_requeues times)."),
+        click.option("--sbatch", "sbatch_", metavar="KEY=VALUE", multiple=True,
+                     help="Another long sbatch option from sf's allowlist, e.g. mem-per-gpu=32G (repeatable; "
+                          "job-wide ones such as begin go to the first het group, per-node ones to every group)."),
+    )
+
+
+def _pop_scheduler_flags(kwargs: dict) -> tuple[dict, dict]:
+    """Pop the scheduler flags out of click's kwargs -> ({slurm key: value}, {dotted: flag})."""
+    slurm, prov = {}, {}
+    for flag, key in (("--account", "account"), ("--qos", "qos")):  # rendered by launcher.render.script itself
+        value = kwargs.pop(key, None)
+        if value is not None:
+            slurm[key] = sbatch_values.account(value, flag)
+            prov[f"slurm.{key}"] = flag
+    for flag, key, *_ in scheduler_options.SCALARS:
+        value = kwargs.pop(key, None)
+        if value is not None:
+            slurm[key] = value
+            prov[f"slurm.{key}"] = flag
+    if kwargs.pop("exclude_bad_nodes", None):
+        slurm["exclude_bad_nodes"] = True
+        prov["slurm.exclude_bad_nodes"] = "--exclude-bad-nodes"
+    extra = scheduler_options.parse_sbatch_flags(kwargs.pop("sbatch_", None) or ())
+    if extra:
+        slurm["sbatch"] = extra
+        prov.update({f"slurm.sbatch.{k}": "--sbatch" for k in extra})
+        prov["slurm.sbatch"] = "--sbatch"
+    return slurm, prov
 
 
 # --- where the run records are: the flags of every command that reads or writes them ------
@@ -87,24 +145,8 @@ def runs_options(func):
     return func
 
 
-def runs_root(site_path: str | None, runs_dir: str | None, site=None) -> Path:
-    """--runs-dir, then $SF_RUNS_DIR, then the site's runs_dir (the site file is read
-    only when needed, unless the caller has it already)."""
-    if runs_dir:
-        return Path(runs_dir).expanduser()
-    if os.environ.get("SF_RUNS_DIR"):
-        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
-    if site is None:
-        from launcher.spec.site import load_site
-
-        site = load_site(site_path)
-    return Path(site.runs_dir)
-
-
 def say_sbatch_env_left_out(passed=()) -> None:
     """One line naming the SBATCH_* variables sf's sbatch calls leave out (launcher.slurm)."""
-    from launcher.slurm import login_env_variables, sbatch_input_variables
-
     login = login_env_variables(passed=passed)
     if login:
         click.echo(f"sf: left out of the job's environment: {', '.join(login)} (set on this login node, they would "

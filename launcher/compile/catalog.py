@@ -10,6 +10,7 @@ exist: older runtimes are refused with the reason.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -91,15 +92,15 @@ def parse_method(text: str) -> str:
     """'verl/grpo' -> 'grpo'. Raises SpecError for another framework or an unknown method."""
     framework, _, name = str(text).partition("/")
     if not name:
-        raise SpecError("method", f"{text!r} is not FRAMEWORK/METHOD; write e.g. method: verl/grpo ({', '.join(METHODS)})")
+        raise SpecError("method", f"{text!r} is not FRAMEWORK/METHOD; write e.g. method: verl/grpo "
+                                  f"({', '.join(METHODS)})")
     if framework != FRAMEWORK:
         raise SpecError("method", f"framework {framework!r} is not supported; sf runs verl: method: verl/{name}")
     if name not in METHODS:
-        import difflib
-
         close = difflib.get_close_matches(name, METHODS, n=2, cutoff=0.4)
         hint = f"did you mean verl/{close[0]}? " if close else ""
-        raise SpecError("method", f"unknown method verl/{name}; {hint}methods: {', '.join('verl/' + m for m in METHODS)}")
+        raise SpecError("method", f"unknown method verl/{name}; {hint}methods: "
+                                  f"{', '.join('verl/' + m for m in METHODS)}")
     return name
 
 

@@ -15,6 +15,7 @@ provenance (Plan.sources).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
@@ -87,8 +88,6 @@ class Ctx:
         return self._item
 
     def write(self, w: resolve.Write) -> None:
-        from dataclasses import replace
-
         self.writes.append(replace(w, seq=len(self.writes), item=w.item if w.item >= 0 else self.next_item()))
         self._resolution = None
 
@@ -248,7 +247,8 @@ def knob_layers(spec: MergedSpec) -> list[tuple[str, dict]]:
     return sorted(by_layer.items(), key=lambda kv: resolve.RANK[kv[0]])
 
 
-def build_pools(spec: MergedSpec, method: catalog.Method, site: Site, errors: list[SpecError]) -> tuple[list[Pool], dict]:
+def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
+                errors: list[SpecError]) -> tuple[list[Pool], dict]:
     """spec.resources.pools (or one pool of the site's default series), reshaped by --profile."""
     resources = ((spec.values.get("spec") or {}).get("resources") or {})
     declared = list(resources.get("pools") or [])
@@ -333,20 +333,17 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     except SpecError as exc:
         raise SpecErrors([exc]) from None
     if not os.path.isabs(run_dir):
-        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on requeue)"))
+        errors.append(SpecError("run_dir", f"{run_dir!r} must be absolute (checkpoints are found by absolute path on "
+                                           "requeue)"))
     ctx = Ctx(spec, method, site, run_dir, runtime_overrides)
     ctx.errors[:0] = errors
     ctx.pools, ctx.roles = build_pools(spec, method, site, ctx.errors)
     # Knob defaults of configs/defaults.yaml sit below the method's defaults.
-    ctx.recipe_defaults = dict(method.defaults)  # the method recipe's own (rule_knobs: layer "method")
     method_defaults = {**ctx.base_knobs, **method.defaults}
     ctx.method = _with_defaults(method, method_defaults)
     for rule in rules.BUILD:
         rule(ctx)
-    resolution = ctx.resolution
-    ctx.errors.extend(resolution.errors)  # two writes of one key in one layer
-    for conflict in resolution.conflicts:  # a pin or a binding refuses a write
-        ctx.error(conflict.write.field, rules.refusal(ctx, conflict))
+    _resolution_errors(ctx)
     ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
@@ -401,6 +398,15 @@ def resolved_values(ctx: Ctx) -> dict:
     return out
 
 
+def _resolution_errors(ctx: Ctx) -> None:
+    """The one map's own problems: two writes of one key in one layer, and each write a pin or
+    a binding refuses (with the rule's message: rules.refusal)."""
+    resolution = ctx.resolution
+    ctx.errors.extend(resolution.errors)
+    for conflict in resolution.conflicts:
+        ctx.error(conflict.write.field, rules.refusal(ctx, conflict))
+
+
 def _files(value) -> list[str]:
     if value is None:
         return []
@@ -408,8 +414,6 @@ def _files(value) -> list[str]:
 
 
 def _with_defaults(method: catalog.Method, defaults: dict) -> catalog.Method:
-    from dataclasses import replace
-
     return replace(method, defaults=defaults)
 
 

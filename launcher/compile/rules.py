@@ -3,14 +3,13 @@
 Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.compiler.Ctx).
 A rule reads the spec, the method and the overrides gathered so far, and either sets
 overrides, adds warnings, or adds SpecErrors whose message says how to fix the problem.
-compile.compile_plan runs them in RULES order and raises all errors of one pass together.
+compile.compile_plan runs the BUILD rules, then the JUDGES, and raises all errors of one pass together.
 
 Pure: no I/O here (the catalog files are read by launcher.compile.catalog).
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Any, Callable
 
 from launcher.compile import resolve
 from launcher.errors import SpecError
+from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
 # ----------------------------------------------------------------------------- values
 
@@ -73,6 +73,7 @@ _UNPARSED = object()
 @lru_cache(maxsize=None)
 def _hydra_parser():
     try:
+        # lazy: Hydra's parser imports in ~0.3 s, paid only for a dict/list value
         from hydra.core.override_parser.overrides_parser import OverridesParser
     except ImportError:
         return None
@@ -121,21 +122,6 @@ def hydra_value(value: Any) -> str:
             and not _HYDRA_NUMBERISH.fullmatch(text):
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def split_override(text: str) -> tuple[str, str, str]:
-    """'+a.b=1' -> ('+', 'a.b', '1'). Raises ValueError when there is no '=' or no key."""
-    if "=" not in text:
-        raise ValueError("no '='")
-    key, _, value = text.partition("=")
-    key = key.strip()
-    prefix = ""
-    while key[:1] in ("+", "~"):
-        prefix += key[0]
-        key = key[1:]
-    if not key or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
-        raise ValueError(f"bad key {key!r}")
-    return prefix, key, value.strip()
 
 
 # ----------------------------------------------------------------------------- enums
@@ -286,15 +272,12 @@ KNOBS: dict[str, Knob] = {
 }
 
 
-def close_knobs(name: str, n: int = 3) -> list[str]:
-    return difflib.get_close_matches(name, list(KNOBS), n=n, cutoff=0.5)
-
-
 def knob_key(name: str, sft: bool) -> str | None:
     knob = KNOBS[name]
     return knob.sft_key if sft else knob.key
 
 
+# long: one branch per knob type, read top to bottom; issue 20 types knobs from verl
 def coerce_knob(name: str, value: Any) -> Any:
     """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...).
 
@@ -320,7 +303,8 @@ def coerce_knob(name: str, value: Any) -> Any:
     if value is None:
         return None
     if t == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not value.is_integer()):
+        fractional = isinstance(value, float) and not value.is_integer()
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or fractional:
             raise SpecError(field, f"{value!r} is not a whole number; write e.g. {name}: 4")
         return int(value)
     if t == "float":
@@ -501,7 +485,8 @@ def is_legacy(key: str) -> bool:
 
 
 def estimator_hint() -> str:
-    return "grpo->verl/grpo, rloo->verl/rloo, reinforce_plus_plus_baseline->verl/reinforce-baseline, remax->verl/remax, gae->verl/ppo"
+    return ("grpo->verl/grpo, rloo->verl/rloo, reinforce_plus_plus_baseline->verl/reinforce-baseline, "
+            "remax->verl/remax, gae->verl/ppo")
 
 
 def rule_estimator(ctx) -> None:
@@ -528,7 +513,8 @@ def rule_method_pins(ctx) -> None:
 def _pin_message(ctx, key, value) -> str:
     hint = ""
     if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
-        hint = "; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and loss_agg_mode=token-mean"
+        hint = ("; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and "
+                "loss_agg_mode=token-mean")
     return f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}"
 
 
@@ -575,10 +561,11 @@ PIN_PATHS_DAPO = {
 
 
 def rule_pin_paths(ctx) -> None:
-    """Pins hold on every path verl 0.9.1 offers. DAPO: a custom sampler (trainer.v1.sampler.custom_sampler)
-    skips group filtering; reward.reward_manager.source other than `register` replaces the dapo
-    reward manager. Every RL method: trainer.use_v1=false runs the deprecated main_ppo_v0
-    trainer (main_ppo.py:183); a standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
+    """Pins hold on every path verl 0.9.1 offers. DAPO: a custom sampler
+    (trainer.v1.sampler.custom_sampler) skips group filtering; reward.reward_manager.source
+    other than `register` replaces the dapo reward manager. Every RL method that does not pin
+    it: trainer.use_v1=false runs the deprecated main_ppo_v0 trainer (main_ppo.py:183); a
+    standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
     trainer.v1.trainer_mode=separate_async) or a rollout n_gpus_per_node other than the pool's
     asks Ray for GPUs Slurm never allocated."""
     if ctx.sft:
@@ -589,10 +576,11 @@ def rule_pin_paths(ctx) -> None:
             if value != want and not (want is None and value in ("", None)):
                 ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: {why}; verl/dapo pins it "
                           f"({'unset' if want is None else want}): remove it")
-    if ctx.get("trainer.use_v1", True) is not True:
-        ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the deprecated "
-                  "main_ppo_v0 trainer (main_ppo.py:183-192), which sf's pools, pins and checkpoints are not built for: "
-                  "remove it")
+    if "trainer.use_v1" not in ctx.method.pins and ctx.get("trainer.use_v1", True) is not True:
+        # (a method that needs the v0 trainer pins it: verl/remax; the pin rules hold that)
+        ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the "
+                  "deprecated main_ppo_v0 trainer (main_ppo.py:183-192), which sf's pools, pins and checkpoints are "
+                  "not built for: remove it")
     if ctx.effective is None and not ctx.user_sets("actor_rollout_ref.rollout"):
         return
     mode = ctx.get("trainer.v1.trainer_mode", "sync")
@@ -645,7 +633,8 @@ def rule_bindings(ctx) -> None:
     if not model:
         ctx.error("model", "no model: pass --model PATH_OR_HF_ID or set `model:` in config.yaml")
     if not train:
-        ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset OWNER/NAME@VERSION) or set data.train.files")
+        ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset "
+                                      "OWNER/NAME@VERSION) or set data.train.files")
     om = ctx.layer("model")
     has_dataset = ((v.get("data") or {}).get("train") or {}).get("dataset")
     ot = ctx.layer("data.train.dataset" if has_dataset else "data.train.files")
@@ -686,13 +675,15 @@ def rule_knobs(ctx) -> None:
         for name, raw in knobs.items():
             if name not in KNOBS:
                 close = close_knobs(name)
-                ctx.error(f"knobs.{name}", f"unknown knob; {('did you mean ' + ', '.join(close) + '? ') if close else ''}"
+                ctx.error(f"knobs.{name}", "unknown knob; "
+                                           f"{('did you mean ' + ', '.join(close) + '? ') if close else ''}"
                           "see `sf schema` for the knobs, or pass a raw Hydra key with --set a.b.c=VALUE")
                 continue
             key = knob_key(name, ctx.sft)
             if key is None:
                 ctx.error(f"knobs.{name}", f"this knob does not apply to verl/{ctx.method.name}"
-                          + ("; SFT knobs: " + ", ".join(k for k, kn in KNOBS.items() if kn.sft_key) if ctx.sft else ""))
+                          + ("; SFT knobs: " + ", ".join(k for k, kn in KNOBS.items() if kn.sft_key)
+                             if ctx.sft else ""))
                 continue
             try:
                 value = coerce_knob(name, raw)
@@ -718,8 +709,9 @@ def rule_raw_overrides(ctx) -> None:
         if is_legacy(key):
             new = legacy_rewrite(key)
             if new is None:
-                ctx.error(source, f"{key} is a legacy top-level reward key that verl 0.9.1's main_ppo ignores and has no "
-                          "reward.* equivalent; use reward.* keys or knobs (see `sf schema`), e.g. overlong_buffer_len")
+                ctx.error(source, f"{key} is a legacy top-level reward key that verl 0.9.1's main_ppo ignores and has "
+                          "no reward.* equivalent; use reward.* keys or knobs (see `sf schema`), "
+                          "e.g. overlong_buffer_len")
                 continue
             plus = "+" if new.startswith("reward.reward_kwargs.") else ""
             ctx.warn(f"{source}: legacy {prefix}{key} is ignored by verl 0.9.1's main_ppo; sf passes it as {plus}{new}")
@@ -757,11 +749,11 @@ def rule_rollout_n(ctx) -> None:
     lo, hi = ctx.method.rollout_n_min, ctx.method.rollout_n_max
     src = ctx.culprit("actor_rollout_ref.rollout.n", "knobs.rollout_n")
     if lo is not None and n < lo:
-        ctx.error(src, f"verl/{ctx.method.name} compares responses within a group: rollout_n must be >= {lo} (got {n}); "
-                  f"set rollout_n: {max(lo, 5)}")
+        ctx.error(src, f"verl/{ctx.method.name} compares responses within a group: rollout_n must be >= {lo} "
+                  f"(got {n}); set rollout_n: {max(lo, 5)}")
     if hi is not None and n > hi:
-        ctx.error(src, f"verl/{ctx.method.name} uses the greedy response as baseline: rollout_n must be {hi} (got {n}); "
-                  "set rollout_n: 1 or use verl/grpo")
+        ctx.error(src, f"verl/{ctx.method.name} uses the greedy response as baseline: rollout_n must be {hi} "
+                  f"(got {n}); set rollout_n: 1 or use verl/grpo")
 
 
 def rule_dapo(ctx) -> None:
@@ -799,9 +791,9 @@ def rule_dynamic_sampling_reward_model(ctx) -> None:
     """filter_groups with a reward model colocated on the training GPUs: verl asserts; refused."""
     if ctx.get("algorithm.filter_groups.enable") is True and ctx.get("reward.reward_model.enable") is True \
             and ctx.get("reward.reward_model.enable_resource_pool") is not True:
-        ctx.error("reward.model", "dynamic sampling (filter_groups) needs rewards at rollout time, but the reward model "
-                  "shares the training GPUs (verl asserts): use a rule-based reward function, or give the reward model "
-                  "its own pool (spec.resources.pools + roles: {reward: <pool>})")
+        ctx.error("reward.model", "dynamic sampling (filter_groups) needs rewards at rollout time, but the reward "
+                  "model shares the training GPUs (verl asserts): use a rule-based reward function, or give the "
+                  "reward model its own pool (spec.resources.pools + roles: {reward: <pool>})")
 
 
 def rule_rollout_correction(ctx) -> None:
@@ -827,7 +819,8 @@ def rule_rollout_correction_inputs(ctx) -> None:
     if (is_on or rs_on) and ctx.get("actor_rollout_ref.rollout.calculate_log_probs", True) is False:
         ctx.error(ctx.culprit("actor_rollout_ref.rollout.calculate_log_probs", "knobs.rollout_calculate_log_probs"),
                   "rollout correction (rollout_is/rollout_rs) compares against the rollout's own log probs, which "
-                  "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop rollout_is/rollout_rs")
+                  "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop "
+                  "rollout_is/rollout_rs")
     if is_on:
         src = ctx.culprit(rc + "rollout_is_threshold", "knobs.rollout_is_threshold")
         try:
@@ -853,12 +846,13 @@ def rule_rollout_correction_inputs(ctx) -> None:
         ctx.error(src, f"{len(parts)} thresholds for {len(modes)} rollout_rs options ({', '.join(modes)}); "
                   "give one shared threshold or one per option")
         return
-    for mode, part in zip(modes, parts * len(modes) if len(parts) == 1 else parts):
+    for mode, part in zip(modes, parts * len(modes) if len(parts) == 1 else parts, strict=True):
         if "_" in part and not mode.endswith("k1"):
             ctx.error(src, f"{mode} takes one upper bound, not LOW_HIGH {part!r} (only *_k1 modes take a pair); "
                       "e.g. rollout_rs_threshold: 0.01")
 
 
+# long: one rule over every pool and role; issue 20 reworks placement by role
 def rule_pools(ctx) -> None:
     """Roles -> pools: train pool fills trainer.*, teacher pool distillation.*, reward pool reward.reward_model.*."""
     pools = ctx.pools
@@ -868,10 +862,12 @@ def rule_pools(ctx) -> None:
     by_name = {p.name: p for p in pools}
     for role, pool_name in roles.items():
         if pool_name not in by_name:
-            ctx.error(f"spec.resources.roles.{role}", f"pool {pool_name!r} is not declared; pools: {', '.join(by_name)}")
+            ctx.error(f"spec.resources.roles.{role}",
+                      f"pool {pool_name!r} is not declared; pools: {', '.join(by_name)}")
     train = by_name.get(roles.get("actor", pools[0].name), pools[0])
     if train.het_group != 0:
-        ctx.error("spec.resources.roles.actor", "the actor must run on the first pool (het group 0, where Ray's head runs)")
+        ctx.error("spec.resources.roles.actor", "the actor must run on the first pool (het group 0, where Ray's head "
+                                                "runs)")
     rule_roles_verl_can_place(ctx, train)
     ctx.set("trainer.nnodes", train.nodes, "topology")
     ctx.set("trainer.n_gpus_per_node", train.gpus_per_node, "topology")
@@ -883,8 +879,8 @@ def rule_pools(ctx) -> None:
     if ctx.method.name == "distillation":
         if len(pools) < 2 or teacher_pool is None:
             ctx.error("spec.resources.pools", "verl/distillation needs two pools with the teacher on the second: the "
-                      "teacher is placed on top of the training pool. Declare pools [{name: train, ...}, {name: teach, ...}] "
-                      "and roles {actor: train, rollout: train, teacher: teach}")
+                      "teacher is placed on top of the training pool. Declare pools [{name: train, ...}, "
+                      "{name: teach, ...}] and roles {actor: train, rollout: train, teacher: teach}")
         elif by_name.get(teacher_pool) is not None and by_name[teacher_pool].het_group != 1:
             ctx.error("spec.resources.roles.teacher", f"the teacher must be on the second pool, not {teacher_pool!r}")
         elif by_name.get(teacher_pool) is not None:
@@ -897,16 +893,19 @@ def rule_pools(ctx) -> None:
             if isinstance(ttp, int) and ttp > 0 and size % ttp:
                 ctx.error(ctx.source_of("distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size",
                                         "knobs.teacher_tensor_model_parallel_size"),
-                          f"the teacher pool has {size} GPUs, not a multiple of teacher_tensor_model_parallel_size={ttp} "
+                          f"the teacher pool has {size} GPUs, not a multiple of "
+                          f"teacher_tensor_model_parallel_size={ttp} "
                           "(verl refuses it); pick a TP size that divides the pool")
         teacher = (ctx.values.get("teacher") or {}).get("model")
         if not teacher:
-            ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in config.yaml")
+            ctx.error("teacher.model", "verl/distillation needs a teacher: set teacher: {model: PATH_OR_HF_ID} in "
+                                       "config.yaml")
         else:
             ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding",
                     origin=ctx.layer("teacher.model"))
     elif teacher_pool is not None:
-        ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use verl/distillation")
+        ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use "
+                                                  "verl/distillation")
     reward_model = (ctx.values.get("reward") or {}).get("model")
     reward_pool = roles.get("reward")
     if reward_pool is not None and not reward_model:
@@ -919,14 +918,16 @@ def rule_pools(ctx) -> None:
         if reward_pool is not None and reward_pool in by_name:
             rp = by_name[reward_pool]
             if rp.het_group == 0:
-                ctx.error("spec.resources.roles.reward", "the reward pool must be a pool of its own, not the training pool")
+                ctx.error("spec.resources.roles.reward", "the reward pool must be a pool of its own, not the training "
+                                                         "pool")
             ctx.set("reward.reward_model.enable_resource_pool", True, "topology")
             ctx.set("reward.reward_model.nnodes", rp.nodes, "topology")
             ctx.set("reward.reward_model.n_gpus_per_node", rp.gpus_per_node, "topology")
     used = {train.name} | {p for p in roles.values()}
     for p in pools:
         if p.name not in used:
-            ctx.error(f"spec.resources.pools.{p.name}", "pool has no role; map a role to it in spec.resources.roles or remove it")
+            ctx.error(f"spec.resources.pools.{p.name}", "pool has no role; map a role to it in spec.resources.roles or "
+                                                        "remove it")
 
 
 # Roles verl 0.9.1's trainers keep in the actor's resource pool (main_ppo's `global_pool`:
@@ -957,7 +958,8 @@ def rule_custom_reward_function(ctx) -> None:
         ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", "binding",
                 origin=ctx.layer("reward.function.path"))
     elif fn.get("name"):
-        ctx.error("reward.function.path", "a reward function name without a path; set reward.function.path: my_reward.py")
+        ctx.error("reward.function.path", "a reward function name without a path; set reward.function.path: "
+                                          "my_reward.py")
 
 
 def rule_checkpoints(ctx) -> None:
@@ -977,7 +979,8 @@ def rule_checkpoints_resume(ctx) -> None:
     from step 0 without a word: verl issue 7952)."""
     save = ctx.get("trainer.save_freq")
     if _is_int(save) and save <= 0:
-        ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; set save_freq: 10")
+        ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; "
+                 "set save_freq: 10")
     mode = ctx.get("trainer.resume_mode")
     if mode is None and ctx.user_sets("trainer.resume_mode"):
         ctx.error(ctx.culprit("trainer.resume_mode"),
@@ -1002,8 +1005,6 @@ def rule_checkpoints_resume(ctx) -> None:
 def rule_raw_reward_function_file(ctx) -> None:
     """A raw override of verl's reward function file gets the check reward.function gets:
     verl imports it at start-up (read here with ast, never imported)."""
-    from launcher.spec.experiment import check_reward_function
-
     key = "reward.custom_reward_function.path"
     path = ctx.get(key)
     if ctx.sft or not ctx.user_sets(key) or not isinstance(path, str) or not path:
@@ -1084,20 +1085,24 @@ def rule_pitfalls(ctx) -> None:
     nodes = g("trainer.nnodes")
     tp = g("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)
     if isinstance(tp, int) and isinstance(gpn, int) and tp > gpn:
-        ctx.warn(f"tensor_model_parallel_size={tp} is larger than the {gpn} GPUs per node; set tensor_model_parallel_size: {gpn} or fewer")
+        ctx.warn(f"tensor_model_parallel_size={tp} is larger than the {gpn} GPUs per node; set "
+                 f"tensor_model_parallel_size: {gpn} or fewer")
     bs = g("data.train_batch_size", 1024)
     n = g("actor_rollout_ref.rollout.n", 1)
     if all(isinstance(x, int) and not isinstance(x, bool) for x in (bs, n, gpn, nodes)) and gpn and nodes:
         gpus = gpn * nodes
         if (bs * n) % gpus:
-            ctx.warn(f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl refuses it at start-up")
+            ctx.warn(f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl "
+                     "refuses it at start-up")
     mini = g("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
     if isinstance(mini, int) and isinstance(bs, int) and mini > bs:
         ctx.warn(f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs}; set ppo_mini_batch_size <= {bs}")
     if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
         for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
-                          ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"),
-                          ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu")):
+                          ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+                           "log_prob_micro_batch_size_per_gpu"),
+                          ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+                           "ref_log_prob_micro_batch_size_per_gpu")):
             if g(key) is None:
                 ctx.warn(f"{knob} is not set and use_dynamic_bsz is off: verl asserts at start-up; set {knob}: 4")
         if ctx.method.critic and g("critic.ppo_micro_batch_size_per_gpu") is None:
@@ -1194,4 +1199,3 @@ JUDGES: tuple[Rule, ...] = (
     rule_pitfalls,
     rule_logger,
 )
-RULES: tuple[Rule, ...] = BUILD + JUDGES

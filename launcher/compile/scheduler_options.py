@@ -10,69 +10,29 @@ SpecError naming the flag or key and the fix otherwise); render puts them on `#S
 Hetjobs: PER_GROUP options go into every het component (each component is its own job
 record: its own reservation, excluded nodes, features); JOB_WIDE ones (dependency, mail,
 begin, deadline, ...) go into the first component only and apply to the whole job.
-Pure; standard library and click only.
+The patterns and the allowlist are launcher.sbatch_values'; the flags are
+launcher.cli.options'. Pure; standard library only.
 """
 
 from __future__ import annotations
 
-import re
-
+from launcher import sbatch_values
 from launcher.errors import SpecError
-from launcher.render import sbatch_values
+from launcher.sbatch_values import (  # noqa: F401 (KEYS, DEPENDENCY: named here by callers and tests)
+    ALLOWED,
+    DEPENDENCY,
+    INT,
+    KEYS,
+    MAIL_TYPES,
+    MAIL_USER,
+    NODELIST,
+    RESERVATION,
+    SBATCH_KEY,
+    SCALARS,
+    TIMEISH,
+    WORDS,
+)
 
-# --- value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them ---------------
-RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")
-MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
-              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
-MAIL_USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}(?:@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*)?$")
-_DEP_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
-            r"(?::\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?)+)")
-DEPENDENCY = re.compile(rf"^{_DEP_ONE}(?:(?:,{_DEP_ONE})*|(?:\?{_DEP_ONE})*)$")
-_HOSTS = r"[A-Za-z0-9._-]+(?:\[[0-9,-]+\][A-Za-z0-9._-]*)*"  # node07, node[01-03], gpu[1,3]x
-NODELIST = re.compile(rf"^{_HOSTS}(?:,{_HOSTS})*$")
-SBATCH_KEY = re.compile(r"^[a-z][a-z-]{1,40}$")
-
-_TIMEISH = re.compile(r"^[A-Za-z0-9:+_-]{1,32}$")  # now+1hour, 2026-12-01T10:00, 16:00, midnight
-_WORDS = re.compile(r"^[A-Za-z0-9._:=,@/+-]{1,200}$")  # a comment, a network spec: one word
-_INT = re.compile(r"^-?\d{1,9}$")
-
-# key -> (pattern, what is allowed, job-wide?) ; pattern None: a flag without a value
-ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
-    "begin": (_TIMEISH, "a time such as now+1hour, 16:00 or 2026-12-01T10:00", True),
-    "deadline": (_TIMEISH, "a time such as 2026-12-01T10:00", True),
-    "comment": (_WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
-    "nice": (_INT, "a whole number", True),
-    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
-    "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
-    "wckey": (sbatch_values.ACCOUNT, "letters, digits and ._- only", True),
-    "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
-    "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
-    "delay-boot": (sbatch_values.TIME, "minutes or HH:MM:SS", True),
-    "mcs-label": (sbatch_values.NAME, "letters, digits and ._- only", True),
-    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
-                 "like matlab:2,fluent", False),
-    "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
-    "mem-per-gpu": (sbatch_values.MEM, "a size such as 32G", False),
-    "mem-per-cpu": (sbatch_values.MEM, "a size such as 4G", False),
-    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "tmp": (sbatch_values.MEM, "a size such as 100G", False),
-    "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
-             "compute_bound, memory_bound, multithread or nomultithread", False),
-    "network": (_WORDS, "one word of letters, digits and ._:=,@/+-", False),
-    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
-    "prefer": (sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
-    "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
-    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
-    "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
-    "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),
-    "mem-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like local", False),
-    "contiguous": (None, "a flag (no value)", False),
-    "spread-job": (None, "a flag (no value)", False),
-    "use-min-nodes": (None, "a flag (no value)", False),
-    "overcommit": (None, "a flag (no value)", False),
-}
 # sbatch options sf writes itself (or has its own key for): never through --sbatch
 OWNED = {
     "job-name": "sf names the job after the run", "output": "the run's logs/ holds it",
@@ -91,18 +51,6 @@ OWNED = {
     "parsable": "sf reads sbatch's output", "test-only": "use `sf submit --dry-run`", "wait": "use `sf submit --wait`",
     "hold": "release it with scontrol after submitting", "input": "the job reads no stdin",
 }
-# the scalar keys (flag, config key, pattern, what, job-wide?)
-SCALARS = (
-    ("--reservation", "reservation", RESERVATION, "a reservation name (letters, digits, ._-; several joined by ,)",
-     False),
-    ("--mail-type", "mail_type", None, "one or more of " + ",".join(MAIL_TYPES) + " joined by ,", True),
-    ("--mail-user", "mail_user", MAIL_USER, "a user name or an address like alice@example.org", True),
-    ("--dependency", "dependency", DEPENDENCY,
-     "a Slurm dependency like afterok:123 or afterany:123:124,singleton (no spaces; all , or all ?)", True),
-    ("--exclude", "exclude", NODELIST, "node names like node[01-03],node07", False),
-    ("--constraint", "constraint", sbatch_values.CONSTRAINT, "features joined by & | , only; no spaces", False),
-)
-KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch", "exclude_bad_nodes")
 _TEXT = ["string", "null"]
 # config.yaml's `slurm:` keys for these options (tests/unit/compiler_fixtures/genschema.py)
 SCHEMA_PROPERTIES = {
@@ -122,10 +70,6 @@ SCHEMA_PROPERTIES = {
                           "description": "check every node before training; requeue without the ones that fail "
                                          "(at most max_requeues times); --exclude-bad-nodes"},
 }
-HET_NOTE = ("In a hetjob --reservation, --exclude, --constraint and per-node --sbatch options "
-            "(mem-per-gpu, licenses, ...) apply to every het group; --dependency, --mail-type/--mail-user and "
-            "job-wide --sbatch options (begin, deadline, comment, nice, ...) to the whole job (first component).")
-
 
 def _field(key: str, provenance: dict, flag: str | None = None) -> str:
     """The name an error shows: the flag, the site file's key or config.yaml's key."""
@@ -249,63 +193,3 @@ def directives(options, *, first: bool, singleton: bool = False, series_constrai
             continue
         d.append(f"--{key}" if value is None else f"--{key}={value}")
     return d
-
-
-# --- the flags (sf submit / validate / render / sweep) ----------------------------------------
-
-def click_options():
-    import click
-
-    return (
-        click.option("--account", metavar="NAME", help="Slurm account to charge (slurm.account; over the site's)."),
-        click.option("--qos", metavar="NAME", help="Slurm QOS (slurm.qos; over the site's)."),
-        click.option("--reservation", metavar="NAME", help="Run in a Slurm reservation (every het group)."),
-        click.option("--mail-type", "mail_type", metavar="TYPES",
-                     help="Mail on these events, e.g. FAIL or END,FAIL (job-wide)."),
-        click.option("--mail-user", "mail_user", metavar="ADDR", help="Who gets the mail (job-wide)."),
-        click.option("--dependency", metavar="EXPR",
-                     help="Slurm dependency, e.g. afterok:1234 (job-wide; sf adds singleton for the run)."),
-        click.option("--exclude", metavar="NODES", help="Nodes to leave out, e.g. node[01-02] (every het group)."),
-        click.option("--constraint", metavar="FEATURES",
-                     help="Node features, joined with the series' own by & (every het group)."),
-        click.option("--after", metavar="RUN", shell_complete=_complete_runs,
-                     help="Wait for another run (or sweep) to succeed: afterok on its "
-                     "current job, still right after it is requeued."),
-        click.option("--exclude-bad-nodes", "exclude_bad_nodes", is_flag=True, default=None,
-                     help="Check every node (object transfers; NCCL all-reduce and a GEMM per GPU on GPU nodes) "
-                          "before training; requeue without the nodes that fail (at most max_requeues times)."),
-        click.option("--sbatch", "sbatch_", metavar="KEY=VALUE", multiple=True,
-                     help="Another long sbatch option from sf's allowlist, e.g. mem-per-gpu=32G (repeatable; "
-                          "job-wide ones such as begin go to the first het group, per-node ones to every group)."),
-    )
-
-
-def _complete_runs(ctx, param, incomplete):
-    """--after RUN: the run ids of the runs folder (imported late: cmd_monitor needs click options)."""
-    from launcher.cli.cmd_monitor import complete_run_ids
-
-    return complete_run_ids(ctx, param, incomplete)
-
-
-def pop_flags(kwargs: dict) -> tuple[dict, dict]:
-    """Pop the scheduler flags out of click's kwargs -> ({slurm key: value}, {dotted: flag})."""
-    slurm, prov = {}, {}
-    for flag, key in (("--account", "account"), ("--qos", "qos")):  # rendered by launcher.render.script itself
-        value = kwargs.pop(key, None)
-        if value is not None:
-            slurm[key] = sbatch_values.account(value, flag)
-            prov[f"slurm.{key}"] = flag
-    for flag, key, *_ in SCALARS:
-        value = kwargs.pop(key, None)
-        if value is not None:
-            slurm[key] = value
-            prov[f"slurm.{key}"] = flag
-    if kwargs.pop("exclude_bad_nodes", None):
-        slurm["exclude_bad_nodes"] = True
-        prov["slurm.exclude_bad_nodes"] = "--exclude-bad-nodes"
-    extra = parse_sbatch_flags(kwargs.pop("sbatch_", None) or ())
-    if extra:
-        slurm["sbatch"] = extra
-        prov.update({f"slurm.sbatch.{k}": "--sbatch" for k in extra})
-        prov["slurm.sbatch"] = "--sbatch"
-    return slurm, prov

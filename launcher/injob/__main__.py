@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
 def _export(cmd: str, rest: list[str]) -> int:
     import json
 
-    from launcher.submit.export import FORMATS, LayoutError, find_actor_dir, preflight_report
+    from launcher.checkpoints import FORMATS, LayoutError, find_actor_dir, preflight_report
 
     if cmd == "checkpoint":
         directory, fmt = rest[0], (rest[1] if len(rest) > 1 and rest[1] != "-" else None)

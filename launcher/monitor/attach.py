@@ -27,6 +27,7 @@ from launcher.errors import SpecError
 from launcher.injob import auth, ports
 from launcher.render.script import quote
 from launcher.slurm import srun_argv
+from launcher.states import ALLOCATED, HEAD_UP
 
 DASHBOARD_LOCAL_PORT = 8265
 
@@ -56,12 +57,12 @@ def where(record: dict, phases: list[dict], plan: dict | None) -> Where:
     job_ids = [str(j) for j in record.get("job_ids") or []]
     if not job_ids:
         raise SpecError("run", f"run {record.get('id')} has no job (state {record.get('state')}); nothing to attach to")
-    allocated = [i for i, e in enumerate(phases) if e.get("phase") == "allocated" and e.get("pools")]
+    allocated = [i for i, e in enumerate(phases) if e.get("phase") == ALLOCATED and e.get("pools")]
     if not allocated:
         raise SpecError("run", f"run {record.get('id')}: job {job_ids[-1]} has no nodes yet; "
                         "wait for it to start (`sf status`)")
     last = allocated[-1]
-    heads = [e.get("address") for e in phases[last:] if e.get("phase") == "head_up" and e.get("address")]
+    heads = [e.get("address") for e in phases[last:] if e.get("phase") == HEAD_UP and e.get("address")]
     pools = {str(k): [str(h) for h in v] for k, v in phases[last]["pools"].items()}
     plan_pools = {p["name"]: p for p in (plan or {}).get("pools", [])}
     job_id = job_ids[-1]

@@ -223,10 +223,10 @@ def to_json(run_id: str, metrics: Metrics) -> dict:
 def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
     """Draw the key series, one panel per group, to a PNG file."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: matplotlib imports in ~0.4 s and is an extra (sf[plots])
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: matplotlib imports in ~0.4 s and is an extra (sf[plots])
     except ImportError:
         raise SpecError("plot", "matplotlib is not installed; pip install 'sf[plots]' (or matplotlib)") from None
     panels = [(t, [k for p in pats for k in metrics.keys_matching(p)]) for t, pats in PANELS]

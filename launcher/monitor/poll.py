@@ -19,7 +19,24 @@ from pathlib import Path
 from launcher import runs as runs_mod
 from launcher import slurm
 from launcher import states as vocabulary
-from launcher.states import CANCELLED, CANCELLING, GONE, RUN_RUNNING, RUN_TERMINAL, run_ended, run_state
+from launcher.states import (
+    CANCELLED,
+    CANCELLING,
+    COMPLETING,
+    CREATED,
+    GONE,
+    PENDING,
+    PREEMPTED,
+    REQUEUED_STATE,
+    RUN_RUNNING,
+    RUN_TERMINAL,
+    RUNNING,
+    SUBMIT_FAILED,
+    SUBMITTED,
+    UNKNOWN,
+    run_ended,
+    run_state,
+)
 
 _STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
 _TOTAL = re.compile(r"Total training steps:\s*(\d+)")
@@ -152,26 +169,26 @@ def _active_ids(rec: dict) -> list[str]:
     return [str(j) for j in rec.get("job_ids") or []]
 
 
-def _progress_line(state: str, job: slurm.JobState | None, phase: str | None,
+def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
                    step: int | None, total: int | None, rec: dict) -> str:
-    if state in ("created",):
+    if state == CREATED:
         return "not submitted"
-    if state == "submit_failed":
+    if state == SUBMIT_FAILED:
         return "submit failed"
-    if state == "submitted" and (job is None or job.missing):
+    if state == SUBMITTED and (job is None or job.missing):
         return "submitted"
-    if state == "pending":
+    if state == PENDING:
         reason = job.reason if job and job.reason and job.reason != "None" else ""
         requeued = " after requeue" if rec.get("requeue_count") else ""
         return f"queued{requeued}" + (f" ({reason})" if reason else "")
     if state in RUN_RUNNING:
         if step is not None:
             return f"step {step}/{total}" if total else f"step {step}"
-        if phase:
-            return vocabulary.phase_label(phase)
-        return "allocated"
-    if state == "requeued":
-        return "requeued"
+        if event:
+            return vocabulary.phase_label(str(event["phase"]), event.get("what"))
+        return vocabulary.phase_label(vocabulary.ALLOCATED)
+    if state == REQUEUED_STATE:
+        return vocabulary.phase_label(vocabulary.REQUEUED)
     if step is not None and state in RUN_TERMINAL:
         return f"{state} at step {step}" + (f"/{total}" if total else "")
     return state
@@ -195,15 +212,16 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
             for part in js.parts:
                 if part in states:
                     jobs[part] = states[part].to_dict()
-    state = rec.get("state", "created")
+    state = rec.get("state", CREATED)
     if job is not None and not job.missing:
         state = run_state(job.state)
     elif job is not None and job.missing and states is not None and states.source == "squeue" \
             and state not in RUN_TERMINAL:
         state = GONE
     phases = rec.get("phases") or []
-    phase = vocabulary.latest_phase(phases)
-    wants_progress = state in ("running", "completing") or (
+    event = vocabulary.latest_event(phases)
+    phase = str(event["phase"]) if event else None
+    wants_progress = state in (RUNNING, COMPLETING) or (
         state in RUN_TERMINAL and states is not None)
     step, total = training_progress(run, rec) if wants_progress else (None, None)
     if state in RUN_RUNNING and rec.get("state") == CANCELLED:
@@ -213,10 +231,10 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         step, total = final.get("step"), final.get("total_steps")
     # Slurm's reason is a pending reason; sacct keeps the last one (BeginTime after a
     # requeue) on a job that is running again.
-    reason = job.reason if job is not None and job.reason not in ("", "None") and state == "pending" else None
+    reason = job.reason if job is not None and job.reason not in ("", "None") and state == PENDING else None
     return RunStatus(
         id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
-        state=state, progress=_progress_line(state, job, phase, step, total, rec),
+        state=state, progress=_progress_line(state, job, event, step, total, rec),
         job_ids=job_ids, slurm_state=job.state if job is not None else (final or {}).get("slurm_state"),
         reason=reason,
         nodes=job.nodelist if job is not None else (final or {}).get("nodes", ""),
@@ -245,7 +263,7 @@ def _sweep_points(rec: dict, sweep_run: runs_mod.Run, states, members: list[RunS
             s = by_index.get(index)
             array = states.get(array_id)
             # a task between its pending range row and its own row (sacct lag) is pending
-            unseen = "pending" if array is not None and not array.done else "unknown"
+            unseen = PENDING if array is not None and not array.done else UNKNOWN
             points.append({"index": index, "job_id": f"{array_id}_{index}",
                            "state": run_state(s.state) if s else unseen,
                            "elapsed": s.elapsed if s else "", "nodes": s.nodelist if s else "",
@@ -265,7 +283,7 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
     if status.slurm_state is None:
         return
     new_state = None
-    if status.state not in ("unknown", CANCELLING) and status.state != rec.get("state") \
+    if status.state not in (UNKNOWN, CANCELLING) and status.state != rec.get("state") \
             and rec.get("state") != CANCELLED:  # sf cancel recorded it; sacct may lag
         new_state = status.state
     ended = status.state in RUN_TERMINAL
@@ -296,12 +314,9 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
         pass  # someone else's read-only runs dir: status still shows the truth
 
 
-def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
-         skip_ended: bool = False) -> list[RunStatus]:
-    """Status of every run (and every point of a sweep) from ONE job_states call.
-
-    skip_ended: do not ask Slurm about runs whose record already says they ended (the
-    record is the answer); used by the overview so old runs cost nothing."""
+def _read_records(runs: list[runs_mod.Run], runs_dir) -> tuple[dict, dict]:
+    """({run: its record} for the runs and every sweep's members, {sweep run: its members});
+    a record that cannot be read is left out."""
     records = {}
     for run in runs:
         try:
@@ -323,10 +338,20 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                         records[member] = member.record()
                     except (OSError, ValueError):
                         pass
+    return records, members
+
+
+def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
+         skip_ended: bool = False) -> list[RunStatus]:
+    """Status of every run (and every point of a sweep) from ONE job_states call.
+
+    skip_ended: do not ask Slurm about runs whose record already says they ended (the
+    record is the answer); used by the overview so old runs cost nothing."""
+    records, members = _read_records(runs, runs_dir)
     ids = []
     for rec in records.values():
         state = rec.get("state")
-        if skip_ended and state in RUN_TERMINAL and state != "preempted":
+        if skip_ended and state in RUN_TERMINAL and state != PREEMPTED:  # preempted jobs come back
             continue
         for job_id in _active_ids(rec):
             if job_id not in ids:
@@ -339,7 +364,7 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
         status = _status_for(run, rec, asked)
         if write_back and asked is not None:
             _write_back(run, rec, status)
-            if status.total_steps and not rec.get("total_steps") and status.state in ("running", "completing"):
+            if status.total_steps and not rec.get("total_steps") and status.state in (RUNNING, COMPLETING):
                 try:
                     run.update(total_steps=status.total_steps)
                 except OSError:

@@ -19,10 +19,11 @@ from pathlib import Path
 import jinja2
 
 import launcher
+from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.render import logger_env, sbatch_values
+from launcher.render import logger_env
 from launcher.spec import paths
 from launcher.spec.runtime import Runtime
 
@@ -73,6 +74,7 @@ def array_directive(size: int, max_parallel: int | None = None, indices=None) ->
     return f"--array={spec}"
 
 
+# long: one het group's #SBATCH lines in the order they are written
 def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = None) -> list[str]:
     if pool.series not in site.series:
         raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "

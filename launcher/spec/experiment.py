@@ -11,6 +11,7 @@ datasets, and checks whether the experiment has its own main.py. compile_plan is
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import json
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from launcher.errors import SpecError, SpecErrors
+from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
 from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
 from launcher.spec.schema_fast import surely_valid
@@ -84,7 +86,7 @@ def schema_errors(data: dict) -> list[SpecError]:
     sch = schema()
     if surely_valid(data, sch):  # the common case, without importing jsonschema (launcher.spec.schema_fast)
         return []
-    import jsonschema  # only for a spec that may have a problem: its import is ~40 ms of a dry run
+    import jsonschema  # lazy: jsonschema (~0.04 s of a dry run) only for a spec that may have a problem
 
     validator = jsonschema.Draft202012Validator(sch)
     errors: list[SpecError] = []
@@ -114,7 +116,8 @@ def _explain(err, sch) -> str:
         want = " or ".join(want) if isinstance(want, list) else want
         return f"{err.instance!r} has the wrong type: expected {want}"
     if v == "enum":
-        return f"{err.instance!r} is not one of {', '.join(map(str, [c for c in err.validator_value if c is not None]))}"
+        allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
+        return f"{err.instance!r} is not one of {allowed}"
     if v == "pattern":
         desc = err.schema.get("description", "")
         return f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
@@ -156,11 +159,9 @@ def _site_layer(site: Site) -> dict:
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
     }
-    # scheduler options as site defaults (launcher.compile.scheduler_options; checked when compiled)
-    from launcher.compile.scheduler_options import KEYS
-
+    # scheduler options as site defaults (launcher.compile.scheduler_options checks them when compiled)
     site_slurm = (site.raw or {}).get("slurm") or {}
-    slurm.update({k: site_slurm.get(k) for k in KEYS})
+    slurm.update({k: site_slurm.get(k) for k in SCHEDULER_KEYS})
     return {"slurm": {k: v for k, v in slurm.items() if v is not None}}
 
 
@@ -170,8 +171,9 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
     if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
-            blocked_path(candidate / CONFIG_FILE, name_or_dir)
-            raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method verl/grpo`")
+            blocked_path(candidate / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop: say which
+            raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method "
+                                         "verl/grpo`")
         name = candidate.resolve().name
         if not NAME_RE.fullmatch(name):  # the folder's name names the job and its runs
             raise SpecError("NAME", f"the experiment folder's name {name!r} is not a valid experiment name (letters, "
@@ -182,8 +184,9 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
     if not (exp / CONFIG_FILE).is_file():
-        blocked_path(exp / CONFIG_FILE, name_or_dir)
-        raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with `sf new {name_or_dir} --method verl/grpo`")
+        blocked_path(exp / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop, experiments a file: say which
+        raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with "
+                        f"`sf new {name_or_dir} --method verl/grpo`")
     try:
         return name_or_dir, exp.resolve()
     except (OSError, RuntimeError) as exc:
@@ -235,11 +238,9 @@ def read_config(path: Path) -> dict:
     if data is None:
         raise SpecError(CONFIG_FILE, f"{path} is empty; it needs at least `method: verl/grpo`")
     if not isinstance(data, dict):
-        raise SpecError(CONFIG_FILE, f"{path} must be a mapping of keys (method:, model:, ...), not a {type(data).__name__}")
+        raise SpecError(CONFIG_FILE, f"{path} must be a mapping of keys (method:, model:, ...), not a "
+                                     f"{type(data).__name__}")
     return data
-
-
-ESTIMATOR_SPELLINGS = ("algorithm.adv_estimator", "knobs.adv_estimator", "knobs.estimator")
 
 
 def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
@@ -266,8 +267,6 @@ def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
 def check_reward_function(path: str, name: str, field_name: str = "reward.function.path") -> SpecError | None:
     """verl imports the reward file and takes `name` from it at start-up: fail here instead.
     The file is read with ast, never imported."""
-    import ast
-
     if re.match(r"^[a-z][a-z0-9+.-]*://", path):
         return None
     p = Path(path)
@@ -343,7 +342,8 @@ def resolve_dataset(text: str, site: Site) -> Path:
         if d.is_dir():
             versions.update(p.name for p in d.iterdir() if p.is_dir())
     if versions:
-        raise SpecError("data.train.dataset", f"{owner}/{name} has no version {version!r}; versions: {', '.join(sorted(versions))}")
+        raise SpecError("data.train.dataset", f"{owner}/{name} has no version {version!r}; versions: "
+                                              f"{', '.join(sorted(versions))}")
     raise SpecError("data.train.dataset", f"unknown dataset {owner}/{name} in {', '.join(site.dataset_roots)}")
 
 
@@ -365,10 +365,34 @@ def _dataset_files(ds_dir: Path, files) -> Any:
 # ----------------------------------------------------------------------------- flags
 
 
+def split_override(text: str) -> tuple[str, str, str]:
+    """'+a.b=1' -> ('+', 'a.b', '1'). Raises ValueError when there is no '=' or no key."""
+    if "=" not in text:
+        raise ValueError("no '='")
+    key, _, value = text.partition("=")
+    key = key.strip()
+    prefix = ""
+    while key[:1] in ("+", "~"):
+        prefix += key[0]
+        key = key[1:]
+    if not key or not re.fullmatch(r"^[A-Za-z_][A-Za-z0-9_.@/\-]*$", key):
+        raise ValueError(f"bad key {key!r}")
+    return prefix, key, value.strip()
+
+
+def knob_names() -> tuple[str, ...]:
+    """The knobs config.yaml and --set take: the schema's (generated from
+    launcher.compile.rules.KNOBS, which tests/unit/test_spec.py holds it to)."""
+    return tuple(schema()["properties"]["knobs"]["properties"])
+
+
+def close_knobs(name: str, n: int = 3) -> list[str]:
+    return difflib.get_close_matches(name, knob_names(), n=n, cutoff=0.5)
+
+
 def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
     """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
-    from launcher.compile.rules import KNOBS, close_knobs, split_override
-
+    KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
     errors = []
     for item in items or ():
         if "=" not in item and item.strip().startswith("~") and "." in item:  # Hydra's delete: ~a.b
@@ -392,7 +416,7 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
         try:
             split_override(item)
         except ValueError:
-            errors.append(SpecError("--set", f"{item!r}: bad key"))
+            errors.append(SpecError(flag, f"{item!r}: bad key"))
             continue
         bare = key.lstrip("+~")
         if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):
@@ -401,60 +425,16 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
             continue
         close = close_knobs(key)
         errors.append(SpecError(f"{flag} {key}", "neither a knob nor a dotted Hydra key"
-                                + (f"; did you mean {', '.join(close)}?" if close else "; see `sf schema` for the knobs")))
+                                + (f"; did you mean {', '.join(close)}?" if close
+                                   else "; see `sf schema` for the knobs")))
     return errors
 
 
-def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
-    flags = dict(flags or {})
-    nul = [e for key, value in flags.items() if key not in ("slurm_provenance",)
-           for e in nul_errors(value, {"set": "--set", "point": "sweep"}.get(key, "--" + key.replace("_", "-")))]
-    if nul:
-        raise SpecErrors(nul)
-    name, exp_dir = find_experiment(name_or_dir, experiments_root)
-    config = read_config(exp_dir / CONFIG_FILE)
-    nul = nul_errors(config, "")
-    if nul:
-        raise SpecErrors(nul)
-    estimator_overrides = _estimator_overrides(config)
-    errors = schema_errors(config)
-    if errors:
-        raise SpecErrors(errors)
-
-    cwd = Path.cwd()
-    # Relative paths in config.yaml are relative to the experiment folder.
-    config = copy.deepcopy(config)
-    if config.get("model"):
-        config["model"] = _model_path(config["model"], exp_dir)
-    if (config.get("teacher") or {}).get("model"):
-        config["teacher"]["model"] = _model_path(config["teacher"]["model"], exp_dir)
-    if (config.get("reward") or {}).get("model"):
-        config["reward"]["model"] = _model_path(config["reward"]["model"], exp_dir)
-    if "custom_reward_function" in config:  # the product doc's name for reward.function
-        alias = config.pop("custom_reward_function") or {}
-        if ((config.get("reward") or {}).get("function")):
-            raise SpecError("custom_reward_function", "set either custom_reward_function or reward.function, not both")
-        config.setdefault("reward", {})["function"] = alias
-    fn = (config.get("reward") or {}).get("function") or {}
-    if fn.get("path"):
-        fn["path"] = _abs_files(fn["path"], exp_dir)
-        problem = check_reward_function(str(fn["path"]), fn.get("name") or "compute_score")
-        if problem:
-            errors.append(problem)
-
+def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
+    """The CLI flags but --set as a layer: (values, {dotted key: the flag that set it})."""
     cli: dict = {}
     cli_prov: dict = {}
-    chained = None
-    model_from = chain_export = None
-    if flags.get("model") and str(flags["model"]).startswith("run:"):  # another run's export (launcher.submit.chain)
-        from launcher.cli.options import runs_root
-        from launcher.submit.chain import model_from_run
-
-        cli["model"], chained, chain_export = model_from_run(str(flags["model"]), runs_root(None, None, site))
-        cli_prov["model"] = "--model"
-        model_from = {"run": str(flags["model"])[len("run:"):], "target": cli["model"],
-                      "export_job": chained.split(":", 1)[1] if chained else None}
-    elif flags.get("model"):
+    if flags.get("model"):  # `--model run:RUN` arrives resolved (launcher.submit.chain.load_chained)
         cli["model"] = _model_path(flags["model"], cwd)
         cli_prov["model"] = "--model"
     if flags.get("train_dataset"):
@@ -469,34 +449,93 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     if flags.get("profile"):
         cli["profile"] = flags["profile"]
         cli_prov["profile"] = "--profile"
-    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch (cli_options.spec_flags)
+    if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch, --after's dependency (cli.options)
         cli["slurm"] = dict(flags["slurm"])
         cli_prov.update(flags.get("slurm_provenance") or {})
-    if flags.get("after"):  # --after RUN: afterok on its job (launcher.submit.chain; asks Slurm its state)
-        from launcher.cli.options import runs_root
-        from launcher.submit.chain import after_dependency, join
+    return cli, cli_prov
 
-        chained = join(chained, after_dependency(flags["after"], runs_root(None, None, site)))
-    if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
-        from launcher.submit.chain import join
 
-        slurm = cli.setdefault("slurm", {})
-        slurm["dependency"] = join(slurm.get("dependency"), chained)
-        cli_prov.setdefault("slurm.dependency", "--after" if flags.get("after") else "--model")
+def _config_paths(config: dict, exp_dir: Path, errors: list) -> dict:
+    """config.yaml's relative paths made absolute against the experiment folder (compute
+    nodes have another cwd); custom_reward_function (the product doc's name) read as
+    reward.function, whose file is checked now (a problem is added to `errors`)."""
+    for holder in (config, config.get("teacher") or {}, config.get("reward") or {}):
+        if holder.get("model"):
+            holder["model"] = _model_path(holder["model"], exp_dir)
+    if "custom_reward_function" in config:
+        alias = config.pop("custom_reward_function") or {}
+        if ((config.get("reward") or {}).get("function")):
+            raise SpecError("custom_reward_function", "set either custom_reward_function or reward.function, not both")
+        config.setdefault("reward", {})["function"] = alias
+    fn = (config.get("reward") or {}).get("function") or {}
+    if fn.get("path"):
+        fn["path"] = _abs_files(fn["path"], exp_dir)
+        problem = check_reward_function(str(fn["path"]), fn.get("name") or "compute_score")
+        if problem:
+            errors.append(problem)
+    return config
+
+
+def _data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: Path) -> str | None:
+    """Data files made absolute in `values` (a flag's against the cwd, config.yaml's against
+    the experiment folder; a dataset's inside its version folder). The dataset folder, if any."""
+    dataset_dir = None
+    train = (values.get("data") or {}).get("train") or {}
+    from_cli_files = provenance.get("data.train.files") == "--train-data"
+    if train.get("dataset"):
+        ds = resolve_dataset(train["dataset"], site)
+        dataset_dir = str(ds)
+        train["files"] = _dataset_files(ds, train.get("files"))
+    elif train.get("files") is not None:
+        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir)
+    val = (values.get("data") or {}).get("validation") or {}
+    if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
+        val["files"] = _abs_files(val["files"], exp_dir)
+    return dataset_dir
+
+
+def _refuse_nul(data, what: str) -> None:
+    """A NUL byte in a flag or a config.yaml value: bash would cut the value there."""
+    where = (lambda key: {"set": "--set", "point": "sweep"}.get(key, "--" + key.replace("_", "-"))) \
+        if what == "flags" else (lambda key: key)
+    nul = [e for key, value in data.items() if key != "slurm_provenance" for e in nul_errors(value, where(str(key)))]
+    if nul:
+        raise SpecErrors(nul)
+
+
+def _set_layers(flags: dict, cli: dict, cli_prov: dict, errors: list):
+    """--set and the sweep point (launcher.submit.sweep.point_flags, the layer above --set):
+    (set knobs, point knobs, raw overrides, their labels); knobs merged into `cli`."""
     set_knobs: dict = {}
-    set_overrides: list = []
-    set_sources: list = []
-    errors += _parse_set(flags.get("set"), set_knobs, set_overrides, set_sources)
-    point_knobs: dict = {}  # a sweep point (launcher.submit.sweep.point_flags): the layer above --set
-    errors += _parse_set(flags.get("point"), point_knobs, set_overrides, set_sources, flag="sweep")
+    point_knobs: dict = {}
+    overrides: list = []
+    sources: list = []
+    errors += _parse_set(flags.get("set"), set_knobs, overrides, sources)
+    errors += _parse_set(flags.get("point"), point_knobs, overrides, sources, flag="sweep")
     if errors:
         raise SpecErrors(errors)
     if set_knobs or point_knobs:
         cli["knobs"] = {**set_knobs, **point_knobs}
-        for k in set_knobs:
-            cli_prov[f"knobs.{k}"] = "--set"
-        for k in point_knobs:
-            cli_prov[f"knobs.{k}"] = "sweep"
+        cli_prov.update({f"knobs.{k}": "--set" for k in set_knobs})
+        cli_prov.update({f"knobs.{k}": "sweep" for k in point_knobs})
+    return set_knobs, point_knobs, overrides, sources
+
+
+def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
+    flags = dict(flags or {})
+    _refuse_nul(flags, "flags")
+    name, exp_dir = find_experiment(name_or_dir, experiments_root)
+    config = read_config(exp_dir / CONFIG_FILE)
+    _refuse_nul(config, "config.yaml")
+    estimator_overrides = _estimator_overrides(config)
+    errors = schema_errors(config)
+    if errors:
+        raise SpecErrors(errors)
+
+    cwd = Path.cwd()
+    config = _config_paths(copy.deepcopy(config), exp_dir, errors)
+    cli, cli_prov = _flag_layer(flags, cwd)
+    set_knobs, point_knobs, set_overrides, set_sources = _set_layers(flags, cli, cli_prov, errors)
     knob_layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})),
                    ("config.yaml", dict(config.get("knobs") or {})), ("--set", set_knobs), ("sweep", point_knobs)]
 
@@ -517,22 +556,10 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     override_sources = ([f"overrides[{i}]" for i in range(len(config_overrides))]
                         + [f for f, _o in estimator_overrides] + set_sources)
     if values["overrides"]:
-        provenance["overrides"] = "+".join(sorted({"config.yaml" if config_overrides else "", "--set" if set_overrides else ""} - {""}))
+        layers = {"config.yaml" if config_overrides else "", "--set" if set_overrides else ""}
+        provenance["overrides"] = "+".join(sorted(layers - {""}))
 
-    # Datasets: files are inside the dataset's version folder.
-    dataset_dir = None
-    train = (values.get("data") or {}).get("train") or {}
-    from_cli_files = provenance.get("data.train.files") == "--train-data"
-    if train.get("dataset"):
-        ds = resolve_dataset(train["dataset"], site)
-        dataset_dir = str(ds)
-        train["files"] = _dataset_files(ds, train.get("files"))
-    elif train.get("files") is not None:
-        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir)
-    val = (values.get("data") or {}).get("validation") or {}
-    if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
-        val["files"] = _abs_files(val["files"], exp_dir)
-
+    dataset_dir = _data_files(values, provenance, site, exp_dir, cwd)
     main_py = exp_dir / "main.py"
     return MergedSpec(
         name=name,
@@ -542,19 +569,5 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         override_sources=override_sources,
         main_py=str(main_py) if main_py.is_file() else None,
         dataset_dir=dataset_dir,
-        model_from=model_from,
-        chain_export=chain_export,
         knob_layers=[(layer, knobs) for layer, knobs in knob_layers if knobs],
     )
-
-
-def spec_from_values(values: dict, name: str = "test", exp_dir: str = "/tmp/exp", main_py: str | None = None) -> MergedSpec:
-    """A MergedSpec built in memory (tests, sweeps): defaults < values, no files read but the defaults."""
-    merged = _deep_merge(builtin_defaults(), {k: v for k, v in values.items() if k != "overrides"})
-    merged["overrides"] = list(values.get("overrides") or [])
-    prov = {d: "defaults" for d, _ in leaves(builtin_defaults())}
-    prov.update({d: "values" for d, _ in leaves({k: v for k, v in values.items() if k != "overrides"})})
-    layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})), ("config.yaml", dict(values.get("knobs") or {}))]
-    return MergedSpec(name=name, exp_dir=exp_dir, values=merged, provenance=prov,
-                      override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py,
-                      knob_layers=[(layer, knobs) for layer, knobs in layers if knobs])

@@ -185,7 +185,8 @@ def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -
             raise SpecError("runtime", f"{framework} {version} in {source}: kind module needs `modules: [...]`")
         for m in modules:
             _check_token(m, "modules", source)
-        return Runtime(modules=modules, python=_check_token(str(entry.get("python", "python3")), "python", source), **common)
+        return Runtime(modules=modules, python=_check_token(str(entry.get("python", "python3")), "python", source),
+                       **common)
     image = _check_token(str(entry.get("image") or ""), "image", source)
     return Runtime(image=image, mounts=mounts,
                    python=_check_token(str(entry.get("python", "python3")), "python", source), **common)

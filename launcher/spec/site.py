@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -108,6 +108,23 @@ def _expand(value: str) -> str:
     return os.path.expandvars(os.path.expanduser(value))
 
 
+def runs_root(runs_dir: str | None = None, site: Site | None = None, site_path: str | None = None) -> Path:
+    """Where run records are, the one order every command follows: --runs-dir, then
+    $SF_RUNS_DIR, then the site's runs_dir (the site file is read only when needed and
+    `site` is not given). `sf submit` writes where `sf list` reads."""
+    if runs_dir:
+        return Path(runs_dir).expanduser()
+    if os.environ.get("SF_RUNS_DIR"):
+        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
+    return Path((site or load_site(site_path)).runs_dir)
+
+
+def with_runs_root(site: Site, runs_dir: str | None = None) -> Site:
+    """The site with its runs_dir replaced by runs_root's answer: what the submit stage
+    compiles and writes against."""
+    return replace(site, runs_dir=str(runs_root(runs_dir, site)))
+
+
 def load_site(explicit: str | None = None) -> Site:
     path = find_site_file(explicit)
     data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
@@ -157,6 +174,7 @@ def _health_check(value, path: str) -> str:
     return value
 
 
+# long: one site file's fields, checked in the order of the Site dataclass
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping")

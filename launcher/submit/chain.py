@@ -19,9 +19,15 @@ that the new run's model path is known before either job runs. The new run then 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from launcher import runs, slurm
 from launcher.errors import SpecError
+from launcher.monitor import poll as monitor
+from launcher.spec.experiment import MergedSpec, load_spec
+from launcher.states import COMPLETED, run_ended, slurm_done
+from launcher.submit import export as export_jobs
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,9 @@ class ChainExport:
 def _dependency_on(run, field: str, drop: str) -> str | None:
     """`afterok:<RUN's job ids>`, None when RUN completed; SpecError (naming `field`) when
     RUN ended otherwise or has no job."""
-    from launcher.monitor import poll as monitor
-    from launcher.states import run_ended
-
     status = monitor.poll([run], write_back=False)[0]
     job_ids = [str(j) for j in status.job_ids]
-    if status.state == "completed":
+    if status.state == COMPLETED:
         return None
     if run_ended(status.state):
         raise SpecError(field, f"run {run.id} ended {status.state}; it will never succeed: resubmit it ({drop})")
@@ -61,8 +64,6 @@ def _dependency_on(run, field: str, drop: str) -> str | None:
 
 def after_dependency(run_id: str, runs_dir) -> str | None:
     """`afterok:<id>[:<id>...]` for `--after RUN`, or None when RUN completed already."""
-    from launcher import runs
-
     try:
         run = runs.open_run(runs_dir, run_id)
     except SpecError as exc:
@@ -88,11 +89,6 @@ def model_from_run(text: str, runs_dir) -> tuple[str, str | None, ChainExport | 
     queued or running (an export that ended without a model is an error). RUN has none: the
     folder of a ChainExport of its last checkpoint, which `sf submit` queues after RUN's job;
     a RUN that failed or was cancelled (no checkpoint will come) is an error."""
-    from pathlib import Path
-
-    from launcher import runs, slurm
-    from launcher.states import slurm_done
-
     run_id = text[len("run:"):]
     try:
         run = runs.open_run(runs_dir, run_id)
@@ -136,26 +132,45 @@ def export_request(export: ChainExport, site, *, preflight: bool):
     checkpoint, looked up by the job when it runs, with `afterok:<RUN's job>`, writing
     `export.target`. `preflight` (the new run is a preflight): the export job checks what a
     merge needs and merges nothing. SpecError (--model) when no checkpoint can come."""
-    from pathlib import Path
-
-    from launcher import runs
-    from launcher.cli.cmd_export import export_request as one_export
-    from launcher.submit.export import LayoutError, find_actor_dir
-
     run = runs.Run(export.run_dir)
     if export.upstream_preflight and not preflight:
         raise SpecError("--model", f"run {export.run_id} is a preflight: it saves no checkpoint to export; "
                         "submit this run with --preflight too (a preflight chain), or chain on a training run")
     if export.after is None and not preflight:  # RUN completed: its checkpoint must be there now
         try:
-            find_actor_dir(run.checkpoints_dir)
-        except LayoutError as exc:
+            export_jobs.find_actor_dir(run.checkpoints_dir)
+        except export_jobs.LayoutError as exc:
             raise SpecError("--model", f"run {export.run_id} completed without a checkpoint to export ({exc}); "
                             f"pass --model PATH or export it by hand (`sf export {export.run_id} --checkpoint ...`)"
                             ) from None
     try:
-        return one_export(site, Path(export.run_dir).parent, export.run_id, run, target=export.target,
-                          export_id=export.export_id, later=True, after=export.after, preflight=preflight,
-                          upstream_preflight=export.upstream_preflight)
+        return export_jobs.export_request(site, Path(export.run_dir).parent, export.run_id, run,
+                                          target=export.target, export_id=export.export_id, later=True,
+                                          after=export.after, preflight=preflight,
+                                          upstream_preflight=export.upstream_preflight)
     except SpecError as exc:
         raise SpecError("--model", f"the export of run {export.run_id}: {exc.field}: {exc.message}") from None
+
+
+def load_chained(name: str, flags: dict, site) -> MergedSpec:
+    """load_spec with `--model run:RUN` and `--after RUN` resolved first (they ask other runs
+    and Slurm, which the spec stage knows nothing of): the model becomes RUN's export folder,
+    their dependencies join --dependency (provenance --after / --model), and the spec carries
+    `model_from` (what the new run's record says) and `chain_export` (the export sf submit
+    queues first). RUN is looked up in the site's runs dir (resolved: spec.site.runs_root)."""
+    flags = dict(flags or {})
+    model_from = chain_export = chained = None
+    model = str(flags.get("model") or "")
+    if model.startswith("run:"):
+        flags["model"], chained, chain_export = model_from_run(model, site.runs_dir)
+        model_from = {"run": model[len("run:"):], "target": flags["model"],
+                      "export_job": chained.split(":", 1)[1] if chained else None}
+    if flags.get("after"):
+        chained = join(chained, after_dependency(flags["after"], site.runs_dir))
+    if chained:  # --after RUN, and/or --model run:RUN whose export job has not ended
+        slurm_flags = dict(flags.get("slurm") or {})
+        slurm_flags["dependency"] = join(slurm_flags.get("dependency"), chained)
+        provenance = dict(flags.get("slurm_provenance") or {})
+        provenance.setdefault("slurm.dependency", "--after" if flags.get("after") else "--model")
+        flags["slurm"], flags["slurm_provenance"] = slurm_flags, provenance
+    return replace(load_spec(name, flags, site), model_from=model_from, chain_export=chain_export)

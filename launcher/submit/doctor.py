@@ -14,6 +14,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
+from launcher import sbatch_values, slurm
+from launcher.errors import SlurmError, SpecError
+from launcher.spec.runtime import registry_path, runtime_from_entry
+from launcher.spec.site import load_site
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 
 
@@ -134,9 +141,7 @@ def check_series(site, partitions: list[dict], nodes: list[dict]) -> list[Check]
 
 def _test_script(site, series) -> str:
     """A one-node batch script for `sbatch --test-only`. Its values are checked like the
-    training job's header (launcher.render.sbatch_values): a bad site value is a SpecError, not a line."""
-    from launcher.render import sbatch_values
-
+    training job's header (launcher.sbatch_values): a bad site value is a SpecError, not a line."""
     where = f"site.series.{series.name}"
     sbatch_values.account(series.partition, f"{where}.partition")
     sbatch_values.gres_name(series.gres_name, f"{where}.gres_name")
@@ -168,9 +173,6 @@ def _test_script(site, series) -> str:
 
 def check_sbatch(site) -> list[Check]:
     """`sbatch --test-only` a whole node of every series, with the site's account and qos."""
-    from launcher import slurm
-    from launcher.errors import SlurmError, SpecError
-
     checks = []
     for series in site.series.values():
         try:
@@ -224,9 +226,6 @@ def node_limit_checks(series: str, text: str) -> list[Check]:
 
 def check_node_limits(site) -> list[Check]:
     """One task on a node of every series' partition reads its nofile limits and ARP cache size."""
-    from launcher import slurm
-    from launcher.errors import SlurmError
-
     checks, seen = [], set()
     for series in site.series.values():
         if series.partition in seen:
@@ -241,10 +240,6 @@ def check_node_limits(site) -> list[Check]:
 
 
 def check_runtimes(site, timeout: float = 30) -> list[Check]:
-    import yaml
-
-    from launcher.spec.runtime import registry_path, runtime_from_entry
-
     path = registry_path(site)
     if not path:
         return [Check("runtimes", FAIL, "the site names no runtime_registry",
@@ -338,10 +333,6 @@ def check_paths(site) -> list[Check]:
 
 
 def run_checks(site_path: str | None = None) -> list[Check]:
-    from launcher import slurm
-    from launcher.errors import SlurmError, SpecError
-    from launcher.spec.site import load_site
-
     try:
         site = load_site(site_path)
     except SpecError as exc:

@@ -1,213 +1,46 @@
-"""Export (verl checkpoint -> Hugging Face folder) and SFT evaluation jobs.
+"""Export (verl checkpoint -> Hugging Face folder) and SFT evaluation jobs, login side.
 
-Login side, pure:
-  - `find_actor_dir(path, fmt)` checks a checkpoint's layout and says what is wrong;
-  - `merge_argv(...)` is verl's merge command (`python -m verl.model_merger merge`);
+  - `export_request(...)` / `eval_request(...)`: the pipeline Requests `sf export` and
+    `sf eval` send (and `sf submit --model run:RUN` queues, launcher.submit.chain);
   - `render_export(...)` / `render_eval(...)` render templates/export.sbatch.j2 and
-    templates/eval.sbatch.j2 (text out; their shared header is templates/_one_node_job.j2).
-  - `LaterCheckpoint`: a run's last checkpoint that the export job looks up itself (it does
-    not exist yet when `sf submit --model run:RUN` queues the export; launcher.submit.chain).
+    templates/eval.sbatch.j2 (pure, text out; their shared header is
+    templates/_one_node_job.j2).
 
-Job side (no launcher imports beyond this module): `python -m launcher.injob checkpoint`
-resolves a LaterCheckpoint with `find_actor_dir`; `python -m launcher.injob export-preflight`
-(`preflight_report`) checks what a merge needs without merging. The eval job's own step is
-launcher/injob/evaluate.py.
-
-verl checkpoint layout (verl/trainer/ppo/ray_trainer.py `_save_checkpoint`,
-verl/model_merger/*.py):
-
-    <checkpoints>/latest_checkpointed_iteration.txt        "N"
-    <checkpoints>/global_step_N/actor/                     what the merger reads
-        FSDP:     fsdp_config.json ({"world_size": W}), model_world_size_W_rank_R.pt
-                  for R in 0..W-1, huggingface/config.json (+ tokenizer)
-        Megatron: model/dist_ckpt/, model/huggingface/config.json
+The checkpoint layout they check is launcher.checkpoints (shared with the job side). The
+eval job's own step is launcher/injob/evaluate.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMATS = {"verl-fsdp": "fsdp", "verl-megatron": "megatron"}
-TRACKER = "latest_checkpointed_iteration.txt"
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+import jinja2
+import yaml
 
-VALID_LAYOUT = (
-    "a valid --checkpoint is a verl checkpoints dir holding latest_checkpointed_iteration.txt, "
-    "or one of its global_step_N dirs, or a global_step_N/actor dir"
+from launcher import runs, sbatch_values
+from launcher.checkpoints import (
+    ACTOR_SLOT,
+    BACKEND_SLOT,
+    FORMATS,
+    Checkpoint,
+    LaterCheckpoint,
+    LayoutError,
+    find_actor_dir,
+    merge_argv,
 )
-
-
-class LayoutError(ValueError):
-    """The checkpoint is not a verl checkpoint of the asked format. (The CLI turns it into
-    a SpecError; this module's job side must not import launcher.)"""
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    actor_dir: str  # <...>/global_step_N/actor (absolute)
-    step: int | None
-    fmt: str  # "verl-fsdp" | "verl-megatron"
-
-    @property
-    def backend(self) -> str:
-        return FORMATS[self.fmt]
-
-
-# What the export job substitutes when it looks the checkpoint up itself (LaterCheckpoint):
-# plain words that shlex leaves unquoted, replaced by quoted shell variables in the script.
-ACTOR_SLOT, BACKEND_SLOT = "@SF_ACTOR_DIR@", "@SF_BACKEND@"
-
-
-@dataclass(frozen=True)
-class LaterCheckpoint:
-    """The last checkpoint in `checkpoints_dir`, looked up by the export job when it runs
-    (after the training job ended): nothing is there when the export is queued."""
-
-    checkpoints_dir: str  # absolute
-    fmt: str | None = None  # None: detected by the job from the files
-    step = None
-
-    @property
-    def actor_dir(self) -> str:
-        return ACTOR_SLOT
-
-    @property
-    def backend(self) -> str:
-        return BACKEND_SLOT
-
-
-def _step_dirs(path: Path) -> list[int]:
-    steps = []
-    for child in path.iterdir() if path.is_dir() else ():
-        match = _STEP_DIR.match(child.name)
-        if match and child.is_dir():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
-def detect_format(actor: Path) -> str | None:
-    if (actor / "fsdp_config.json").is_file() or any(actor.glob("model_world_size_*_rank_*.pt")):
-        return "verl-fsdp"
-    if (actor / "model" / "dist_ckpt").is_dir() or (actor / "model" / "huggingface").is_dir():
-        return "verl-megatron"
-    return None
-
-
-def _check_fsdp(actor: Path) -> list[str]:
-    missing = []
-    config = actor / "fsdp_config.json"
-    world_size = None
-    if not config.is_file():
-        missing.append("fsdp_config.json")
-    else:
-        try:
-            world_size = int(json.loads(config.read_text())["world_size"])
-        except (ValueError, KeyError, TypeError):
-            missing.append("a world_size in fsdp_config.json")
-    if world_size:
-        for rank in range(world_size):
-            name = f"model_world_size_{world_size}_rank_{rank}.pt"
-            if not (actor / name).is_file():
-                missing.append(name)
-    elif not any(actor.glob("model_world_size_*_rank_*.pt")):
-        missing.append("model_world_size_W_rank_R.pt shards")
-    if not (actor / "huggingface" / "config.json").is_file():
-        missing.append("huggingface/config.json")
-    return missing
-
-
-def _check_megatron(actor: Path) -> list[str]:
-    missing = []
-    if not (actor / "model" / "dist_ckpt").is_dir():
-        missing.append("model/dist_ckpt/")
-    if not (actor / "model" / "huggingface" / "config.json").is_file():
-        if (actor / "huggingface" / "config.json").is_file():
-            missing.append("model/huggingface/config.json (this is the pre-v2 Megatron layout: "
-                           "run verl's scripts/migrate_megatron_checkpoint_layout.py first)")
-        else:
-            missing.append("model/huggingface/config.json")
-    return missing
-
-
-def _model_dir(step_dir: Path) -> Path:
-    """Where a global_step_N dir keeps the model the merger reads: actor/ for the RL
-    trainers, the step dir itself for verl's SFT trainer (it writes its FSDP shards
-    straight into global_step_N/; seen on the H200)."""
-    if not (step_dir / "actor").is_dir() and detect_format(step_dir):
-        return step_dir
-    return step_dir / "actor"
-
-
-def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoint:
-    """Resolve PATH (checkpoints dir, global_step_N dir or its actor dir) to the actor dir
-    the merger reads, and check its files for `fmt` (detected when None)."""
-    if fmt is not None and fmt not in FORMATS:
-        raise LayoutError(f"--checkpoint-format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    root = Path(path).expanduser().absolute()
-    if not root.exists():
-        raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
-    if not root.is_dir():
-        raise LayoutError(f"{root} is a file, not a directory; {VALID_LAYOUT}")
-    step = None
-    if (root / TRACKER).is_file():
-        text = (root / TRACKER).read_text().strip()
-        if not text.isdigit():
-            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; "
-                              "pass a global_step_N dir instead")
-        step = int(text)
-        step_dir = root / f"global_step_{step}"
-        if not step_dir.is_dir():
-            have = ", ".join(f"global_step_{s}" for s in _step_dirs(root)) or "none"
-            raise LayoutError(f"{root / TRACKER} says step {step} but {step_dir.name}/ is missing "
-                              f"(found: {have}); pass one of them with --checkpoint")
-        actor = _model_dir(step_dir)
-    elif _STEP_DIR.match(root.name):
-        step = int(_STEP_DIR.match(root.name).group(1))
-        actor = _model_dir(root)
-    elif root.name == "actor" and _STEP_DIR.match(root.parent.name):
-        step = int(_STEP_DIR.match(root.parent.name).group(1))
-        actor = root
-    elif detect_format(root):
-        actor = root  # an actor dir moved out of its global_step_N parent
-    else:
-        steps = _step_dirs(root)
-        if steps:
-            raise LayoutError(f"{root} has no {TRACKER} (verl writes it after a complete save); "
-                              f"pass one of its steps, e.g. --checkpoint {root / f'global_step_{steps[-1]}'}")
-        raise LayoutError(f"{root} holds no {TRACKER}, no global_step_N/ and no actor files; {VALID_LAYOUT}")
-    if not actor.is_dir():
-        raise LayoutError(f"{actor.parent} has no actor/ and no model shards (the merger reads "
-                          f"global_step_N/actor, or global_step_N itself for SFT); {VALID_LAYOUT}")
-    found = detect_format(actor)
-    fmt = fmt or found
-    if fmt is None:
-        raise LayoutError(f"{actor} holds neither FSDP shards (fsdp_config.json, model_world_size_W_rank_R.pt) "
-                          "nor a Megatron model/dist_ckpt/; is the save complete?")
-    missing = _check_fsdp(actor) if fmt == "verl-fsdp" else _check_megatron(actor)
-    if missing:
-        hint = f"; it looks like {found}: use --checkpoint-format {found}" if found and found != fmt else ""
-        raise LayoutError(f"{actor} is not a complete {fmt} checkpoint: missing {', '.join(missing)}{hint}")
-    return Checkpoint(actor_dir=str(actor), step=step, fmt=fmt)
-
-
-def merge_argv(ckpt: Checkpoint, target_dir: str, python: str = "python", extra=()) -> list[str]:
-    """verl's merge command (verl/model_merger/__main__.py, base_model_merger.parse_args)."""
-    return [python, "-m", "verl.model_merger", "merge", "--backend", ckpt.backend,
-            "--local_dir", ckpt.actor_dir, "--target_dir", str(target_dir), *extra]
-
+from launcher.compile.scheduler_options import DEPENDENCY
+from launcher.errors import SpecError
+from launcher.spec import paths
+from launcher.spec.runtime import registry_path, resolve_runtime
+from launcher.submit.request import Rendered, Request, absolute_runs_dir
 
 # --- rendering (pure) ---------------------------------------------------------------
 
 def _env():
-    import jinja2
-
-    from launcher.spec import paths
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
@@ -255,9 +88,7 @@ def resources_for(site, *, job_name: str, log_path: str, gpus: int, partition: s
 
 def check_resources(res: JobResources) -> JobResources:
     """Refuse header values that could break out of their #SBATCH line (the checkers of
-    the training job's header, launcher.render.sbatch_values); a SpecError names the field."""
-    from launcher.render import sbatch_values
-
+    the training job's header, launcher.sbatch_values); a SpecError names the field."""
     sbatch_values.name(res.job_name, "job name")
     sbatch_values.log_path(res.log_path, "log path")
     sbatch_values.time_limit(res.time, "--time")
@@ -270,9 +101,6 @@ def check_resources(res: JobResources) -> JobResources:
     sbatch_values.whole(res.gpus, "--gpus")
     sbatch_values.whole(res.cpus, "cpus", minimum=1)
     if res.dependency is not None:
-        from launcher.compile.scheduler_options import DEPENDENCY
-        from launcher.errors import SpecError
-
         if not DEPENDENCY.fullmatch(res.dependency):
             raise SpecError("--dependency", f"{res.dependency!r} is not a Slurm dependency like afterok:123")
     return res
@@ -285,8 +113,6 @@ def _same(argv):
 def _one_line(**values) -> None:
     """Paths and ids are shell-quoted in the scripts; a line break is refused outright
     (it could end a quoted word's line in an echo or a comment)."""
-    from launcher.errors import SpecError
-
     for field, value in values.items():
         if value is not None and ("\n" in str(value) or "\r" in str(value)):
             raise SpecError(field.replace("_", "-"), f"{str(value)!r} holds a line break; use a plain path")
@@ -323,48 +149,12 @@ def render_export(*, res: JobResources, setup: list[str], env: dict, ckpt, targe
     merge = " ".join(shlex.quote(str(a)) for a in wrap(merge_argv(ckpt, target_dir, python="python", extra=extra)))
     if later:  # only sf's own slots may become variables: a path that spells one is refused
         if any(slot in str(v) for slot in (ACTOR_SLOT, BACKEND_SLOT) for v in (target_dir, run_dir, *extra)):
-            from launcher.errors import SpecError
-
-            raise SpecError("--target", f"{target_dir!r}: a path cannot hold {ACTOR_SLOT} or {BACKEND_SLOT}")
+                    raise SpecError("--target", f"{target_dir!r}: a path cannot hold {ACTOR_SLOT} or {BACKEND_SLOT}")
         merge = merge.replace(ACTOR_SLOT, '"$SF_ACTOR_DIR"').replace(BACKEND_SLOT, '"$SF_BACKEND"')
     return _render("export.sbatch.j2", res=res, setup=setup, env=env, run_dir=run_dir, kind="export",
                    ended={"export_id": export_id}, sf_python=sf_python, export_id=export_id, ckpt=ckpt,
                    later=later, target_dir=target_dir, merge_line=merge, preflight=preflight, report=report,
                    upstream_preflight=upstream_preflight, find_merger=wrap(["python", "-c", FIND_MERGER]))
-
-
-def preflight_report(checkpoint: str, fmt: str | None, target: str, merger: str,
-                     upstream_preflight: bool = False) -> dict:
-    """The export job's preflight (job side): the checkpoint it would merge (looked up now),
-    verl's merger on the runtime (`merger`: its path, found by FIND_MERGER, or empty), the
-    target folder (made, writable, holding no model yet). Merges nothing; writes nothing
-    but the target folder. `failures` empty means a real export would get to the merge."""
-    failures = []
-    try:
-        ck = find_actor_dir(checkpoint, fmt)
-        found = {"found": True, "actor_dir": ck.actor_dir, "step": ck.step, "format": ck.fmt}
-    except LayoutError as exc:
-        found = {"found": False, "note": str(exc)}
-        if upstream_preflight:  # what a preflight chain can honestly say: nothing was trained
-            found["note"] = ("the run is a preflight: it trained and saved nothing; a real chain merges its last "
-                             "global_step_N here")
-        else:
-            failures.append(f"checkpoint: {exc}")
-    if not merger:
-        failures.append("verl's model merger (verl/model_merger/__main__.py) is not on the runtime")
-    target_report = {"dir": target}
-    try:
-        os.makedirs(target, exist_ok=True)
-        target_report["writable"] = os.access(target, os.W_OK)
-        if not target_report["writable"]:
-            failures.append(f"target: {target} is not writable")
-    except OSError as exc:
-        target_report["writable"] = False
-        failures.append(f"target: cannot make {target}: {exc}")
-    if os.path.isfile(os.path.join(target, "config.json")):
-        failures.append(f"target: {target} already holds a model (config.json)")
-    return {"checkpoint": found, "merger": merger or None, "target": target_report, "merged": False,
-            "failures": failures}
 
 
 EVALUATE_PY = Path(__file__).resolve().parents[1] / "injob" / "evaluate.py"
@@ -388,3 +178,193 @@ def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str,
                    out_dir=out_dir, model_dir=model_dir, data=data, ckpt=ckpt,
                    merge=wrap(merge_argv(ckpt, model_dir, python="python")) if ckpt else None,
                    evaluate=wrap(evaluate))
+
+
+# --- the requests `sf export` and `sf eval` send (launcher.submit.pipeline) ---------------
+
+def runtime_parts(site, version: str):
+    """(runtime, setup lines, env, argv wrapper) for one-node jobs on the verl runtime."""
+    rt = resolve_runtime("verl", version, site)
+    setup = []
+    if site.modules:
+        setup.append("module load " + " ".join(shlex.quote(m) for m in site.modules))
+    setup += rt.activate_lines()
+    env = dict(site.env)
+    env.update(dict(rt.env))
+    for key in env:  # keys are written bare into `export KEY=...`
+        sbatch_values.env_key(key, f"env.{key}")
+
+    def wrap(argv):
+        argv = list(argv)
+        if argv and argv[0] == "python":
+            argv[0] = rt.runtime_python()
+        if rt.kind == "pyxis":
+            return ["srun", "--ntasks=1", *rt.srun_flags(), *argv]
+        return rt.wrap(argv)
+
+    return rt, setup, env, wrap
+
+
+def _published_versions(site) -> list[str]:
+    path = registry_path(site)
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {} if path else {}
+    except (OSError, yaml.YAMLError):
+        return []
+    table = data.get("verl") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        return []
+    return sorted((str(v) for v in table), key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.]", v)])
+
+
+def version_for(site, run, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    plan = run.read_json("plan.json") if run else None
+    if plan and plan.get("framework_version"):
+        return str(plan["framework_version"])
+    versions = _published_versions(site)
+    if versions:
+        return versions[-1]
+    raise SpecError("--framework-version", "no verl version known for this job; pass --framework-version (e.g. 0.9.1)")
+
+
+def checkpoint_at(path, fmt):
+    try:
+        return find_actor_dir(path, fmt)
+    except LayoutError as exc:
+        raise SpecError("--checkpoint", str(exc)) from None
+
+
+# --- export ---------------------------------------------------------------------------
+
+def _format_of(run) -> str | None:
+    """The checkpoint format a run will save, from its plan (megatron needs a GPU to merge)."""
+    plan = run.read_json("plan.json") if run else None
+    overrides = " ".join(str(o) for o in (plan or {}).get("overrides", ()))
+    if "strategy=megatron" in overrides or "model_engine=megatron" in overrides:
+        return "verl-megatron"
+    return None
+
+
+def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, target=None,
+                   framework_version=None, partition=None, time_limit=None, gpus=None, export_id=None,
+                   later: bool = False, after: str | None = None, preflight: bool = False,
+                   upstream_preflight: bool = False):
+    """The pipeline Request of one export job (checked against the placeholder run dir:
+    bad input raises SpecError and leaves nothing behind). `later`: the job looks up the
+    run's last checkpoint itself when it runs (a chained export, queued with `after` =
+    afterok:<the run's job> before that checkpoint exists). `preflight`: check, merge nothing."""
+    if later:
+        fmt = fmt or _format_of(run)
+        ckpt = LaterCheckpoint(str(run.checkpoints_dir), fmt)
+        step_name = "latest"
+    else:
+        if checkpoint is None:
+            if run is None:
+                raise SpecError("--checkpoint", f"{name} is not a run of {root}; pass --checkpoint PATH "
+                                "(a verl checkpoints dir or global_step_N dir)")
+            checkpoint = str(run.checkpoints_dir)
+        ckpt = checkpoint_at(checkpoint, fmt)
+        step_name = f"global_step_{ckpt.step}" if ckpt.step is not None else "actor"
+    version = version_for(site, run, framework_version)
+    rt, setup, env, wrap = runtime_parts(site, version)
+    export_id = export_id or runs.new_entry_id("export")
+    script_name = f"{export_id}.sbatch"
+    megatron = (ckpt.fmt or "") == "verl-megatron"
+
+    def render(run_dir: str) -> Rendered:
+        target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
+        if (Path(target_dir) / "config.json").is_file():
+            raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
+                            "pass another --target or remove it")
+        report = f"{run_dir}/exports/{export_id}.preflight.json" if preflight else None
+        res = resources_for(site, job_name=f"sf-export-{name}"[:64], log_path=f"{run_dir}/logs/{export_id}-%j.out",
+                            gpus=gpus if gpus is not None else (1 if megatron else 0),
+                            partition=partition, time=time_limit, dependency=after)
+        try:
+            script = render_export(res=res, setup=setup, env=env, ckpt=ckpt, target_dir=target_dir,
+                                   sf_python=sys.executable, run_dir=run_dir, export_id=export_id, wrap=wrap,
+                                   preflight=preflight, report=report, upstream_preflight=upstream_preflight)
+        except LayoutError as exc:
+            raise SpecError("--checkpoint-format", str(exc)) from None
+        entry = {"id": export_id, "checkpoint": ckpt.checkpoints_dir if later else ckpt.actor_dir,
+                 "format": ckpt.fmt, "step": ckpt.step, "target": target_dir, "script": f"{run_dir}/{script_name}",
+                 "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
+        if later:
+            entry["checkpoint_at_run_time"] = True  # the job looked up the last checkpoint itself
+        if after:
+            entry["after"] = after
+        if preflight:
+            entry.update(preflight=True, report=report)
+        return Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
+
+    request = Request(experiment=name, runs_dir=absolute_runs_dir(root), render=render, run=run,
+                      record={"task": "export", "framework_version": version}, entry_key="exports",
+                      sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
+    request.rendered()  # every check, against the placeholder dir: bad input leaves no record
+    return request
+
+# --- eval -----------------------------------------------------------------------------
+
+def _override(plan: dict | None, key: str) -> str | None:
+    for item in (plan or {}).get("overrides", ()):
+        k, sep, v = str(item).partition("=")
+        if sep and k.lstrip("+~") == key:
+            return v
+    return None
+
+
+def _first_file(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("["):
+        value = value.strip("[]").split(",")[0]
+    return value.strip().strip("'\"") or None
+
+
+def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data=None, messages_key=None,
+                 max_samples=64, max_new_tokens=128, gpus=1, framework_version=None, partition=None,
+                 time_limit=None) -> tuple[Request, str, str]:
+    """The pipeline Request of one eval job of SFT run `run` (its samples land in the run):
+    (request, eval id, output folder). SpecError names the flag to fix."""
+    plan = run.read_json("plan.json")
+    if plan and plan.get("method") not in (None, "sft"):
+        raise SpecError("RUN", f"run {run.id} is a {plan.get('method')} run; sf eval is for SFT runs "
+                        "(RL runs log validation rewards: sf metrics RUN)")
+    data = data or _first_file(_override(plan, "data.val_files"))
+    if not data:
+        raise SpecError("--validation-data", f"run {run.id} names no data.val_files; pass --validation-data FILE")
+    data = str(Path(data).expanduser().absolute())
+    if not Path(data).is_file():
+        raise SpecError("--validation-data", f"{data} does not exist or is not a file")
+    messages_key = messages_key or _override(plan, "data.messages_key") or "messages"
+    ckpt = None
+    eval_id = runs.new_entry_id("eval")
+    out_dir = f"{run.dir}/evals/{eval_id}"
+    if model:
+        model_dir = str(Path(model).expanduser().absolute())
+        if not (Path(model_dir) / "config.json").is_file():
+            raise SpecError("--model", f"{model_dir} has no config.json; pass a Hugging Face model folder "
+                            "(sf export makes one) or --checkpoint")
+    else:
+        ckpt = checkpoint_at(checkpoint or run.checkpoints_dir, fmt)
+        model_dir = f"{out_dir}/model"
+    version = version_for(site, run, framework_version)
+    rt, setup, env, wrap = runtime_parts(site, version)
+    res = resources_for(site, job_name=f"sf-eval-{run.id}"[:64], log_path=f"{run.dir}/logs/{eval_id}-%j.out",
+                        gpus=gpus, partition=partition, time=time_limit)
+    options = {"messages_key": messages_key, "max_samples": max_samples, "max_new_tokens": max_new_tokens}
+    script = render_eval(res=res, setup=setup, env=env, run_dir=str(run.dir), eval_id=eval_id, out_dir=out_dir,
+                         model_dir=model_dir, data=data, ckpt=ckpt, sf_python=sys.executable, options=options,
+                         wrap=wrap)
+    entry = {"id": eval_id, "model": model_dir, "checkpoint": ckpt.actor_dir if ckpt else None, "data": data,
+             "out": out_dir, "samples": f"{out_dir}/samples.jsonl", "summary": f"{out_dir}/summary.json",
+             "runtime": f"verl {version} ({rt.kind})", "submitted": runs.utc_now()}
+    script_name = f"evals/{eval_id}/eval.sbatch"
+    rendered = Rendered(files={script_name: script}, script_name=script_name, entry=entry, log_path=res.log_path)
+    # the run exists: nothing is left to bind
+    request = Request(experiment=run.id, runs_dir=absolute_runs_dir(root), render=lambda _run_dir: rendered,
+                      run=run, entry_key="evals", sbatch_in_run_dir=True, pass_sbatch_env=site.pass_sbatch_env)
+    return request, eval_id, out_dir

@@ -22,9 +22,12 @@ asked and nothing said (Slurm then takes any account or QOS).
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 
-from launcher.errors import SpecError
+from launcher import slurm
+from launcher.errors import SlurmError, SpecError, SpecErrors
 
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
@@ -36,9 +39,6 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
     run or Slurm would refuse the account or QOS; else the warnings. When Slurm does not
     answer, one warning says what was not checked. `provenance` (the spec's) names the field
     an account error shows (`slurm.account` or `site.slurm.account`)."""
-    from launcher import slurm
-    from launcher.errors import SlurmError, SpecErrors
-
     try:
         cap = capacity(slurm.show_partitions(), slurm.show_nodes())
     except SlurmError as exc:
@@ -58,11 +58,6 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
 def verify_accounts(plan, site, provenance: dict | None = None) -> list[SpecError]:
     """The account/QOS part of `verify`: nothing is asked of sacctmgr (and nothing said)
     unless `scontrol show config` says the cluster enforces associations."""
-    import os
-    import pwd
-
-    from launcher import slurm
-
     config = slurm.show_config()
     enforce = enforcement(config.get("AccountingStorageEnforce", ""))
     if not enforce & ENFORCE_ASSOCIATIONS:

@@ -21,104 +21,68 @@ dependency, the one thing its script does not know before submit.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-from launcher import runs
-from launcher.errors import SlurmError
-from launcher.states import SUBMIT_FAILED, SUBMITTED, SUBMITTING
+import yaml
 
-PLACEHOLDER_ID = "XXXXX"  # as long as a real id's suffix (runs.new_run_id), but upper case
-
-
-def placeholder_run_dir(runs_dir: str, experiment: str) -> str:
-    """Where a run of `experiment` will be, but for its 5-character id suffix."""
-    return os.path.join(absolute_runs_dir(runs_dir), f"{runs.slug(experiment)}-{PLACEHOLDER_ID}")
-
-
-def absolute_runs_dir(runs_dir: str) -> str:
-    return os.path.abspath(os.path.expanduser(str(runs_dir)))
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """What a request becomes for one run dir."""
-
-    files: dict[str, str]  # path relative to the run dir -> text
-    script_name: str  # which of the files is the batch script
-    entry: dict | None = None  # export/eval: the item the run's record lists under Request.entry_key
-    log_path: str | None = None  # the job's output (may hold %j)
-
-    @property
-    def script(self) -> str:
-        return self.files[self.script_name]
-
-
-@dataclass(frozen=True)
-class Request:
-    """One prepared submission. `render(run_dir)` is pure and cheap (the compile happened
-    before); it is called once for the dry run and once for the bound run dir."""
-
-    experiment: str
-    runs_dir: str  # absolute
-    render: Callable[[str], Rendered]
-    record: dict = field(default_factory=dict)  # fields of the new run's record
-    run: runs.Run | None = None  # the run it belongs to when that exists (export/eval of a run)
-    entry_key: str | None = None  # record list of export/eval jobs: "exports" | "evals"
-    sbatch_in_run_dir: bool = False  # sbatch's working directory: the run dir (else the caller's)
-    pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
-    warnings: tuple[str, ...] = ()
-    plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
-    site: object = None  # the launcher.spec.site.Site it was compiled for
-    spec: object = None  # the launcher.spec.experiment.MergedSpec it came from
-    runtime: object = None  # the launcher.spec.runtime.Runtime it renders for (training jobs)
-    upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
-    chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
-
-    @property
-    def run_dir(self) -> str:
-        """The run dir the dry run shows: the real one when the run exists already."""
-        return str(self.run.dir) if self.run else placeholder_run_dir(self.runs_dir, self.experiment)
-
-    def rendered(self, run_dir: str | None = None, after: str | None = None) -> Rendered:
-        """`after`: a dependency known only at submit time (the upstream's job), training
-        requests only."""
-        if after is None:
-            return self.render(run_dir or self.run_dir)
-        return self.render(run_dir or self.run_dir, after)
-
-    @property
-    def script(self) -> str:
-        """The batch script exactly as `submit` sends it, but for the run id."""
-        return self.rendered().script
-
-
-@dataclass(frozen=True)
-class Submitted:
-    run: runs.Run
-    job_id: str
-    rendered: Rendered
-
+from launcher import runs, slurm
+from launcher.compile.compiler import compile_plan
+from launcher.compile.verlcache import checked_overrides
+from launcher.compile.verlcheck import version_note
+from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.render.script import overrides_text, plan_json, render_script
+from launcher.spec.runtime import resolve_runtime
+from launcher.spec.site import load_site, with_runs_root
+from launcher.states import COMPLETED, FAILED, RUNNING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
+from launcher.submit import chain
+from launcher.submit.request import (  # noqa: F401 (Submitted, placeholder_run_dir: callers name them here)
+    Rendered,
+    Request,
+    Submitted,
+    absolute_runs_dir,
+    placeholder_run_dir,
+)
 
 # --- training runs ------------------------------------------------------------------------
+
+def _runtime_defaults(spec, site) -> dict:
+    """The published runtime's default overrides ({verl config name: lines}); none when no
+    runtime is published here (`sf validate` works without one; `sf submit` then refuses)."""
+    try:
+        return dict(resolve_runtime("verl", spec.framework_version or "0.9.1", site).overrides)
+    except SpecError:
+        return {}
+
+
+def check(name: str, flags: dict, run_dir: str | None = None):
+    """The prepare step: the site (its runs dir resolved: launcher.spec.site.runs_root),
+    load_spec with --after / --model run:RUN resolved (launcher.submit.chain), compile_plan,
+    and the verl compose check (remembered when clean: launcher.compile.verlcache).
+    Returns (spec, plan, site); raises SpecErrors."""
+    site = with_runs_root(load_site(flags.get("site")), flags.get("runs_dir"))
+    spec = chain.load_chained(name, flags, site)
+    plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name),
+                        runtime_overrides=_runtime_defaults(spec, site))
+    errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
+    if errors:
+        raise SpecErrors(errors)
+    note = version_note(plan.framework_version)
+    if note:
+        plan = replace(plan, warnings=plan.warnings + (note,))
+    return spec, plan, site
+
 
 def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     """spec -> compile (once, checked against verl) -> runtime -> a Request for `sf submit`.
     SpecError(s) on any problem; nothing is written."""
-    from launcher.cli.cmd_spec import check
-    from launcher.spec.runtime import resolve_runtime
-
     spec, plan, site = check(name, flags)
     runtime = resolve_runtime(plan.framework, plan.framework_version, site)
     upstream = None
     if spec.chain_export is not None:  # --model run:RUN, RUN without an export: export it first
-        from launcher.submit.chain import export_request
-
-        upstream = export_request(spec.chain_export, site, preflight=preflight)
+        upstream = chain.export_request(spec.chain_export, site, preflight=preflight)
     return run_request(spec, plan, site, runtime, preflight=preflight, upstream=upstream)
 
 
@@ -136,10 +100,6 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream:
 
 def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict | None = None) -> Rendered:
     """A training run's files: spec.yaml, plan.json, overrides.txt and job.sbatch."""
-    import yaml
-
-    from launcher.render.script import overrides_text, plan_json, render_script
-
     script = render_script(plan, site, runtime, preflight=preflight, array=array)
     return Rendered(files={
         "spec.yaml": yaml.safe_dump({"name": spec.name, "exp_dir": spec.exp_dir, "values": spec.values,
@@ -177,9 +137,6 @@ def submit(request: Request) -> Submitted:
     afterok:<its job>; the record's `model_from` names that job (`export_job`). If this
     sbatch then fails, the upstream job stays queued (it is recorded in its own run, and
     the next `--model run:RUN` waits on it instead of exporting again)."""
-    from launcher import slurm
-    from launcher.submit.chain import queued_model_from
-
     after, record = None, {}
     if request.chain is not None:
         record["model_from"] = dict(request.chain)
@@ -188,8 +145,9 @@ def submit(request: Request) -> Submitted:
         up = submit(request.upstream)
         after = f"afterok:{up.job_id}"
         entry = up.rendered.entry or {}
-        record["model_from"] = queued_model_from(record.get("model_from"), export_job=up.job_id,
-                                                 export_id=entry.get("id"), export_after=entry.get("after"))
+        record["model_from"] = chain.queued_model_from(record.get("model_from"), export_job=up.job_id,
+                                                       export_id=entry.get("id"),
+                                                       export_after=entry.get("after"))
     run, new, rendered = bind(request, after=after, record=record)
     if new:
         run.add_state(SUBMITTING)
@@ -220,9 +178,9 @@ def run_here(request: Request) -> tuple[runs.Run, Rendered, int, Path]:
     run, _new, rendered = bind(request)
     entry = rendered.entry or {"id": Path(rendered.script_name).stem}
     log = run.logs_dir / f"{entry['id']}-local.out"
-    list_entry(run, request.entry_key, {**entry, "job_id": None, "state": "running", "log": str(log)})
+    list_entry(run, request.entry_key, {**entry, "job_id": None, "state": RUNNING, "log": str(log)})
     rc = _stream(run.path(rendered.script_name), log)
-    list_entry(run, request.entry_key, {}, match=entry["id"], state="completed" if rc == 0 else "failed", rc=rc)
+    list_entry(run, request.entry_key, {}, match=entry["id"], state=COMPLETED if rc == 0 else FAILED, rc=rc)
     return run, rendered, rc, log
 
 

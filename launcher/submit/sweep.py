@@ -34,13 +34,11 @@ import itertools
 import re
 
 from launcher.errors import SpecError
+from launcher.states import RUN_FAILED
 
 MAX_POINTS = 1000  # a dev cluster's MaxArraySize is 1001; real sites are often lower
 _KEY = re.compile(r"^[+~]?[A-Za-z_][A-Za-z0-9_.\-/@]*$")
 
-# Point states that `--retry-failed` submits again (cancelled points were stopped on purpose).
-FAILED_STATES = frozenset({"failed", "timeout", "node_fail", "out_of_memory", "boot_fail",
-                           "deadline", "preempted", "submit_failed", "revoked", "gone"})
 
 
 def split_values(text: str) -> list[str]:
@@ -181,4 +179,4 @@ def manifest(sweep_id: str, points: list[dict]) -> dict:
 def failed_points(points: list[dict]) -> list[int]:
     """Indices of points (from monitor's status.points) whose state counts as failed."""
     return sorted(int(p["index"]) for p in points
-                  if p.get("index") is not None and str(p.get("state", "")).lower() in FAILED_STATES)
+                  if p.get("index") is not None and str(p.get("state", "")).lower() in RUN_FAILED)

@@ -124,7 +124,7 @@ def test_raw_override_keeps_plus():
 def test_relative_run_dir_refused():
     from launcher.errors import SpecErrors
     from launcher.compile.compiler import compile_plan
-    from launcher.spec.experiment import spec_from_values
+    from sfc_helpers import spec_from_values
 
     with pytest.raises(SpecErrors) as exc:
         compile_plan(spec_from_values(base("grpo")), SITE, "runs/x")

@@ -358,7 +358,7 @@ def test_latest_phase_ignores_per_node_events():
     phases = [{"phase": "allocated"}, {"phase": "node_started", "node": "dev2"}, {"phase": "head_up"},
               {"phase": "all_joined"}, {"phase": "node_started", "node": "dev3"}]
     assert states.latest_phase(phases) == "all_joined"
-    assert states.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "preflight_running"
+    assert states.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "driver_started"
     assert states.latest_phase([{"phase": "node_exit"}]) is None
 
 

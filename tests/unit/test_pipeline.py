@@ -66,7 +66,7 @@ def test_one_compile_per_command(site, fake_slurm, monkeypatch):
         calls.append(args[2])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compile_mod, "compile_plan", counting)
+    monkeypatch.setattr(pipeline, "compile_plan", counting)  # its one caller (sf sweep's points too)
     fake_slurm.set("sbatch", "77\n")
     _sf("submit", GRPO, "--site", site)
     assert len(calls) == 1 and calls[0].endswith("-XXXXX")
@@ -139,6 +139,27 @@ def test_wait_follows_with_one_sacct_per_poll_and_backs_off(fake_slurm):
     assert run.record()["state"] == "completed"  # the monitor wrote what it saw
 
 
+def test_wait_rides_out_a_record_it_cannot_read(fake_slurm):
+    """A poll that cannot read the run's record leaves the run out (seen on the GPU machine:
+    `sf submit --wait` died with IndexError after the job had completed); the wait polls
+    again instead."""
+    run = runs.create_run(fake_slurm.runs_dir, "grpo")
+    run.set_job_ids(["56"])
+    run.add_state("submitted", job_id="56")
+    fake_slurm.set("sacct", _sacct_row("56", "COMPLETED"))
+    good = run.path("record.json").read_text()
+    run.path("record.json").write_text("{torn")
+    slept, lines = [], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        run.path("record.json").write_text(good)
+
+    rc = cmd_run.wait_for_job(run, "56", preflight=False, as_json=False, echo=lines.append, sleep=sleep)
+    assert rc == 0 and slept[0] == cmd_run.POLL_FIRST_S
+    assert [line.split()[-1] for line in lines if "job 56:" in line] == ["COMPLETED"]
+
+
 def test_hetjob_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
     """A multi-pool sweep is one hetjob per point: point 0's submitted script is the dry
     run's but for the run id, --preflight included."""
@@ -165,3 +186,26 @@ def test_array_sweep_sends_what_its_dry_run_shows(site, fake_slurm):
     placeholder = pipeline.placeholder_run_dir(str(fake_slurm.runs_dir), "grpo")
     expected = dry.replace(placeholder, out["sweep_dir"]).replace(Path(placeholder).name.lower(), out["sweep"])
     assert fake_slurm.submitted_script() == expected
+
+
+def test_every_command_finds_runs_in_one_order(site, fake_slurm, tmp_path, monkeypatch):
+    """--runs-dir, then $SF_RUNS_DIR, then the site's runs_dir: where `sf submit` writes is
+    where `sf list` and `sf status` read (the site's runs_dir is not fake_slurm's here)."""
+    data = yaml.safe_load(Path(site).read_text())
+    data["runs_dir"] = str(tmp_path / "site-runs")
+    Path(site).write_text(yaml.safe_dump(data))
+    fake_slurm.set("sbatch", "91\n")
+    _sf("submit", GRPO, "--site", site)  # $SF_RUNS_DIR (fake_slurm.runs_dir) over the site's
+    [run] = runs.list_runs(fake_slurm.runs_dir)
+    assert not (tmp_path / "site-runs").exists()
+    listed = json.loads(_sf("list", "--json", "--site", site).output)
+    assert listed["runs_dir"] == str(fake_slurm.runs_dir) and [r["id"] for r in listed["runs"]] == [run.id]
+    flag_dir = tmp_path / "flag-runs"
+    _sf("submit", GRPO, "--site", site, "--runs-dir", str(flag_dir))  # --runs-dir over both
+    [flagged] = runs.list_runs(flag_dir)
+    assert [r.id for r in runs.list_runs(fake_slurm.runs_dir)] == [run.id]
+    monkeypatch.delenv("SF_RUNS_DIR")
+    _sf("submit", GRPO, "--site", site)  # neither: the site's runs_dir
+    [sited] = runs.list_runs(tmp_path / "site-runs")
+    assert _sf("status", sited.id, "--site", site).exit_code == 0
+    assert flagged.id in _sf("status", flagged.id, "--runs-dir", str(flag_dir)).output

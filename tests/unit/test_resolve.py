@@ -130,8 +130,9 @@ def test_set_raw_beats_config_knob_and_method_default(env):
 
 
 def test_config_yaml_beats_runtime_beats_method():
+    from sfc_helpers import spec_from_values
+
     from launcher.compile.compiler import compile_plan
-    from launcher.spec.experiment import spec_from_values
 
     key = "actor_rollout_ref.model.use_remove_padding"
     runtime = {"ppo_trainer": (f"{key}=False",)}

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import RUN_DIR, SITE, base  # noqa: E402
+from sfc_helpers import RUN_DIR, SITE, base, spec_from_values  # noqa: E402
 
 from launcher.compile.compiler import compile_plan  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
-from launcher.spec.experiment import spec_from_values  # noqa: E402
 from launcher.spec.runtime import Runtime, resolve_runtime  # noqa: E402
 from launcher.spec.site import site_from_dict  # noqa: E402
 

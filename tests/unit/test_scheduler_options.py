@@ -15,12 +15,12 @@ from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, SlurmOptions
 from launcher.render.script import render_script
 from launcher.spec import paths
-from launcher.spec.experiment import schema_errors, spec_from_values
+from launcher.spec.experiment import schema_errors
 from launcher.spec.site import site_from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compiler_fixtures"))
-from sfc_helpers import SITE_DICT, base  # noqa: E402
+from sfc_helpers import SITE_DICT, base, spec_from_values  # noqa: E402
 from test_cli_contract import site  # noqa: E402,F401  (the fixture: site(**slurm) -> a site file)
 from test_render import SITE, VENV, directives, het_plan, make_plan  # noqa: E402
 

@@ -30,9 +30,13 @@ def test_every_label_is_of_an_emitted_phase():
     emitted = emitted_phases()
     assert {"allocated", "head_up", "all_joined", "driver_started", "ended", "requeued"} <= emitted
     assert {"export_started", "export_ended", "eval_started", "eval_ended"} <= emitted
-    derived = {states.PREFLIGHT_RUNNING}  # driver_started with what=preflight
-    assert set(states.PHASE_LABELS) - derived <= emitted
+    assert set(states.PHASE_LABELS) <= emitted
     assert emitted - set(states.NODE_PHASES) <= set(states.PHASE_LABELS)
+
+
+def test_run_failed_is_what_retry_failed_resends():
+    assert states.RUN_FAILED == {"failed", "timeout", "node_fail", "out_of_memory", "boot_fail", "deadline",
+                                 "preempted", "submit_failed", "revoked", "gone"}
 
 
 def test_run_terminal_is_slurm_terminal_lowered_plus_submit_failed():
@@ -43,7 +47,9 @@ def test_run_terminal_is_slurm_terminal_lowered_plus_submit_failed():
 
 def test_latest_phase_and_labels():
     events = [{"phase": "allocated"}, {"phase": "node_started"}, {"phase": "driver_started", "what": "preflight"}]
-    assert states.phase_label(states.latest_phase(events)) == "preflight running"
+    assert states.latest_phase(events) == "driver_started"
+    assert states.phase_label("driver_started", states.latest_event(events).get("what")) == "preflight running"
+    assert states.phase_label("driver_started") == "driver started"
     assert states.latest_phase(events[:2]) == "allocated"
     assert states.phase_label("something_new") == "something new"
 

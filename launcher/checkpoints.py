@@ -1,0 +1,228 @@
+"""verl's checkpoint layout, for both sides (standard library only: the export job runs it
+on the runtime's Python, `python -m launcher.injob checkpoint` / `export-preflight`).
+
+  - `find_actor_dir(path, fmt)` checks a checkpoint's layout and says what is wrong;
+  - `merge_argv(...)` is verl's merge command (`python -m verl.model_merger merge`);
+  - `LaterCheckpoint`: a run's last checkpoint that the export job looks up itself (it does
+    not exist yet when `sf submit --model run:RUN` queues the export; launcher.submit.chain);
+  - `preflight_report(...)`: what an export preflight finds, without merging.
+
+verl checkpoint layout (verl/trainer/ppo/ray_trainer.py `_save_checkpoint`,
+verl/model_merger/*.py):
+
+    <checkpoints>/latest_checkpointed_iteration.txt        "N"
+    <checkpoints>/global_step_N/actor/                     what the merger reads
+        FSDP:     fsdp_config.json ({"world_size": W}), model_world_size_W_rank_R.pt
+                  for R in 0..W-1, huggingface/config.json (+ tokenizer)
+        Megatron: model/dist_ckpt/, model/huggingface/config.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMATS = {"verl-fsdp": "fsdp", "verl-megatron": "megatron"}
+TRACKER = "latest_checkpointed_iteration.txt"
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+VALID_LAYOUT = (
+    "a valid --checkpoint is a verl checkpoints dir holding latest_checkpointed_iteration.txt, "
+    "or one of its global_step_N dirs, or a global_step_N/actor dir"
+)
+
+
+class LayoutError(ValueError):
+    """The checkpoint is not a verl checkpoint of the asked format. (The CLI turns it into
+    a SpecError; this module's job side must not import launcher.)"""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    actor_dir: str  # <...>/global_step_N/actor (absolute)
+    step: int | None
+    fmt: str  # "verl-fsdp" | "verl-megatron"
+
+    @property
+    def backend(self) -> str:
+        return FORMATS[self.fmt]
+
+
+# What the export job substitutes when it looks the checkpoint up itself (LaterCheckpoint):
+# plain words that shlex leaves unquoted, replaced by quoted shell variables in the script.
+ACTOR_SLOT, BACKEND_SLOT = "@SF_ACTOR_DIR@", "@SF_BACKEND@"
+
+
+@dataclass(frozen=True)
+class LaterCheckpoint:
+    """The last checkpoint in `checkpoints_dir`, looked up by the export job when it runs
+    (after the training job ended): nothing is there when the export is queued."""
+
+    checkpoints_dir: str  # absolute
+    fmt: str | None = None  # None: detected by the job from the files
+    step = None
+
+    @property
+    def actor_dir(self) -> str:
+        return ACTOR_SLOT
+
+    @property
+    def backend(self) -> str:
+        return BACKEND_SLOT
+
+
+def _step_dirs(path: Path) -> list[int]:
+    steps = []
+    for child in path.iterdir() if path.is_dir() else ():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def detect_format(actor: Path) -> str | None:
+    if (actor / "fsdp_config.json").is_file() or any(actor.glob("model_world_size_*_rank_*.pt")):
+        return "verl-fsdp"
+    if (actor / "model" / "dist_ckpt").is_dir() or (actor / "model" / "huggingface").is_dir():
+        return "verl-megatron"
+    return None
+
+
+def _check_fsdp(actor: Path) -> list[str]:
+    missing = []
+    config = actor / "fsdp_config.json"
+    world_size = None
+    if not config.is_file():
+        missing.append("fsdp_config.json")
+    else:
+        try:
+            world_size = int(json.loads(config.read_text())["world_size"])
+        except (ValueError, KeyError, TypeError):
+            missing.append("a world_size in fsdp_config.json")
+    if world_size:
+        for rank in range(world_size):
+            name = f"model_world_size_{world_size}_rank_{rank}.pt"
+            if not (actor / name).is_file():
+                missing.append(name)
+    elif not any(actor.glob("model_world_size_*_rank_*.pt")):
+        missing.append("model_world_size_W_rank_R.pt shards")
+    if not (actor / "huggingface" / "config.json").is_file():
+        missing.append("huggingface/config.json")
+    return missing
+
+
+def _check_megatron(actor: Path) -> list[str]:
+    missing = []
+    if not (actor / "model" / "dist_ckpt").is_dir():
+        missing.append("model/dist_ckpt/")
+    if not (actor / "model" / "huggingface" / "config.json").is_file():
+        if (actor / "huggingface" / "config.json").is_file():
+            missing.append("model/huggingface/config.json (this is the pre-v2 Megatron layout: "
+                           "run verl's scripts/migrate_megatron_checkpoint_layout.py first)")
+        else:
+            missing.append("model/huggingface/config.json")
+    return missing
+
+
+def _model_dir(step_dir: Path) -> Path:
+    """Where a global_step_N dir keeps the model the merger reads: actor/ for the RL
+    trainers, the step dir itself for verl's SFT trainer (it writes its FSDP shards
+    straight into global_step_N/; seen on the H200)."""
+    if not (step_dir / "actor").is_dir() and detect_format(step_dir):
+        return step_dir
+    return step_dir / "actor"
+
+
+def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoint:
+    """Resolve PATH (checkpoints dir, global_step_N dir or its actor dir) to the actor dir
+    the merger reads, and check its files for `fmt` (detected when None)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise LayoutError(f"--checkpoint-format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    root = Path(path).expanduser().absolute()
+    if not root.exists():
+        raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
+    if not root.is_dir():
+        raise LayoutError(f"{root} is a file, not a directory; {VALID_LAYOUT}")
+    step = None
+    if (root / TRACKER).is_file():
+        text = (root / TRACKER).read_text().strip()
+        if not text.isdigit():
+            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; "
+                              "pass a global_step_N dir instead")
+        step = int(text)
+        step_dir = root / f"global_step_{step}"
+        if not step_dir.is_dir():
+            have = ", ".join(f"global_step_{s}" for s in _step_dirs(root)) or "none"
+            raise LayoutError(f"{root / TRACKER} says step {step} but {step_dir.name}/ is missing "
+                              f"(found: {have}); pass one of them with --checkpoint")
+        actor = _model_dir(step_dir)
+    elif _STEP_DIR.match(root.name):
+        step = int(_STEP_DIR.match(root.name).group(1))
+        actor = _model_dir(root)
+    elif root.name == "actor" and _STEP_DIR.match(root.parent.name):
+        step = int(_STEP_DIR.match(root.parent.name).group(1))
+        actor = root
+    elif detect_format(root):
+        actor = root  # an actor dir moved out of its global_step_N parent
+    else:
+        steps = _step_dirs(root)
+        if steps:
+            raise LayoutError(f"{root} has no {TRACKER} (verl writes it after a complete save); "
+                              f"pass one of its steps, e.g. --checkpoint {root / f'global_step_{steps[-1]}'}")
+        raise LayoutError(f"{root} holds no {TRACKER}, no global_step_N/ and no actor files; {VALID_LAYOUT}")
+    if not actor.is_dir():
+        raise LayoutError(f"{actor.parent} has no actor/ and no model shards (the merger reads "
+                          f"global_step_N/actor, or global_step_N itself for SFT); {VALID_LAYOUT}")
+    found = detect_format(actor)
+    fmt = fmt or found
+    if fmt is None:
+        raise LayoutError(f"{actor} holds neither FSDP shards (fsdp_config.json, model_world_size_W_rank_R.pt) "
+                          "nor a Megatron model/dist_ckpt/; is the save complete?")
+    missing = _check_fsdp(actor) if fmt == "verl-fsdp" else _check_megatron(actor)
+    if missing:
+        hint = f"; it looks like {found}: use --checkpoint-format {found}" if found and found != fmt else ""
+        raise LayoutError(f"{actor} is not a complete {fmt} checkpoint: missing {', '.join(missing)}{hint}")
+    return Checkpoint(actor_dir=str(actor), step=step, fmt=fmt)
+
+
+def merge_argv(ckpt: Checkpoint, target_dir: str, python: str = "python", extra=()) -> list[str]:
+    """verl's merge command (verl/model_merger/__main__.py, base_model_merger.parse_args)."""
+    return [python, "-m", "verl.model_merger", "merge", "--backend", ckpt.backend,
+            "--local_dir", ckpt.actor_dir, "--target_dir", str(target_dir), *extra]
+
+
+def preflight_report(checkpoint: str, fmt: str | None, target: str, merger: str,
+                     upstream_preflight: bool = False) -> dict:
+    """The export job's preflight (job side): the checkpoint it would merge (looked up now),
+    verl's merger on the runtime (`merger`: its path, found by FIND_MERGER, or empty), the
+    target folder (made, writable, holding no model yet). Merges nothing; writes nothing
+    but the target folder. `failures` empty means a real export would get to the merge."""
+    failures = []
+    try:
+        ck = find_actor_dir(checkpoint, fmt)
+        found = {"found": True, "actor_dir": ck.actor_dir, "step": ck.step, "format": ck.fmt}
+    except LayoutError as exc:
+        found = {"found": False, "note": str(exc)}
+        if upstream_preflight:  # what a preflight chain can honestly say: nothing was trained
+            found["note"] = ("the run is a preflight: it trained and saved nothing; a real chain merges its last "
+                             "global_step_N here")
+        else:
+            failures.append(f"checkpoint: {exc}")
+    if not merger:
+        failures.append("verl's model merger (verl/model_merger/__main__.py) is not on the runtime")
+    target_report = {"dir": target}
+    try:
+        os.makedirs(target, exist_ok=True)
+        target_report["writable"] = os.access(target, os.W_OK)
+        if not target_report["writable"]:
+            failures.append(f"target: {target} is not writable")
+    except OSError as exc:
+        target_report["writable"] = False
+        failures.append(f"target: cannot make {target}: {exc}")
+    if os.path.isfile(os.path.join(target, "config.json")):
+        failures.append(f"target: {target} already holds a model (config.json)")
+    return {"checkpoint": found, "merger": merger or None, "target": target_report, "merged": False,
+            "failures": failures}

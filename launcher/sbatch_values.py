@@ -1,0 +1,130 @@
+"""What may go on an `#SBATCH` line: one checker per kind of value.
+
+Every value the training job, the export and eval jobs and `sf doctor`'s test script put
+on an `#SBATCH` line passes one of these. A value that could break out of its line (a
+space, a newline, `#`, a quote) is refused with a SpecError naming the field and what is
+allowed, never written. Every pattern for such a value lives here: the checkers'
+(NAME, ACCOUNT, TIME, ...), the daily scheduler options' (RESERVATION, DEPENDENCY, ...,
+SCALARS, and KEYS, their config keys, which the spec stage reads) and the --sbatch
+allowlist (ALLOWED); launcher.compile.scheduler_options checks and places them. Pure;
+standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from launcher.errors import SpecError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # account, qos, partition
+TIME = re.compile(r"^(?:\d+-\d{1,2}(?::\d{2}){0,2}|\d{1,6}(?::\d{2}){0,2}|UNLIMITED|INFINITE)$")
+MEM = re.compile(r"^\d+[KMGT]?$")
+CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*:!,-]{1,200}$")
+GRES = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")  # no spaces, %, #, quotes
+LOG_PATH = re.compile(r"^/[A-Za-z0-9._/+%-]*$")  # a PATH that may hold %j / %A / %a
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check(pattern: re.Pattern, value, field: str, what: str) -> str:
+    """`value` as text when it matches `pattern` in full; else a SpecError naming `field`."""
+    text = str(value)
+    if not pattern.fullmatch(text):
+        raise SpecError(field, f"{text!r} cannot go into the batch script: {what}")
+    return text
+
+
+def whole(value, field: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(field, f"{value!r} must be a whole number >= {minimum}")
+    return value
+
+
+def _checker(pattern: re.Pattern, what: str):
+    """check(pattern, value, field, what) as a function of (value, field)."""
+    def checker(value, field: str) -> str:
+        return check(pattern, value, field, what)
+
+    return checker
+
+
+name = _checker(NAME, "use letters, digits and ._- only (at most 100 characters)")
+account = _checker(ACCOUNT, "letters, digits and ._- only")  # an account, a qos or a partition
+time_limit = _checker(TIME, "use minutes, HH:MM:SS or D-HH:MM:SS")
+mem = _checker(MEM, "a size such as 64G (a number with K, M, G or T)")
+gres_name = _checker(GRES, "letters, digits, _ and - only")
+constraint = _checker(CONSTRAINT, "features joined by & | , only; no spaces")
+path = _checker(PATH, "an absolute path of letters, digits and ._/+- only (no spaces, %, # or quotes); "
+                "choose another runs_dir")
+log_path = _checker(LOG_PATH, "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
+env_key = _checker(ENV_KEY, "environment names are letters, digits and _, not starting with a digit")
+
+
+# --- the scheduler options (launcher.compile.scheduler_options checks and places them) ------
+# value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them
+RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+MAIL_USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}(?:@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*)?$")
+_DEP_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
+            r"(?::\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?)+)")
+DEPENDENCY = re.compile(rf"^{_DEP_ONE}(?:(?:,{_DEP_ONE})*|(?:\?{_DEP_ONE})*)$")
+_HOSTS = r"[A-Za-z0-9._-]+(?:\[[0-9,-]+\][A-Za-z0-9._-]*)*"  # node07, node[01-03], gpu[1,3]x
+NODELIST = re.compile(rf"^{_HOSTS}(?:,{_HOSTS})*$")
+SBATCH_KEY = re.compile(r"^[a-z][a-z-]{1,40}$")
+
+TIMEISH = re.compile(r"^[A-Za-z0-9:+_-]{1,32}$")  # now+1hour, 2026-12-01T10:00, 16:00, midnight
+WORDS = re.compile(r"^[A-Za-z0-9._:=,@/+-]{1,200}$")  # a comment, a network spec: one word
+INT = re.compile(r"^-?\d{1,9}$")
+
+# the scalar keys (flag, config key, pattern, what, job-wide?)
+SCALARS = (
+    ("--reservation", "reservation", RESERVATION, "a reservation name (letters, digits, ._-; several joined by ,)",
+     False),
+    ("--mail-type", "mail_type", None, "one or more of " + ",".join(MAIL_TYPES) + " joined by ,", True),
+    ("--mail-user", "mail_user", MAIL_USER, "a user name or an address like alice@example.org", True),
+    ("--dependency", "dependency", DEPENDENCY,
+     "a Slurm dependency like afterok:123 or afterany:123:124,singleton (no spaces; all , or all ?)", True),
+    ("--exclude", "exclude", NODELIST, "node names like node[01-03],node07", False),
+    ("--constraint", "constraint", CONSTRAINT, "features joined by & | , only; no spaces", False),
+)
+KEYS = tuple(key for _f, key, *_ in SCALARS) + ("sbatch", "exclude_bad_nodes")
+
+# --sbatch KEY=VALUE: key -> (pattern, what is allowed, job-wide?) ; pattern None: a flag without a value
+ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
+    "begin": (TIMEISH, "a time such as now+1hour, 16:00 or 2026-12-01T10:00", True),
+    "deadline": (TIMEISH, "a time such as 2026-12-01T10:00", True),
+    "comment": (WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
+    "nice": (INT, "a whole number", True),
+    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
+    "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
+    "wckey": (ACCOUNT, "letters, digits and ._- only", True),
+    "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
+    "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
+    "delay-boot": (TIME, "minutes or HH:MM:SS", True),
+    "mcs-label": (NAME, "letters, digits and ._- only", True),
+    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
+                 "like matlab:2,fluent", False),
+    "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
+    "mem-per-gpu": (MEM, "a size such as 32G", False),
+    "mem-per-cpu": (MEM, "a size such as 4G", False),
+    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "tmp": (MEM, "a size such as 100G", False),
+    "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
+             "compute_bound, memory_bound, multithread or nomultithread", False),
+    "network": (WORDS, "one word of letters, digits and ._:=,@/+-", False),
+    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
+    "prefer": (CONSTRAINT, "features joined by & | , only; no spaces", False),
+    "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
+    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
+    "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
+    "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),
+    "mem-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like local", False),
+    "contiguous": (None, "a flag (no value)", False),
+    "spread-job": (None, "a flag (no value)", False),
+    "use-min-nodes": (None, "a flag (no value)", False),
+    "overcommit": (None, "a flag (no value)", False),
+}

@@ -1,0 +1,82 @@
+"""What a submission is: a Request (prepared once: the dry run prints it, launcher.submit.pipeline
+sends it) and what it renders to for one run dir (Rendered). Its own module so that pipeline,
+chain and export share it without importing each other in a circle."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from launcher import runs
+
+PLACEHOLDER_ID = "XXXXX"  # as long as a real id's suffix (runs.new_run_id), but upper case
+
+
+def placeholder_run_dir(runs_dir: str, experiment: str) -> str:
+    """Where a run of `experiment` will be, but for its 5-character id suffix."""
+    return os.path.join(absolute_runs_dir(runs_dir), f"{runs.slug(experiment)}-{PLACEHOLDER_ID}")
+
+
+def absolute_runs_dir(runs_dir: str) -> str:
+    return os.path.abspath(os.path.expanduser(str(runs_dir)))
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What a request becomes for one run dir."""
+
+    files: dict[str, str]  # path relative to the run dir -> text
+    script_name: str  # which of the files is the batch script
+    entry: dict | None = None  # export/eval: the item the run's record lists under Request.entry_key
+    log_path: str | None = None  # the job's output (may hold %j)
+
+    @property
+    def script(self) -> str:
+        return self.files[self.script_name]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prepared submission. `render(run_dir)` is pure and cheap (the compile happened
+    before); it is called once for the dry run and once for the bound run dir."""
+
+    experiment: str
+    runs_dir: str  # absolute
+    render: Callable[[str], Rendered]
+    record: dict = field(default_factory=dict)  # fields of the new run's record
+    run: runs.Run | None = None  # the run it belongs to when that exists (export/eval of a run)
+    entry_key: str | None = None  # record list of export/eval jobs: "exports" | "evals"
+    sbatch_in_run_dir: bool = False  # sbatch's working directory: the run dir (else the caller's)
+    pass_sbatch_env: tuple[str, ...] = ()  # SBATCH_* variables let through (site.pass_sbatch_env)
+    warnings: tuple[str, ...] = ()
+    plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
+    site: object = None  # the launcher.spec.site.Site it was compiled for
+    spec: object = None  # the launcher.spec.experiment.MergedSpec it came from
+    runtime: object = None  # the launcher.spec.runtime.Runtime it renders for (training jobs)
+    upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
+    chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
+
+    @property
+    def run_dir(self) -> str:
+        """The run dir the dry run shows: the real one when the run exists already."""
+        return str(self.run.dir) if self.run else placeholder_run_dir(self.runs_dir, self.experiment)
+
+    def rendered(self, run_dir: str | None = None, after: str | None = None) -> Rendered:
+        """`after`: a dependency known only at submit time (the upstream's job), training
+        requests only."""
+        if after is None:
+            return self.render(run_dir or self.run_dir)
+        return self.render(run_dir or self.run_dir, after)
+
+    @property
+    def script(self) -> str:
+        """The batch script exactly as `submit` sends it, but for the run id."""
+        return self.rendered().script
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run: runs.Run
+    job_id: str
+    rendered: Rendered
