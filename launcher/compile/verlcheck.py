@@ -14,7 +14,6 @@ import difflib
 import importlib.util
 import os
 from functools import lru_cache
-from importlib.metadata import version
 
 from launcher.errors import SpecError
 
@@ -55,6 +54,8 @@ def installed_verl_version() -> str | None:
             return fh.read().strip()
     except OSError:
         try:
+            from importlib.metadata import version  # lazy: importlib.metadata costs ~9 ms of every dry run
+
             return version("verl")
         except Exception:
             return None
