@@ -11,7 +11,7 @@ bounds), and `sf status`, `sf eval` and `sf export` read too.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class Plan:
     paths_to_check: tuple[str, ...] = ()  # model/data paths preflight reads on the nodes
     warnings: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # provenance of each override, parallel to `overrides`
+    # the one resolved map (launcher.compile.resolve): verl key -> {value, op, layer, source,
+    # field, overrides: [the lower writes it won over]}
+    resolved: dict = field(default_factory=dict)
 
     @property
     def is_hetjob(self) -> bool:
@@ -90,6 +93,7 @@ class Plan:
             self, run_dir=run_dir, checkpoint_dir=moved(self.checkpoint_dir),
             overrides=tuple(moved(o) for o in self.overrides),
             env=tuple((key, moved(value)) for key, value in self.env),
+            resolved=_moved(self.resolved, moved),
         )
 
     def with_dependency(self, extra: str | None) -> "Plan":
@@ -117,3 +121,14 @@ class Plan:
             data[key] = tuple(data.get(key, ()))
         data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))
         return cls(**data)
+
+
+def _moved(value, moved):
+    """`value` (the resolved map) with every string passed through `moved`."""
+    if isinstance(value, str):
+        return moved(value)
+    if isinstance(value, dict):
+        return {k: _moved(v, moved) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_moved(v, moved) for v in value]
+    return value

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
+from launcher.spec.site import LOGIN_ENV
 from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_PENDING, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()
@@ -103,6 +104,13 @@ def sbatch_input_variables(environ=None, passed=()) -> list[str]:
     return sorted(name for name in environ if name.startswith("SBATCH_") and name not in passed)
 
 
+def login_env_variables(environ=None, passed=()) -> list[str]:
+    """The LOGIN_ENV variables set in `environ` (default: ours) that sbatch would carry into
+    the job, less those the site passes on purpose."""
+    environ = os.environ if environ is None else environ
+    return [name for name in LOGIN_ENV if environ.get(name) and name not in passed]
+
+
 def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S, pass_env=()) -> str:
     """Submit a batch script; returns the job id (leader id for a hetjob, array id for an
     array). sbatch runs without our SBATCH_* variables but those in `pass_env`: the script
@@ -113,7 +121,7 @@ def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIM
 
 
 def _sbatch_env(pass_env) -> dict:
-    left_out = set(sbatch_input_variables(passed=pass_env))
+    left_out = set(sbatch_input_variables(passed=pass_env)) | set(login_env_variables(passed=pass_env))
     return {name: value for name, value in os.environ.items() if name not in left_out}
 
 

@@ -58,6 +58,24 @@ def _hint(message: str) -> str | None:
     return fix if sep else None
 
 
+def os_error(exc: OSError) -> SpecError:
+    """A file-system failure as one line: the path, the cause and what to do."""
+    import errno
+    import os
+
+    where = exc.filename if exc.filename is not None else "path"
+    other = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
+    path = str(where)
+    chain, p = [], path.rstrip("/")
+    while p and p not in chain:
+        chain.append(p)
+        p = os.path.dirname(p)
+    blocker = next((p for p in chain if os.path.lexists(p) and not os.path.isdir(p)), None)
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and blocker:
+        return SpecError(path, f"{blocker} is a file where sf needs a folder; move it away or use another path")
+    return SpecError(path, f"{where}{other}: {exc.strerror or exc}; fix the path or its permissions")
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
@@ -87,6 +105,11 @@ class LazyGroup(click.Group):
             self._fail(ctx, errors, exc.exit_code, "sf: error: ")
         except SlurmError as exc:
             self._fail(ctx, [SpecError("slurm", str(exc))], exc.exit_code, "sf: slurm error: ")
+        except OSError as exc:  # a spec, site, runs dir or output path the file system refuses: no traceback
+            self._fail(ctx, [os_error(exc)], 2, "sf: error: ")
+        except RecursionError:
+            self._fail(ctx, [SpecError("input", "an input is nested too deeply (a YAML or JSON file?); fix it")], 2,
+                       "sf: error: ")
         except click.UsageError as exc:
             if not ctx.meta.get("sf.json"):
                 raise  # click prints the usage and exits 2

@@ -95,6 +95,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
                 "experiment": plan.experiment, "method": plan.method, "framework_version": plan.framework_version,
                 "run_dir": request.run_dir, "launcher": plan.launcher, "entry": list(plan.entry),
                 "overrides": list(plan.overrides), "sources": list(plan.sources), "pools": plan.to_dict()["pools"],
+                "resolved": plan.resolved,
                 "runtime": request.record["runtime"], "preflight": preflight, "script": script,
                 "chain_export": {**chain.describe(), "script": request.upstream.script} if chain else None,
                 "warnings": list(request.warnings)}, indent=2))

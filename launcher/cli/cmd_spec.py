@@ -14,8 +14,10 @@ import yaml
 from launcher.cli.options import json_option, print_json, spec_flags, spec_options
 from launcher.compile import catalog
 from launcher.compile.catalog import METHODS, versions
+from launcher.compile.resolve import shown_dict
+from launcher.compile.rules import hydra_value
 from launcher.errors import SpecError
-from launcher.slurm import sbatch_input_variables
+from launcher.slurm import login_env_variables, sbatch_input_variables
 from launcher.spec.experiment import NAME_RE, leaves, schema_errors
 from launcher.spec.experiment import schema as load_schema
 from launcher.submit import pipeline
@@ -125,7 +127,9 @@ def new(name, method, framework_version, as_json):
 def _sbatch_env_warnings(site) -> list[str]:
     """One warning per SBATCH_* variable set here: sbatch reads them as options that
     override the script's #SBATCH lines."""
-    out = []
+    out = [f"{name}={os.environ[name]} is set on this login node: sf leaves it out of the job's environment (it would "
+           "carry another Python or verl than the runtime sf checked); the site's slurm.pass_login_env lets it through"
+           for name in login_env_variables(passed=site.pass_sbatch_env)]
     for name in sbatch_input_variables():
         if name in site.pass_sbatch_env:
             out.append(f"{name}={os.environ[name]} is set and the site passes it to sbatch "
@@ -162,6 +166,7 @@ def validate(name, as_json, live, **kwargs):
             "provenance": spec.provenance,
             "overrides": list(plan.overrides),
             "sources": list(plan.sources),
+            "resolved": plan.resolved,
             "entry": list(plan.entry),
             "argv": plan.argv(),
             "pools": plan.to_dict()["pools"],
@@ -173,8 +178,10 @@ def validate(name, as_json, live, **kwargs):
         return
     click.echo(f"{plan.experiment}: verl/{plan.method} on verl {plan.framework_version} — valid")
     click.echo("values:")
-    for dotted, value in leaves({k: v for k, v in spec.values.items() if k != "overrides"}):
+    for dotted, value in leaves({k: v for k, v in spec.values.items() if k not in ("overrides", "knobs")}):
         click.echo(f"  {dotted} = {value!r}    [{spec.provenance.get(dotted, '?')}]")
+    for key, item in plan.resolved.items():  # every verl key, as verl reads it (knobs, overrides, bindings)
+        click.echo(f"  {key} = {shown_dict(item, hydra_value)}")
     click.echo("pools:")
     for p in plan.pools:
         click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "

@@ -19,7 +19,7 @@ from click.shell_completion import CompletionItem
 
 from launcher import sbatch_values
 from launcher.compile import scheduler_options
-from launcher.slurm import sbatch_input_variables
+from launcher.slurm import login_env_variables, sbatch_input_variables
 from launcher.spec.site import runs_root
 
 _OPTIONS = (
@@ -159,6 +159,11 @@ def runs_options(func):
 
 def say_sbatch_env_left_out(passed=()) -> None:
     """One line naming the SBATCH_* variables sf's sbatch calls leave out (launcher.slurm)."""
+    login = login_env_variables(passed=passed)
+    if login:
+        click.echo(f"sf: left out of the job's environment: {', '.join(login)} (set on this login node, they would "
+                   "carry another Python or verl into the job than the runtime sf checked; the site's "
+                   "slurm.pass_login_env lets named ones through)", err=True)
     names = sbatch_input_variables(passed=passed)
     if names:
         click.echo(f"sf: left out of sbatch's environment: {', '.join(names)} (they would override the script's "

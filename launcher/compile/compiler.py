@@ -18,7 +18,8 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from launcher.compile import catalog, rules, scheduler_options, verlcache
+from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
+from launcher.compile.slurm_time import check_signal_lead, time_seconds
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.spec.experiment import MergedSpec
@@ -28,7 +29,8 @@ DEFAULT_ROLES = ("actor", "rollout", "ref")
 
 
 class Ctx:
-    """What the rules read and write while one spec compiles."""
+    """What the rules read and write while one spec compiles. Every value that reaches a verl
+    key is a resolve.Write in its layer; `resolution` is the one map they resolve into."""
 
     def __init__(self, spec: MergedSpec, method: catalog.Method, site: Site, run_dir: str,
                  runtime_overrides: dict | None = None):
@@ -43,21 +45,22 @@ class Ctx:
         self.main_py = spec.main_py
         self.errors: list[SpecError] = []
         self.warnings: list[str] = []
-        # bare key -> (stage, prefix, python value, text passed to Hydra)
-        self.overrides: dict[str, tuple[str, str, Any, str]] = {}
-        self.sources: dict[str, str] = {}  # key -> the field an error about it names
-        self.origins: dict[str, str] = {}  # key -> provenance label (Plan.sources)
-        self.bound: dict[str, str] = {}  # key -> origin, for keys a binding set
+        self.writes: list[resolve.Write] = []
+        self._resolution: resolve.Resolution | None = None
+        self._item = 0
         self.effective = None  # verlcheck.Effective once composed
         self.knob_values: dict[str, Any] = {}
         self.entry: tuple[str, ...] = tuple(method.entry)
         self.pools: list[Pool] = []
         self.roles: dict[str, str] = {}
-        knobs = dict(self.values.get("knobs") or {})
-        prov = spec.provenance
+        self.knob_layers = knob_layers(spec)
+        self.recipe_defaults: dict = dict(method.defaults)
         # Knobs from configs/defaults.yaml count as defaults (below the method's), not user values.
-        self.base_knobs = {k: v for k, v in knobs.items() if prov.get(f"knobs.{k}") == "defaults"}
-        self.user_knobs = {k: v for k, v in knobs.items() if k not in self.base_knobs}
+        self.base_knobs = dict(next((k for layer, k in self.knob_layers if layer == "default:sf"), {}))
+        self.user_knobs = {}
+        for layer, knobs in self.knob_layers:
+            if layer != "default:sf":
+                self.user_knobs.update(knobs)
         self.raw: list[tuple[str, str, str, str]] = []
         labels = list(spec.override_sources)
         for i, text in enumerate(self.values.get("overrides") or []):
@@ -71,13 +74,6 @@ class Ctx:
                 self.error(source, f"{text!r} is not a Hydra override KEY=VALUE (e.g. trainer.val_before_train=False)")
                 continue
             self.raw.append((source, prefix, key, value))
-        # What the raw overrides really set, dict values flattened: (source, key, value).
-        self.user_flat: list[tuple[str, str, Any]] = []
-        for source, prefix, key, value in self.raw:
-            key = self.effective_key(key)
-            parsed = None if prefix == "~" else rules.parse_value(value)
-            for leaf, leaf_value in rules.flatten(key, parsed):
-                self.user_flat.append((source, leaf, leaf_value))
 
     # --- recording
     def error(self, field: str, message: str) -> None:
@@ -87,96 +83,124 @@ class Ctx:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    def next_item(self) -> int:
+        self._item += 1
+        return self._item
+
+    def write(self, w: resolve.Write) -> None:
+        self.writes.append(replace(w, seq=len(self.writes), item=w.item if w.item >= 0 else self.next_item()))
+        self._resolution = None
+
     def set(self, key: str, value: Any, stage: str, prefix: str = "", raw_value: str | None = None,
-            source: str | None = None, origin: str | None = None) -> None:
+            source: str | None = None, origin: str | None = None, layer: str | None = None,
+            item: int = -1) -> None:
         if key.startswith("+"):
             prefix, key = "+", key[1:]
-        text = raw_value if raw_value is not None else rules.hydra_value(value)
-        parsed = rules.parse_value(raw_value) if raw_value is not None else value
-        self.overrides.pop(key, None)
-        self.overrides[key] = (stage, prefix, parsed, text)
-        self.sources[key] = source or stage
-        self.origins[key] = origin or self._origin(stage, source)
-        if stage == "binding":
-            self.bound[key] = self.origins[key]
+        op = prefix or "="
+        if prefix == "~":
+            value = None
+        elif raw_value is not None:
+            value = rules.parse_value(raw_value)
+        layer = layer or self._layer(stage, source)
+        self.write(resolve.Write(key, value, layer, source or key, origin or self._origin(stage, source, layer),
+                                 op, raw_value if prefix == "~" or raw_value is not None else None, item=item))
 
-    def _origin(self, stage: str, source: str | None) -> str:
+    def _layer(self, stage: str, source: str | None) -> str:
+        if stage in ("pin", "binding", "topology"):
+            return stage
+        if stage == "checkpoint":
+            return "run"
+        if stage == "runtime":
+            return "runtime"
+        if stage == "default":
+            if source and source.startswith("method default "):
+                return "method" if source.removeprefix("method default ") in self.recipe_defaults else "default:sf"
+            return "sf"
+        if stage == "raw":
+            return raw_layer(source or "")
+        if stage == "knob":
+            layer = self.layer((source or "").strip())
+            return layer if layer in resolve.RANK else "config.yaml"
+        return "sf"
+
+    def _origin(self, stage: str, source: str | None, layer: str) -> str:
         """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the
-        layer of a knob (config.yaml, --set, site), a binding's flag, topology, run."""
+        layer of a knob (config.yaml, --set, site, sweep), a binding's flag, topology, run."""
         method = f"verl/{self.method.name}"
         if stage == "pin":
             return f"pin:{method}"
-        if stage == "default":
-            name = (source or "").removeprefix("method default ")
-            if source and source.startswith("method default ") and name not in self.base_knobs:
-                return f"default:{method}"
-            return self.layer(f"knobs.{name}") if name in self.base_knobs else "default:sf"
-        if stage == "knob":
-            return self.layer((source or "").strip())
-        if stage == "raw":
-            return "--set" if (source or "").startswith("--set") else "config.yaml"
+        if layer == "method":
+            return f"default:{method}"
+        if layer in ("default:sf", "sf"):
+            return "default:sf"
         if stage == "checkpoint":
             return "run"
-        return stage  # topology, binding (callers pass the flag)
+        return layer if stage != "binding" else stage
 
     def layer(self, dotted: str) -> str:
         """The spec layer a value came from: config.yaml, --set, --model, site, default:sf."""
         label = self.spec.provenance.get(dotted, "config.yaml")
         return {"defaults": "default:sf", "values": "config.yaml", "cli": "--set"}.get(label, label)
-    def unset(self, key: str) -> None:
-        self.overrides.pop(key, None)
+
+    # --- the one map
+    @property
+    def resolution(self) -> resolve.Resolution:
+        if self._resolution is None:
+            self._resolution = resolve.resolve(self.writes)
+        return self._resolution
+
+    @property
+    def overrides(self) -> dict[str, tuple[str, str, Any, str]]:
+        """key -> (layer, prefix, value, text) of each resolved key (verl's own default left out)."""
+        out = {}
+        for key, entry in self.resolution.entries.items():
+            w = entry.write
+            if w.op == resolve.DEFAULT:
+                continue
+            prefix = "" if w.op == "=" else w.op
+            out[key] = (w.layer, prefix, w.value, w.text if w.text is not None else rules.hydra_value(w.value))
+        return out
+
+    @property
+    def bound(self) -> dict[str, str]:
+        """key -> origin, for keys a binding set."""
+        return {w.key: w.origin for w in self.writes if w.layer == "binding"}
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value verl will see: from the composed config once compile has it, else from
-        the override list gathered so far."""
+        the resolved map so far."""
         if self.effective is not None:
             return self.effective.get(key.lstrip("+"), default)
-        entry = self.overrides.get(key.lstrip("+"))
-        if entry is None or entry[1] == "~":
-            return default
-        return entry[2]
+        return self.resolution.get(key.lstrip("+"), default)
+
+    def user_writes(self):
+        """The writes of the input layers (site, config.yaml, --set, sweep), lowest first."""
+        return [w for w in sorted(self.writes, key=lambda w: (w.rank, w.seq)) if w.layer in resolve.INPUT_LAYERS]
 
     def source_of(self, key: str, fallback: str | None = None) -> str:
-        src = self.sources.get(key.lstrip("+"))
-        if src in (None, "default", "pin", "binding", "topology", "checkpoint") \
-                or (src or "").startswith("method default"):
+        entry = self.resolution.entries.get(key.lstrip("+"))
+        if entry is None or entry.layer not in resolve.INPUT_LAYERS:
             return fallback or key
-        return src
+        return entry.write.field
 
     def culprit(self, key: str, fallback: str | None = None) -> str:
-        """The field to blame for `key`'s value: the last user override that sets it, one of
+        """The field to blame for `key`'s value: the highest user write that sets it, one of
         its parents (a dict value, a ~delete) or one of its children; else the knob/default."""
         key = key.lstrip("+")
-        for source, ukey, _value in reversed(self.user_flat):
-            if ukey == key or key.startswith(ukey + ".") or ukey.startswith(key + "."):
-                return source
-        for name in reversed(list(self.user_knobs)):
-            knob = rules.KNOBS.get(name)
-            if knob and knob.key and knob.key.lstrip("+") == key:
-                return f"knobs.{name}"
+        for w in reversed(self.user_writes()):
+            if w.key == key or key.startswith(w.key + ".") or w.key.startswith(key + "."):
+                return w.field
         return self.source_of(key, fallback)
 
     def user_sets(self, key: str) -> bool:
-        """Whether a user override sets `key` in any spelling (flat, in a dict value, ~, legacy)."""
+        """Whether a user write sets `key` in any spelling (knob, flat, dict value, ~, legacy)."""
         key = key.lstrip("+")
-        return any(k == key or key.startswith(k + ".") for _s, k, _v in self.user_flat)
+        return any(w.key == key or key.startswith(w.key + ".") for w in self.user_writes())
 
     def check_types(self) -> None:
-        """A user value of another type than verl's own default on the composed config: verl's
-        YAML is untyped, so `use_kl_loss=no` would reach verl as the (truthy) string 'no'."""
-        if self.effective is None:
-            return
-        names = {bool: "true/false", int: "a whole number", float: "a number"}
-        stringy = {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")}
-        for source, key, _value in self.user_flat:
-            if key in stringy:  # IcePop's 'LOW_HIGH' is a string where verl's default is a float
-                continue
-            base = self.effective.base(key)
-            value = self.effective.get(key)
-            if base is None or value is None or not isinstance(value, str) or type(base) not in names:
-                continue
-            self.error(source, f"{key}={value!r} is a string, but verl's {key} is {names[type(base)]} "
-                       f"(default {rules.hydra_value(base)}); write e.g. {key}={rules.hydra_value(base)}")
+        """A user value typed otherwise than verl reads the key (launcher.compile.typed)."""
+        for field, message in typed.problems(self):
+            self.error(field, message)
 
     # --- what the user set, for the pinning rules
     @staticmethod
@@ -186,33 +210,41 @@ class Ctx:
         return (rules.legacy_rewrite(key) or key).lstrip("+") if rules.is_legacy(key) else key
 
     def user_keys(self):
-        for source, key, _value in self.user_flat:
-            yield source, key
-        for name in self.user_knobs:
-            if name in rules.KNOBS and rules.KNOBS[name].key:
-                yield f"knobs.{name}", rules.KNOBS[name].key.lstrip("+")
+        for w in self.user_writes():
+            yield w.field, w.key
 
     def user_values(self):
-        yield from self.user_flat
-        for name, raw in self.user_knobs.items():
-            knob = rules.KNOBS.get(name)
-            if knob and knob.key:
-                try:
-                    yield f"knobs.{name}", knob.key.lstrip("+"), rules.coerce_knob(name, raw)
-                except SpecError:
-                    pass
+        for w in self.user_writes():
+            yield w.field, w.key, w.value
 
     def source_list(self) -> tuple[str, ...]:
-        return tuple(self.origins.get(key, stage) for key, (stage, *_rest) in self.overrides.items())
+        return tuple(origin for _text, origin in self.resolution.overrides(rules.hydra_value))
 
     def override_list(self) -> tuple[str, ...]:
-        out = []
-        for key, (_stage, prefix, _value, text) in self.overrides.items():
-            if prefix == "~" and text == "":
-                out.append(f"~{key}")
-            else:
-                out.append(f"{prefix}{key}={text}")
-        return tuple(out)
+        return tuple(text for text, _origin in self.resolution.overrides(rules.hydra_value))
+
+
+def raw_layer(source: str) -> str:
+    """The layer of a raw override from its label: `--set KEY`, `sweep KEY`, else config.yaml."""
+    if source.startswith("--set"):
+        return "--set"
+    if source.startswith(("sweep", "--grid")):
+        return "sweep"
+    return "config.yaml"
+
+
+def knob_layers(spec: MergedSpec) -> list[tuple[str, dict]]:
+    """[(layer, {knob: value})], lowest first: from load_spec's layers, else from the merged
+    knobs and the layer each came from."""
+    if getattr(spec, "knob_layers", None):
+        return [(layer, dict(knobs)) for layer, knobs in spec.knob_layers]
+    by_layer: dict[str, dict] = {}
+    prov = spec.provenance
+    label = {"defaults": "default:sf", "values": "config.yaml", "cli": "--set"}
+    for name, value in (spec.values.get("knobs") or {}).items():
+        layer = label.get(prov.get(f"knobs.{name}", "config.yaml"), prov.get(f"knobs.{name}", "config.yaml"))
+        by_layer.setdefault(layer if layer in resolve.LAYERS else "config.yaml", {})[name] = value
+    return sorted(by_layer.items(), key=lambda kv: resolve.RANK[kv[0]])
 
 
 def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
@@ -273,11 +305,16 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     s = spec.values.get("slurm") or {}
     scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
+    time = str(s.get("time") or site.time)
+    limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
+    lead = s.get("signal_lead_s", site.signal_lead_s)
+    if s.get("requeue", True):
+        check_signal_lead(lead, limit)
     return SlurmOptions(
         **scheduler,
         account=s.get("account"),
         qos=s.get("qos"),
-        time=str(s.get("time") or site.time),
+        time=time,
         partition=s.get("partition"),
         exclusive=bool(s.get("exclusive", False)),
         requeue=bool(s.get("requeue", True)),
@@ -306,6 +343,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     ctx.method = _with_defaults(method, method_defaults)
     for rule in rules.BUILD:
         rule(ctx)
+    _resolution_errors(ctx)
     ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
@@ -336,6 +374,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         entry=tuple(ctx.entry),
         overrides=ctx.override_list(),
         sources=ctx.source_list(),
+        resolved=resolved_values(ctx),
         pools=tuple(ctx.pools),
         run_dir=run_dir,
         checkpoint_dir=ctx.checkpoint_dir,
@@ -344,6 +383,28 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         paths_to_check=tuple(paths),
         warnings=tuple(ctx.warnings),
     )
+
+
+def resolved_values(ctx: Ctx) -> dict:
+    """The one map for plan.json and `sf validate --json`: verl key -> its value as verl reads
+    it (from the composed config when there is one), the layer and source that set it and
+    the lower writes it overrides."""
+    out = {}
+    for key, entry in ctx.resolution.entries.items():
+        item = resolve.as_dict(entry, rules.hydra_value)
+        if ctx.effective is not None and entry.write.op not in (resolve.DELETE, resolve.DEFAULT):
+            item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
+        out[key] = item
+    return out
+
+
+def _resolution_errors(ctx: Ctx) -> None:
+    """The one map's own problems: two writes of one key in one layer, and each write a pin or
+    a binding refuses (with the rule's message: rules.refusal)."""
+    resolution = ctx.resolution
+    ctx.errors.extend(resolution.errors)
+    for conflict in resolution.conflicts:
+        ctx.error(conflict.write.field, rules.refusal(ctx, conflict))
 
 
 def _files(value) -> list[str]:

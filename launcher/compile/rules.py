@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
+from launcher.compile import resolve
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
@@ -523,11 +524,83 @@ def rule_pins_hold(ctx) -> None:
     for key, value in ctx.method.pins.items():
         if key == ESTIMATOR_KEY:
             continue
-        for source, ukey, uvalue in ctx.user_values():
-            if ukey == key and uvalue != value:
-                ctx.error(source, _pin_message(ctx, key, value))
         if ctx.get(key) != value:
             ctx.error(ctx.culprit(key), _pin_message(ctx, key, value))
+
+
+def refusal(ctx, conflict) -> str:
+    """The message of a write that the owner of its key (a pin, a binding, the pools, the run)
+    refuses (launcher.compile.resolve): the rule's own message where there is one."""
+    owner, key = conflict.owner, conflict.owner.key
+    if owner.layer == "pin":
+        if key == ESTIMATOR_KEY:
+            return (f"algorithm.adv_estimator is pinned by the method (verl/{ctx.method.name} -> "
+                    f"{ctx.method.estimator or 'none'}); it is the method's identity, not a knob: remove it and "
+                    f"change the method instead ({estimator_hint()})")
+        return _pin_message(ctx, key, owner.value)
+    owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
+    if key in owned:
+        return f"{key} {owned[key]}"
+    if key in FIELD_KEYS:
+        return (f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound.get(key, owner.origin)}); change it there and "
+                "remove this override")
+    return resolve.conflict_message(conflict, hydra_value)
+
+
+# Paths of verl 0.9.1 that reopen a pin or ask for GPUs Slurm never allocated: key -> (what it
+# must be, why), read from verl's code. `None` as the value: unset (null).
+PIN_PATHS_DAPO = {
+    "trainer.v1.sampler.custom_sampler.path": (None, "with a custom sampler verl 0.9.1's trainer_base._build_sampler "
+                                               "skips DAPO's group filtering (filter_groups is passed only to the "
+                                               "built-in ReplayBuffer)"),
+    "trainer.v1.sampler.custom_sampler.name": (None, "with a custom sampler verl 0.9.1's trainer_base._build_sampler "
+                                               "skips DAPO's group filtering"),
+    "reward.reward_manager.source": ("register", "with source=importlib verl 0.9.1's resolve_reward_manager_cls loads "
+                                     "reward.reward_manager.module.path instead of the dapo reward manager"),
+}
+
+
+def rule_pin_paths(ctx) -> None:
+    """Pins hold on every path verl 0.9.1 offers. DAPO: a custom sampler
+    (trainer.v1.sampler.custom_sampler) skips group filtering; reward.reward_manager.source
+    other than `register` replaces the dapo reward manager. Every RL method that does not pin
+    it: trainer.use_v1=false runs the deprecated main_ppo_v0 trainer (main_ppo.py:183); a
+    standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
+    trainer.v1.trainer_mode=separate_async) or a rollout n_gpus_per_node other than the pool's
+    asks Ray for GPUs Slurm never allocated."""
+    if ctx.sft:
+        return
+    if ctx.method.name == "dapo":
+        for key, (want, why) in PIN_PATHS_DAPO.items():
+            value = ctx.get(key)
+            if value != want and not (want is None and value in ("", None)):
+                ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: {why}; verl/dapo pins it "
+                          f"({'unset' if want is None else want}): remove it")
+    if "trainer.use_v1" not in ctx.method.pins and ctx.get("trainer.use_v1", True) is not True:
+        # (a method that needs the v0 trainer pins it: verl/remax; the pin rules hold that)
+        ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the "
+                  "deprecated main_ppo_v0 trainer (main_ppo.py:183-192), which sf's pools, pins and checkpoints are "
+                  "not built for: remove it")
+    if ctx.effective is None and not ctx.user_sets("actor_rollout_ref.rollout"):
+        return
+    mode = ctx.get("trainer.v1.trainer_mode", "sync")
+    if mode == "separate_async":
+        ctx.error(ctx.culprit("trainer.v1.trainer_mode"), "trainer.v1.trainer_mode=separate_async puts the rollout on "
+                  "a pool of its own (actor_rollout_ref.rollout.nnodes x n_gpus_per_node GPUs) that sf's Slurm job "
+                  "does not allocate; use sync or colocate_async")
+    nnodes = ctx.get("actor_rollout_ref.rollout.nnodes", 0)
+    if nnodes not in (0, None):
+        ctx.error(ctx.culprit("actor_rollout_ref.rollout.nnodes"),
+                  f"actor_rollout_ref.rollout.nnodes={hydra_value(nnodes)} asks Ray for a standalone rollout pool "
+                  "(verl 0.9.1's llm_server sizes it nnodes x n_gpus_per_node) that Slurm never allocated: the rollout "
+                  "shares the training pool in sf; remove it (0) and size the pool with --profile")
+    gpn = ctx.get("actor_rollout_ref.rollout.n_gpus_per_node")
+    train = ctx.get("trainer.n_gpus_per_node")
+    if ctx.user_sets("actor_rollout_ref.rollout.n_gpus_per_node") and gpn != train:
+        ctx.error(ctx.culprit("actor_rollout_ref.rollout.n_gpus_per_node"),
+                  f"actor_rollout_ref.rollout.n_gpus_per_node={hydra_value(gpn)} differs from the pool's {train} GPUs "
+                  "per node: Ray would be asked for GPUs Slurm never allocated; remove it (it follows "
+                  "trainer.n_gpus_per_node)")
 
 
 def rule_owned_keys(ctx) -> None:
@@ -593,8 +666,12 @@ def rule_no_validation(ctx) -> None:
 
 
 def rule_knobs(ctx) -> None:
-    """Method defaults, then the user's knobs, each translated to its Hydra key and typed."""
-    for stage, knobs in (("default", ctx.method.defaults), ("knob", ctx.user_knobs)):
+    """Method defaults, then the knobs of each layer (configs/defaults.yaml, site, config.yaml,
+    --set, the sweep point), each translated to its Hydra key and typed; a knob and its alias
+    reach one key (two of them in one layer: an error of the resolution)."""
+    layers = [("default:sf", ctx.base_knobs), ("method", ctx.recipe_defaults)] + [
+        (layer, knobs) for layer, knobs in ctx.knob_layers if layer != "default:sf"]
+    for layer, knobs in layers:
         for name, raw in knobs.items():
             if name not in KNOBS:
                 close = close_knobs(name)
@@ -616,14 +693,18 @@ def rule_knobs(ctx) -> None:
             if name == "policy_loss_mode" and value is not None:
                 value = POLICY_LOSS_MODES[value]  # gmpo -> geo_mean, clip-cov -> clip_cov, ...
             ctx.knob_values[name] = value
-            if value is None and stage == "knob":
-                ctx.unset(key)
-                continue
-            ctx.set(key, value, stage, source=f"knobs.{name}" if stage == "knob" else f"method default {name}")
+            if layer in ("default:sf", "method"):  # configs/defaults.yaml, then the recipe's defaults
+                ctx.set(key, value, "default", source=f"method default {name}", layer=layer)
+            elif value is None:  # null: verl's own default, whatever a lower layer set
+                ctx.set(key, None, "knob", prefix="default", source=f"knobs.{name}", layer=layer)
+            else:
+                ctx.set(key, value, "knob", source=f"knobs.{name}", layer=layer)
 
 
 def rule_raw_overrides(ctx) -> None:
-    """Raw Hydra `key=value` overrides from config.yaml and --set, after the knobs; legacy keys rewritten."""
+    """Raw Hydra overrides of config.yaml, --set and the sweep point, each in its layer; legacy
+    keys rewritten to the reward.* key verl 0.9.1 reads; a dict value written as its leaves
+    (Hydra merges it into the node), so each reaches the key it really sets."""
     for source, prefix, key, value in ctx.raw:
         if is_legacy(key):
             new = legacy_rewrite(key)
@@ -638,20 +719,23 @@ def rule_raw_overrides(ctx) -> None:
         if key.startswith("reward.reward_kwargs.") and "+" not in prefix:
             prefix = "+"  # reward_kwargs is not in verl's schema: it must be added
         if prefix == "~":
-            ctx.unset(key)
             ctx.set(key, None, "raw", prefix="~", raw_value=value, source=source)
+            continue
+        parsed = parse_value(value)
+        if isinstance(parsed, dict) and parsed:
+            item = ctx.next_item()
+            for leaf, leaf_value in flatten(key, parsed):
+                ctx.set(leaf, leaf_value, "raw", prefix=prefix, source=source, item=item)
             continue
         ctx.set(key, value, "raw", prefix=prefix, raw_value=value, source=source)
 
 
 def rule_runtime_defaults(ctx) -> None:
     """The runtime's default overrides for this verl config (its registry entry's `overrides:`):
-    what the image needs (no flash-attn: sdpa, no remove-padding), below every knob, binding
-    and raw override of the experiment: a key set already stays, a raw override replaces it."""
+    what the image needs (no flash-attn: sdpa, no remove-padding), in the runtime layer: above
+    the method's defaults, below the site, config.yaml, --set and the sweep point."""
     for text in ctx.runtime_overrides.get(ctx.method.config_name, ()):
         prefix, key, value = split_override(text)
-        if key in ctx.overrides or any(k == key for _s, _p, k, _v in ctx.raw):
-            continue
         ctx.set(key, value, "runtime", prefix=prefix, raw_value=value, source="runtime")
 
 
@@ -660,8 +744,8 @@ def rule_rollout_n(ctx) -> None:
     if ctx.sft:
         return
     n = ctx.get("actor_rollout_ref.rollout.n", 1)
-    if not isinstance(n, int) or isinstance(n, bool):
-        return  # reported by rule_value_types
+    if not _number(n):
+        return  # a string or null: reported by launcher.compile.typed (a float is judged as a number too)
     lo, hi = ctx.method.rollout_n_min, ctx.method.rollout_n_max
     src = ctx.culprit("actor_rollout_ref.rollout.n", "knobs.rollout_n")
     if lo is not None and n < lo:
@@ -691,10 +775,10 @@ def rule_overlong_buffer(ctx) -> None:
     resp = ctx.get("reward.reward_kwargs.max_resp_len", ctx.get("data.max_response_length"))
     length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
     src = ctx.culprit("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len")
-    if _is_int(resp) and _is_int(length) and length > resp:
+    if _number(resp) and _number(length) and length > resp:
         ctx.error(src, f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
                   f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
-    if not (_is_int(length) and length > 0):
+    if not (_number(length) and length > 0):
         ctx.error(src if src.startswith(("overrides[", "--set")) else "knobs.overlong_buffer_len",
                   "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
 
@@ -716,9 +800,9 @@ def rule_rollout_correction(ctx) -> None:
     """Rollout correction (rollout_is) spells out calculate_log_probs=True in the command."""
     if ctx.sft:
         return
-    if ctx.knob_values.get("rollout_is") is not None and ctx.knob_values.get("rollout_calculate_log_probs") is None \
-            and not ctx.user_sets("actor_rollout_ref.rollout.calculate_log_probs"):
-        # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so.
+    if ctx.get(_RC + "rollout_is") not in (None, "null"):  # from any input: a knob, a raw override, a dict
+        # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so (sf's
+        # layer: any input that sets it wins).
         ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
 
 
@@ -881,8 +965,7 @@ def rule_custom_reward_function(ctx) -> None:
 def rule_checkpoints(ctx) -> None:
     """Checkpoints for requeue and export: absolute dir in the run dir, resume_mode=auto."""
     ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, "checkpoint")
-    if ctx.get("trainer.resume_mode") is None and not ctx.user_sets("trainer.resume_mode"):
-        ctx.set("trainer.resume_mode", "auto", "checkpoint")
+    ctx.set("trainer.resume_mode", "auto", "default", origin="run")  # a user layer may turn it off (warned)
 
 
 ASYNC_SAVE_KEY = "actor_rollout_ref.actor.checkpoint.async_save"
@@ -899,6 +982,11 @@ def rule_checkpoints_resume(ctx) -> None:
         ctx.warn(f"save_freq={save}: verl saves no checkpoint, so a requeued or preempted job restarts from step 0; "
                  "set save_freq: 10")
     mode = ctx.get("trainer.resume_mode")
+    if mode is None and ctx.user_sets("trainer.resume_mode"):
+        ctx.error(ctx.culprit("trainer.resume_mode"),
+                  "trainer.resume_mode is null or deleted: sf resumes requeued jobs with resume_mode=auto; remove the "
+                  "override, or turn resuming off explicitly with resume_mode: disable")
+        return
     if mode not in (None, "auto"):
         ctx.warn(f"resume_mode={mode}: a requeued job will not resume from its last checkpoint (sf expects auto)")
     if not ctx.sft and ctx.get(ASYNC_SAVE_KEY) is True and mode in (None, "auto"):
@@ -1048,8 +1136,8 @@ def rule_value_types(ctx) -> None:
                       f"{bare.replace('_', '')}); write the number without '_', or quote a string: {key}='{bare}'")
             continue
         name = knob_of.get(key)
-        if name is None:
-            continue
+        if name is None or (KNOBS[name].type in ("int", "float", "bool") and "_" not in bare):
+            continue  # numbers and bools: typed on the composed value (launcher.compile.typed)
         quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
         try:
             coerce_knob(name, bare[1:-1] if quoted else text)
@@ -1098,6 +1186,7 @@ BUILD: tuple[Rule, ...] = (
 JUDGES: tuple[Rule, ...] = (
     rule_estimator,
     rule_pins_hold,
+    rule_pin_paths,
     rule_owned_keys,
     rule_rollout_n,
     rule_overlong_buffer,

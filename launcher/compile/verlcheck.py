@@ -14,7 +14,6 @@ import difflib
 import importlib.util
 import os
 from functools import lru_cache
-from importlib.metadata import version
 
 from launcher.errors import SpecError
 
@@ -55,6 +54,8 @@ def installed_verl_version() -> str | None:
             return fh.read().strip()
     except OSError:
         try:
+            from importlib.metadata import version  # lazy: importlib.metadata costs ~9 ms of every dry run
+
             return version("verl")
         except Exception:
             return None
@@ -84,7 +85,7 @@ def base_config(config_name: str):
 
 
 def _compose_fast(config_name: str, overrides: tuple[str, ...]):
-    """Hydra's compose of `overrides`, reusing the composed base config: the overrides are
+    """(config, base): Hydra's compose of `overrides`, reusing the composed base config: the overrides are
     parsed by Hydra's own parser and applied by Hydra's own code (as compose does after the
     defaults list). An override of a config group (model_engine=megatron) changes the
     defaults list itself, so that case, or a Hydra without these internals, composes afresh."""
@@ -94,19 +95,72 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
         # lazy: Hydra/OmegaConf import cost (~0.3 s)
         from hydra.core.override_parser.overrides_parser import OverridesParser
     except ImportError:  # pragma: no cover
-        return _compose(config_name, overrides)
+        return _compose(config_name, overrides), base_config(config_name)
     apply = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     groups = _groups(config_name)
     if apply is None or any(o.package is not None or o.key_or_group in groups or "/" in o.key_or_group
                             or o.is_sweep_override() for o in parsed):
-        return _compose(config_name, overrides)
-    cfg = copy.deepcopy(base_config(config_name))
+        return _compose(config_name, overrides), base_config(config_name)
+    global _BASE_USED
+    if config_name not in _BASE_USED:
+        # The first compose of this config in the process applies the overrides to the base
+        # itself (no copy: a dry run composes once), keeping the base values of the keys they
+        # touch; a later one composes the base again once and works on copies of it.
+        _BASE_USED = _BASE_USED | {config_name}
+        cfg = base_config(config_name)
+        base_config.cache_clear()
+        base = BaseSnapshot.of(cfg, [o.key_or_group for o in parsed])
+    else:
+        base = base_config(config_name)
+        cfg = copy.deepcopy(base)
     try:
         apply(parsed, cfg)
     except TypeError:  # another Hydra's private signature: compose the documented way
-        return _compose(config_name, overrides)
-    return cfg
+        return _compose(config_name, overrides), base_config(config_name)
+    return cfg, base
+
+
+_BASE_USED: frozenset = frozenset()
+
+
+class BaseSnapshot:
+    """verl's base values of the keys an override list touches (and of their parents'
+    `_target_`), taken before the overrides were applied in place; any other key's base value
+    is its composed value (the overrides did not touch it). Plain values: it pickles."""
+
+    def __init__(self, values: dict, absent: set):
+        self.values, self.absent = values, absent
+
+    @classmethod
+    def of(cls, cfg, keys) -> "BaseSnapshot":
+        values, absent = {}, set()
+        for key in keys:
+            for k in (key, f"{key.rpartition('.')[0]}._target_" if "." in key else None):
+                if k is None or k in values or k in absent:
+                    continue
+                value = Effective._select(cfg, k, _ABSENT)
+                if value is _ABSENT:
+                    absent.add(k)
+                else:
+                    values[k] = value
+        return cls(values, absent)
+
+    def select(self, cfg, key: str, default):
+        if key in self.absent:
+            return default
+        if key in self.values:
+            return self.values[key]
+        for k, value in self.values.items():  # below a key that was overridden as a whole
+            if key.startswith(k + "."):
+                for part in key[len(k) + 1:].split("."):
+                    if not isinstance(value, dict) or part not in value:
+                        return default
+                    value = value[part]
+                return value
+        if any(key.startswith(k + ".") for k in self.absent):
+            return default
+        return Effective._select(cfg, key, default)
 
 
 @lru_cache(maxsize=64)
@@ -118,7 +172,7 @@ def _composed(config_name: str, overrides: tuple[str, ...]):
     try:
         return _compose_fast(config_name, overrides), None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        return None, exc
+        return (None, None), exc
 
 
 _ABSENT = object()
@@ -148,6 +202,8 @@ class Effective:
         return self._select(self.cfg, key, default)
 
     def base(self, key: str, default=None):
+        if isinstance(self.base_cfg, BaseSnapshot):
+            return self.base_cfg.select(self.cfg, key, default)
         return self._select(self.base_cfg, key, default)
 
 
@@ -159,10 +215,10 @@ def effective_config(config_name: str, overrides) -> tuple[Effective | None, str
         return None, ("verl's Hydra config is not installed on this machine, so the rules judged the override "
                       "list, not the composed config (dict-valued overrides are judged by their keys only); "
                       + INSTALL_HINT.format(version="0.9.1"))
-    cfg, _exc = _composed(config_name, tuple(overrides))
+    (cfg, base), _exc = _composed(config_name, tuple(overrides))
     if cfg is None:
         return None, None
-    return Effective(cfg, base_config(config_name)), None
+    return Effective(cfg, base), None
 
 
 @lru_cache(maxsize=None)
@@ -275,7 +331,7 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
     if missing:
         return [missing]
     errors: list[SpecError] = []
-    cfg, exc = _composed(config_name, overrides)
+    (cfg, _base), exc = _composed(config_name, overrides)
     if cfg is None:
         errors = grammar_errors(overrides) or _bad_keys(config_name, overrides)
         if not errors:

@@ -27,6 +27,8 @@ import yaml
 from launcher.errors import SpecError, SpecErrors
 from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
+from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
+from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -45,6 +47,9 @@ class MergedSpec:
     # --model run:RUN: {"run", "target", "export_job"} (the export it waits for, when queued)
     model_from: dict | None = None
     chain_export: object = None  # launcher.submit.chain.ChainExport: RUN has no export, sf submit queues one first
+    # the knobs of each layer, lowest first: [("default:sf", {...}), ("config.yaml", {...}),
+    # ("--set", {...}), ("sweep", {...})] (launcher.compile.resolve resolves them by verl key)
+    knob_layers: list = field(default_factory=list)
 
     @property
     def method(self) -> str:
@@ -78,9 +83,11 @@ def _path_str(path) -> str:
 
 def schema_errors(data: dict) -> list[SpecError]:
     """Validate config.yaml's content; one SpecError per problem, naming the field and the fix."""
-    import jsonschema  # lazy: jsonschema (~0.05 s) only where a config is validated
-
     sch = schema()
+    if surely_valid(data, sch):  # the common case, without importing jsonschema (launcher.spec.schema_fast)
+        return []
+    import jsonschema  # lazy: jsonschema (~0.04 s of a dry run) only for a spec that may have a problem
+
     validator = jsonschema.Draft202012Validator(sch)
     errors: list[SpecError] = []
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -164,6 +171,7 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
     if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
+            blocked_path(candidate / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop: say which
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method "
                                          "verl/grpo`")
         name = candidate.resolve().name
@@ -176,16 +184,25 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
     if not (exp / CONFIG_FILE).is_file():
+        blocked_path(exp / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop, experiments a file: say which
         raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with "
                         f"`sf new {name_or_dir} --method verl/grpo`")
-    return name_or_dir, exp.resolve()
+    try:
+        return name_or_dir, exp.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(name_or_dir, f"cannot resolve {exp}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 class ConfigLoader(yaml.SafeLoader):
     """config.yaml's scalars as YAML 1.2 reads them, not PyYAML's YAML 1.1: `yes/no/on/off`
     stay strings (a knob types them), `1_000` and `0.5_5` stay strings (no '_' digit
     separators: `0.5_5` is IcePop's LOW_HIGH pair, not 0.55), `1e-6` is a float, `012` is
-    twelve. Only true/false are booleans."""
+    twelve. Only true/false are booleans. A key given twice in one mapping (`method:` twice,
+    two `knobs:` blocks) is an error with both lines, never a silent last-wins."""
+
+    def construct_mapping(self, node, deep=False):
+        refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep)
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -217,15 +234,7 @@ def load_yaml(text: str):
 
 
 def read_config(path: Path) -> dict:
-    try:
-        data = load_yaml(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SpecError(CONFIG_FILE, f"{path} is not valid YAML{where} ({problem}); fix the file") from None
-    except OSError as exc:
-        raise SpecError(CONFIG_FILE, f"cannot read {path}: {exc.strerror}") from None
+    data = parse_yaml_file(path, CONFIG_FILE, ConfigLoader)
     if data is None:
         raise SpecError(CONFIG_FILE, f"{path} is empty; it needs at least `method: verl/grpo`")
     if not isinstance(data, dict):
@@ -381,16 +390,24 @@ def close_knobs(name: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, knob_names(), n=n, cutoff=0.5)
 
 
-def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecError]:
+def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
+    """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
     KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
     errors = []
     for item in items or ():
+        if "=" not in item and item.strip().startswith("~") and "." in item:  # Hydra's delete: ~a.b
+            overrides.append(item.strip())
+            sources.append(f"{flag} {item.strip()}")
+            continue
         if "=" not in item:
-            errors.append(SpecError("--set", f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
+            errors.append(SpecError(flag, f"{item!r} is not KEY=VALUE (e.g. --set rollout_n=8)"))
             continue
         key, _, value = item.partition("=")
         key = key.strip()
         if key in KNOBS:
+            if key in knobs:
+                errors.append(SpecError(f"{flag} {key}", f"given twice ({key}={knobs[key]} and {key}={value.strip()}); "
+                                        "keep one"))
             knobs[key] = value.strip()
             continue
         if key.lstrip("+~") in ("adv_estimator", "estimator"):
@@ -399,15 +416,15 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list) -> list[SpecE
         try:
             split_override(item)
         except ValueError:
-            errors.append(SpecError("--set", f"{item!r}: bad key"))
+            errors.append(SpecError(flag, f"{item!r}: bad key"))
             continue
         bare = key.lstrip("+~")
         if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):
             overrides.append(item.strip())
-            sources.append(f"--set {key}")
+            sources.append(f"{flag} {key}")
             continue
         close = close_knobs(key)
-        errors.append(SpecError(f"--set {key}", "neither a knob nor a dotted Hydra key"
+        errors.append(SpecError(f"{flag} {key}", "neither a knob nor a dotted Hydra key"
                                 + (f"; did you mean {', '.join(close)}?" if close
                                    else "; see `sf schema` for the knobs")))
     return errors
@@ -477,10 +494,39 @@ def _data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: 
     return dataset_dir
 
 
+def _refuse_nul(data, what: str) -> None:
+    """A NUL byte in a flag or a config.yaml value: bash would cut the value there."""
+    where = (lambda key: {"set": "--set", "point": "sweep"}.get(key, "--" + key.replace("_", "-"))) \
+        if what == "flags" else (lambda key: key)
+    nul = [e for key, value in data.items() if key != "slurm_provenance" for e in nul_errors(value, where(str(key)))]
+    if nul:
+        raise SpecErrors(nul)
+
+
+def _set_layers(flags: dict, cli: dict, cli_prov: dict, errors: list):
+    """--set and the sweep point (launcher.submit.sweep.point_flags, the layer above --set):
+    (set knobs, point knobs, raw overrides, their labels); knobs merged into `cli`."""
+    set_knobs: dict = {}
+    point_knobs: dict = {}
+    overrides: list = []
+    sources: list = []
+    errors += _parse_set(flags.get("set"), set_knobs, overrides, sources)
+    errors += _parse_set(flags.get("point"), point_knobs, overrides, sources, flag="sweep")
+    if errors:
+        raise SpecErrors(errors)
+    if set_knobs or point_knobs:
+        cli["knobs"] = {**set_knobs, **point_knobs}
+        cli_prov.update({f"knobs.{k}": "--set" for k in set_knobs})
+        cli_prov.update({f"knobs.{k}": "sweep" for k in point_knobs})
+    return set_knobs, point_knobs, overrides, sources
+
+
 def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
     flags = dict(flags or {})
+    _refuse_nul(flags, "flags")
     name, exp_dir = find_experiment(name_or_dir, experiments_root)
     config = read_config(exp_dir / CONFIG_FILE)
+    _refuse_nul(config, "config.yaml")
     estimator_overrides = _estimator_overrides(config)
     errors = schema_errors(config)
     if errors:
@@ -489,16 +535,9 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     cwd = Path.cwd()
     config = _config_paths(copy.deepcopy(config), exp_dir, errors)
     cli, cli_prov = _flag_layer(flags, cwd)
-    set_knobs: dict = {}
-    set_overrides: list = []
-    set_sources: list = []
-    errors += _parse_set(flags.get("set"), set_knobs, set_overrides, set_sources)
-    if errors:
-        raise SpecErrors(errors)
-    if set_knobs:
-        cli["knobs"] = set_knobs
-        for k in set_knobs:
-            cli_prov[f"knobs.{k}"] = "--set"
+    set_knobs, point_knobs, set_overrides, set_sources = _set_layers(flags, cli, cli_prov, errors)
+    knob_layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})),
+                   ("config.yaml", dict(config.get("knobs") or {})), ("--set", set_knobs), ("sweep", point_knobs)]
 
     layers = [("defaults", builtin_defaults()), ("site", _site_layer(site)), ("config.yaml", config)]
     values: dict = {}
@@ -530,4 +569,5 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         override_sources=override_sources,
         main_py=str(main_py) if main_py.is_file() else None,
         dataset_dir=dataset_dir,
+        knob_layers=[(layer, knobs) for layer, knobs in knob_layers if knobs],
     )

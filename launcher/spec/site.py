@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from launcher.errors import SpecError
+from launcher.errors import SpecError, SpecErrors
 from launcher.spec import paths
+from launcher.spec.files import nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
 
 SYSTEM_SITE = Path("/etc/sf/site.yaml")
 USER_SITE = Path("~/.config/sf/site.yaml").expanduser()
@@ -93,6 +94,8 @@ def find_site_file(explicit: str | None = None) -> Path:
         if candidate:
             path = Path(candidate).expanduser()
             if not path.is_file():
+                if os.path.lexists(path):  # there, but a directory, a FIFO, a loop, unreadable: say which
+                    read_text_file(path, "site")
                 raise SpecError("site", f"site file {path} does not exist; fix $SF_SITE or --site")
             return path
     for path in (SYSTEM_SITE, USER_SITE):
@@ -124,11 +127,19 @@ def with_runs_root(site: Site, runs_dir: str | None = None) -> Site:
 
 def load_site(explicit: str | None = None) -> Site:
     path = find_site_file(explicit)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SpecError("site", f"{path} is not valid YAML ({exc.__class__.__name__}); fix the file") from None
+    data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
+    nul = nul_errors(data, "site")
+    if nul:
+        raise SpecErrors(nul)
     return site_from_dict(data, str(path))
+
+
+class _SiteLoader(yaml.SafeLoader):
+    """The site file as PyYAML reads it, but a key given twice is an error (with its lines)."""
+
+    def construct_mapping(self, node, deep=False):
+        refuse_duplicate_keys(self, node)
+        return super().construct_mapping(node, deep)
 
 
 def _whole(value, field: str, path: str) -> int:
@@ -141,6 +152,18 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
     if isinstance(names, str) or not all(isinstance(n, str) and re.fullmatch(r"SBATCH_[A-Z0-9_]+", n) for n in names):
         raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
                         "e.g. [SBATCH_RESERVATION]")
+    return tuple(names)
+
+
+# Login-node variables that would carry another Python, verl or libraries into the job than the
+# runtime sf checked (sbatch exports the whole environment by default): launcher.slurm leaves
+# them out of sbatch's environment unless the site lets them through (slurm.pass_login_env).
+LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
+def _login_names(names, path: str) -> tuple[str, ...]:
+    if isinstance(names, str) or not all(n in LOGIN_ENV for n in names):
+        raise SpecError("site.slurm.pass_login_env", f"{names!r} in {path} must be a list of {', '.join(LOGIN_ENV)}")
     return tuple(names)
 
 
@@ -210,7 +233,9 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
         env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
         modules=tuple(data.get("modules", ())),
-        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path),
+        # SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment
+        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
+        + _login_names(slurm.get("pass_login_env") or (), path),
         raw=data,
     )
 

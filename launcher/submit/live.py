@@ -178,7 +178,8 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
                                     f"{part}: it has {len(cap[part])} nodes, {fitting} of them with >= "
                                     f"{pool.gpus_per_node} GPUs (at most {most} GPUs a node); ask for at most "
                                     f"{fitting} nodes (e.g. --profile {pool.series}:{fitting}x{pool.gpus_per_node})"))
-    tp = _rollout_tp(plan.overrides)
+    errors += _whole_job(plan, site, cap, errors)
+    tp = _rollout_tp(plan)
     train = plan.pools[0] if plan.pools else None
     if tp and train and (train.nodes * train.gpus_per_node) % tp:
         warnings.append(f"rollout tensor_model_parallel_size={tp} does not divide pool {train.name}'s "
@@ -186,8 +187,42 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
     return errors, warnings
 
 
-def _rollout_tp(overrides) -> int | None:
-    for line in overrides:
+def _whole_job(plan, site, cap: dict[str, list[int]], errors: list) -> list[SpecError]:
+    """The pools of one job that share a partition must fit in it together: a 4+4-node hetjob
+    in a 6-node partition pends forever though each group fits alone. Pools are given nodes
+    from the widest GPU demand down (exact for nested demands). Pure."""
+    if errors:
+        return []  # a pool that can never fit alone is reported already
+    by_part: dict[str, list] = {}
+    for pool in plan.pools:
+        part = partition_of(pool, plan, site)
+        if part in cap:
+            by_part.setdefault(part, []).append(pool)
+    out = []
+    for part, pools in by_part.items():
+        if len(pools) < 2:
+            continue
+        need = 0
+        for pool in sorted(pools, key=lambda p: -p.gpus_per_node):
+            need += pool.nodes
+            have = sum(1 for g in cap[part] if g >= pool.gpus_per_node)
+            if need > have:
+                names = " + ".join(f"{p.name} {p.nodes}x{p.gpus_per_node}" for p in pools)
+                out.append(SpecError(f"pools.{pools[0].name}", f"the job's pools on partition {part} ({names}: "
+                                     f"{sum(p.nodes for p in pools)} nodes) can never run at once: it has "
+                                     f"{len(cap[part])} nodes, {have} with >= {pool.gpus_per_node} GPUs, and a "
+                                     "heterogeneous job needs all its groups together; shrink the pools or put "
+                                     "one on another partition (its series' partition in the site file)"))
+                break
+    return out
+
+
+def _rollout_tp(plan) -> int | None:
+    resolved = (getattr(plan, "resolved", None) or {}).get("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    if resolved is not None:
+        value = resolved.get("value")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    for line in plan.overrides:
         key, _, value = line.lstrip("+").partition("=")
         if key == "actor_rollout_ref.rollout.tensor_model_parallel_size" and value.isdigit():
             return int(value)

@@ -2,8 +2,9 @@
 
     sf sweep NAME --grid actor_lr=1e-6,3e-6 --grid rollout_n=5,8 --max-parallel 2
 
-Every point is the experiment with `--set KEY=VALUE` added for its grid values (after the
-user's own --set, so the grid wins), compiled on its own before anything is submitted.
+Every point is the experiment with its grid values as the sweep point, the layer above the
+user's own --set (launcher.compile.resolve: the grid wins over every input but a pin or a
+binding, which refuse it), compiled on its own before anything is submitted.
 
 How points become Slurm jobs:
   one pool    ONE job array, `--array=0-(n-1)%K`. Task i is point i: the batch script
@@ -108,9 +109,10 @@ def label(params: dict[str, str]) -> str:
 
 
 def point_flags(flags: dict, params: dict[str, str]) -> dict:
-    """The spec flags of one point: the user's flags with the grid's --set appended."""
+    """The spec flags of one point: the user's flags, and the grid's values as the sweep
+    point (the layer above --set: launcher.compile.resolve)."""
     out = dict(flags)
-    out["set"] = list(flags.get("set") or []) + point_sets(params)
+    out["point"] = point_sets(params)
     return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import RUN_DIR, SITE, base, compile_values  # noqa: E402
+from sfc_helpers import RUN_DIR, SITE, base, compile_values, errors_of  # noqa: E402
 
 from launcher.compile import catalog  # noqa: E402
 from launcher.plan import Plan  # noqa: E402
@@ -106,12 +106,19 @@ def test_compile_is_pure_and_deterministic():
     assert compile_values(v) == compile_values(v)
 
 
-def test_raw_override_wins_over_knob_and_keeps_plus():
-    plan = compile_values(base("dapo", knobs={"overlong_buffer_len": 100},
-                               overrides=["reward.reward_kwargs.overlong_buffer_cfg.len=200", "trainer.critic_warmup=0"]))
+def test_knob_and_raw_override_of_one_key_in_one_layer_refused():
+    # issue 20: a knob and a raw override that reach one key in config.yaml are two writes of one key
+    errors = errors_of(base("dapo", knobs={"overlong_buffer_len": 100},
+                            overrides=["reward.reward_kwargs.overlong_buffer_cfg.len=200", "trainer.critic_warmup=0"]))
+    assert any("overrides[0]" in e and "written twice in config.yaml" in e and "knobs.overlong_buffer_len" in e
+               for e in errors), errors
+
+
+def test_raw_override_keeps_plus():
+    plan = compile_values(base("dapo", overrides=["reward.reward_kwargs.overlong_buffer_cfg.len=200",
+                                                  "trainer.critic_warmup=0"]))
     assert "+reward.reward_kwargs.overlong_buffer_cfg.len=200" in plan.overrides
-    assert not any(o.endswith("len=100") for o in plan.overrides)
-    assert plan.overrides.index("trainer.critic_warmup=0") < plan.overrides.index("trainer.nnodes=1")
+    assert not any(o.endswith("len=4096") for o in plan.overrides)  # the method's default is overridden
 
 
 def test_relative_run_dir_refused():

@@ -116,7 +116,8 @@ def test_enum_checked_on_the_composed_value():
 
 def test_dict_override_with_allowed_values_compiles():
     ov = _ok(base("dapo", overrides=["algorithm.filter_groups={metric:score}", "trainer.critic_warmup=0"]))
-    assert ov["algorithm.filter_groups"] == "{metric:score}"
+    # one override per key: the dict is passed as the leaf it sets, over the method's filter_metric
+    assert ov["algorithm.filter_groups.metric"] == "score" and "algorithm.filter_groups" not in ov
 
 
 def test_set_dict_value_refused_through_the_cli(env):
@@ -142,7 +143,7 @@ def test_without_verl_config_says_so_once_and_keeps_string_checks(monkeypatch):
 def test_fast_compose_equals_hydra_compose(overrides):
     from omegaconf import OmegaConf
 
-    fast = verlcheck._compose_fast("ppo_trainer", overrides)
+    fast, _base = verlcheck._compose_fast("ppo_trainer", overrides)
     full = verlcheck._compose("ppo_trainer", overrides)
     assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
 
@@ -443,7 +444,7 @@ def test_fast_compose_equals_hydra_compose_on_compiled_plans(method):
     from omegaconf import OmegaConf
 
     plan = compile_values(base(method, knobs={"rollout_is": "token", "rollout_is_threshold": "0.5_5"} if method == "grpo" else {}))
-    fast = verlcheck._compose_fast(plan.config_name, plan.overrides)
+    fast, _base = verlcheck._compose_fast(plan.config_name, plan.overrides)
     full = verlcheck._compose(plan.config_name, plan.overrides)
     assert OmegaConf.to_container(fast) == OmegaConf.to_container(full)
 

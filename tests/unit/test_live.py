@@ -201,3 +201,19 @@ def _experiment(tmp_path, **slurm_keys):
     config.setdefault("slurm", {}).update(slurm_keys)
     (exp / "config.yaml").write_text(yaml.safe_dump(config))
     return exp
+
+
+def test_a_hetjob_whose_groups_share_a_partition_must_fit_together():
+    # issue 20: 4+4 nodes in a 6-node partition: each group fits alone, the job never runs
+    from launcher.plan import Pool
+
+    cap = live.capacity(PARTS, NODES)
+    plan = _plan(4, 4)
+    two = (Pool("train", "fake", 4, 4, 0, ("actor",)), Pool("teach", "fake", 4, 4, 1, ("teacher",)))
+    (err,) = live.check(replace(plan, pools=two), SITE, cap)[0]
+    assert "partition train" in str(err) and "8 nodes" in str(err) and "it has 6 nodes" in str(err)
+    fits = (Pool("train", "fake", 4, 4, 0, ("actor",)), Pool("teach", "fake", 2, 4, 1, ("teacher",)))
+    assert live.check(replace(plan, pools=fits), SITE, cap)[0] == []
+    # groups on different partitions are counted apart
+    apart = (Pool("train", "fake", 4, 4, 0, ("actor",)), Pool("teach", "fake-teach", 1, 4, 1, ("teacher",)))
+    assert live.check(replace(plan, pools=apart), SITE, cap)[0] == []

@@ -356,7 +356,9 @@ def test_override_order_is_deterministic():
     b = compile_values(base("dapo", knobs={"rollout_n": 8})).overrides
     assert a == b
     assert a[0].startswith("algorithm.adv_estimator=")
-    assert a[-2:] == (f"trainer.default_local_dir={RUN_DIR}/checkpoints", "trainer.resume_mode=auto")
+    # owners first (pins, bindings, topology, the run), then the layers lowest first
+    assert f"trainer.default_local_dir={RUN_DIR}/checkpoints" in a and "trainer.resume_mode=auto" in a
+    assert a.index(f"trainer.default_local_dir={RUN_DIR}/checkpoints") < a.index("actor_rollout_ref.rollout.n=8")
 
 
 def test_distillation_teacher_tp_must_divide_pool():

@@ -137,7 +137,9 @@ def test_validate_text_shows_provenance(root, monkeypatch):
     write_exp(root, "e", CONFIG)
     r = CliRunner().invoke(main, ["validate", "e", "--set", "rollout_n=6"])
     assert r.exit_code == 0, r.stderr
-    assert "knobs.rollout_n = '6'    [--set]" in r.output and "actor_rollout_ref.rollout.n=6" in r.output
+    # issue 20: the values table is keyed by the verl key, typed as verl reads it, with what it overrides
+    assert "actor_rollout_ref.rollout.n = 6    [--set] (overrides 5 from config.yaml)" in r.output, r.output
+    assert "actor_rollout_ref.rollout.n=6" in r.output
 
 
 def test_spec_options_reusable():

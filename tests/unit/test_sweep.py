@@ -58,7 +58,7 @@ def test_too_many_points_refused():
 def test_point_flags_append_grid_after_user_sets():
     flags = {"set": ["rollout_n=4", "a.b=1"], "model": "/m"}
     out = sweep.point_flags(flags, {"rollout_n": "8"})
-    assert out["set"] == ["rollout_n=4", "a.b=1", "rollout_n=8"] and out["model"] == "/m"
+    assert out["set"] == ["rollout_n=4", "a.b=1"] and out["point"] == ["rollout_n=8"] and out["model"] == "/m"
     assert flags["set"] == ["rollout_n=4", "a.b=1"]  # not changed in place
 
 
@@ -316,7 +316,13 @@ def test_sweep_point_is_what_sf_submit_sends(tmp_path, monkeypatch, experiment, 
     submitted = json.loads(sent.stdout)
     assert "actor_rollout_ref.model.use_remove_padding=False" in point["overrides"]
     assert point["overrides"] == submitted["overrides"]
-    assert point["sources"] == submitted["sources"]
+    # the same provenance, but the grid's key: the sweep point is its own layer (above --set)
+    key = next(o.split("=", 1)[0] for o in submitted["overrides"]
+               if submitted["sources"][submitted["overrides"].index(o)] == "--set")
+    at = submitted["overrides"].index(next(o for o in submitted["overrides"] if o.startswith(key + "=")))
+    assert point["sources"][at] == "sweep" and submitted["sources"][at] == "--set"
+    rest = submitted["sources"][:at] + submitted["sources"][at + 1:]
+    assert point["sources"][:at] + point["sources"][at + 1:] == rest
     if experiment == "examples/distill":
         first = CliRunner().invoke(main, ["submit", experiment, "--site", str(site), "--set", "actor_lr=1e-6",
                                           "--dry-run", "--json"])

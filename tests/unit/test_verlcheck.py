@@ -99,3 +99,25 @@ def test_hydra_missing_is_an_error(monkeypatch):
     monkeypatch.setattr(verlcheck.importlib.util, "find_spec", lambda name, *a: None if name == "hydra" else real(name, *a))
     errors = check_overrides("ppo_trainer", BASE, "0.9.1")
     assert errors and "hydra-core" in errors[0].message
+
+
+def test_first_compose_in_place_keeps_the_base_values(monkeypatch):
+    """The first compose of a process applies the overrides to the base itself (no copy);
+    the base values of the keys it touched are kept, and a later compose starts clean."""
+    from launcher.compile import verlcheck
+
+    monkeypatch.setattr(verlcheck, "_BASE_USED", frozenset())
+    verlcheck.base_config.cache_clear()
+    overrides = ("actor_rollout_ref.rollout.n=3", "~trainer.save_freq", "actor_rollout_ref.actor={clip_ratio:0.3}")
+    cfg, base = verlcheck._compose_fast("ppo_trainer", overrides)
+    assert isinstance(base, verlcheck.BaseSnapshot)
+    eff = verlcheck.Effective(cfg, base)
+    assert eff.get("actor_rollout_ref.rollout.n") == 3 and eff.base("actor_rollout_ref.rollout.n") == 1
+    assert eff.get("trainer.save_freq", "gone") == "gone" and eff.base("trainer.save_freq") == -1
+    assert eff.get("actor_rollout_ref.actor.clip_ratio") == 0.3 and eff.base("actor_rollout_ref.actor.clip_ratio") == 0.2
+    assert eff.base("actor_rollout_ref.rollout._target_") == "verl.workers.config.RolloutConfig"
+    assert eff.base("trainer.nnodes") == 1  # untouched: its composed value
+    cfg2, base2 = verlcheck._compose_fast("ppo_trainer", ("trainer.nnodes=2",))
+    eff2 = verlcheck.Effective(cfg2, base2)
+    assert eff2.get("actor_rollout_ref.rollout.n") == 1 and eff2.get("trainer.save_freq") == -1  # clean again
+    assert eff2.get("trainer.nnodes") == 2 and eff2.base("trainer.nnodes") == 1

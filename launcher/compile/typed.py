@@ -1,0 +1,137 @@
+"""Values typed as verl reads them: each resolved key a user layer wrote is compared with
+the composed config (launcher.compile.verlcheck.Effective). verl's YAML is untyped, so a
+spelling that composes may still reach verl as another type than the key's: `rollout.n=1.0`
+(a float where verl counts), `null` where verl has a number, `use_kl_loss=no` (a truthy
+string), `~trainer.save_freq` (a key verl reads, deleted). Each is refused naming the key.
+
+The type of a key is verl's own default's type; where verl's default is null or the key is
+not in verl's config (`+reward.reward_kwargs.*`), the type of the knob that sets it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from functools import lru_cache
+
+from launcher.compile import resolve, rules, verlcheck
+
+_NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
+_KNOB_TYPES = {"int": int, "float": float, "bool": bool}
+_ABSENT = object()
+
+
+def _knob_type(key: str):
+    for knob in rules.KNOBS.values():
+        for k in (knob.key, knob.sft_key):
+            if k and k.lstrip("+") == key and knob.type in _KNOB_TYPES:
+                return _KNOB_TYPES[knob.type]
+    return None
+
+
+def _stringy() -> set[str]:
+    """Keys checked by their own rules: a number or a 'LOW_HIGH' string (IcePop), resume_mode."""
+    return {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")} | {
+        "trainer.resume_mode"}
+
+
+@lru_cache(maxsize=None)
+def _dataclass_index() -> dict:
+    """verl's config dataclasses, read with ast (never imported): class name -> (field ->
+    annotation text, base class names). Built only when a float meets an int default."""
+    root = verlcheck._verl_root()
+    index: dict = {}
+    if root is None:
+        return index
+    for folder in ("workers/config", "trainer/config"):
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            continue
+        for name in sorted(os.listdir(path)):
+            if not name.endswith(".py"):
+                continue
+            try:
+                tree = ast.parse(open(os.path.join(path, name), encoding="utf-8").read())
+            except (OSError, SyntaxError, UnicodeDecodeError):
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    fields = {n.target.id: ast.unparse(n.annotation) for n in node.body
+                              if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+                    bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                    index[node.name] = (fields, bases)
+    return index
+
+
+def _annotation(ctx, key: str) -> str | None:
+    """The annotation of `key`'s field in the dataclass its parent node targets (`_target_`)."""
+    parent, _, leaf = key.rpartition(".")
+    target = ctx.effective.base(f"{parent}._target_") if parent else None
+    if not isinstance(target, str):
+        return None
+    name, index, seen = target.rsplit(".", 1)[-1], _dataclass_index(), set()
+    while name and name in index and name not in seen:
+        seen.add(name)
+        fields, bases = index[name]
+        if leaf in fields:
+            return fields[leaf]
+        name = bases[0] if bases else None
+    return None
+
+
+def expected_type(ctx, key: str):
+    """(type, default text) verl reads `key` as, or (None, None) when unknown."""
+    base = ctx.effective.base(key) if ctx.effective is not None else None
+    kind = _knob_type(key)
+    if isinstance(base, (bool, int, float, str)):
+        if kind is float and type(base) is int:  # verl's YAML says 0 where its dataclass says float
+            return float, rules.hydra_value(base)
+        return type(base), rules.hydra_value(base)
+    return (kind, None) if kind is not None else (None, None)
+
+
+def problems(ctx) -> list[tuple[str, str]]:
+    """(field, message) for each user-written key whose value verl would read as another type."""
+    out: list[tuple[str, str]] = []
+    stringy = _stringy()
+    for key, entry in ctx.resolution.entries.items():
+        w = entry.write
+        if w.layer not in resolve.INPUT_LAYERS or w.op == resolve.DEFAULT or key in stringy:
+            continue
+        kind, default = expected_type(ctx, key)
+        if kind is None:
+            continue
+        want = _NAMES[kind]
+        dflt = f" (default {default})" if default is not None else ""
+        example = default if default is not None else {bool: "true", int: "4", float: "1.0", str: "NAME"}[kind]
+        if w.op == resolve.DELETE:
+            if default is not None:
+                out.append((w.field, f"~{key} deletes a key verl reads ({want}{dflt}); verl 0.9.1 would fail or "
+                                     f"fall back to another behaviour: give it a value instead, e.g. {key}={example}"))
+            continue
+        value = ctx.effective.get(key, _ABSENT) if ctx.effective is not None else w.value
+        if value is _ABSENT or isinstance(value, (dict, list)):
+            continue
+        if value is None:
+            if default is not None:
+                out.append((w.field, f"{key}=null, but verl's {key} is {want}{dflt}; a null reaches verl's code as "
+                                     f"None: give a value, e.g. {key}={example}"))
+            continue
+        if kind is str or isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if isinstance(value, str):
+            out.append((w.field, f"{key}={value!r} is a string, not {want}: verl's {key} is {want}{dflt}; "
+                                 f"write e.g. {key}={example}"))
+        elif kind is int and isinstance(value, float):
+            if "float" in (_annotation(ctx, key) or ""):  # verl's dataclass takes a float here
+                continue
+            fix = f"{key}={int(value)}" if value.is_integer() else f"a whole number, e.g. {key}={example}"
+            out.append((w.field, f"{key}={rules.hydra_value(value)} is a float, but verl's {key} is {want}{dflt}; "
+                                 f"write {fix}"))
+        else:
+            got = _NAMES.get(type(value), type(value).__name__)
+            out.append((w.field, f"{key}={rules.hydra_value(value)} is {got}, "
+                                 f"but verl's {key} is {want}{dflt}; write e.g. {key}={example}"))
+    return out

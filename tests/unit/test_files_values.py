@@ -1,0 +1,257 @@
+"""Issue 20, item 5: files and values. Each file-system failure of a spec, site, runs dir or
+output path exits 2 naming the path and the cause (no traceback); duplicate YAML keys; Slurm
+time values as Slurm parses them; the signal lead below the limit; NUL bytes; login-node
+variables kept out of the job."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
+from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
+
+from launcher.cli.app import main  # noqa: E402
+from launcher.compile.slurm_time import time_seconds  # noqa: E402
+from launcher.errors import SpecError  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = """method: verl/grpo
+model: Qwen/Qwen2.5-0.5B-Instruct
+data:
+  train: {files: /d/train.parquet}
+  validation: {files: /d/test.parquet}
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SF_SITE", str(write_site(tmp_path)))
+    return tmp_path
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def _refused(r, *needles):
+    assert r.exit_code == 2, (r.exit_code, r.output, r.stderr)
+    assert "Traceback" not in r.stderr and r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    for n in needles:
+        assert n in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- duplicate keys
+
+@pytest.mark.parametrize("text,key,lines", [
+    (GOOD + "method: verl/dapo\n", "'method'", "lines 1 and 6"),
+    (GOOD + "knobs: {rollout_n: 4}\nknobs: {actor_lr: 1.0e-6}\n", "'knobs'", "lines 6 and 7"),
+    (GOOD + "knobs:\n  rollout_n: 4\n  rollout_n: 8\n", "'rollout_n'", "lines 7 and 8"),
+])
+def test_duplicate_yaml_keys_refused_with_lines(env, text, key, lines):
+    write_exp(env, "exp", text)
+    _refused(_run("validate", "exp"), "config.yaml", key, "given twice", lines)
+
+
+def test_duplicate_key_in_the_site_file(env, monkeypatch):
+    site = env / "dup-site.yaml"
+    site.write_text((env / "site.yaml").read_text() + "name: other\n")
+    monkeypatch.setenv("SF_SITE", str(site))
+    write_exp(env, "exp", GOOD)
+    _refused(_run("validate", "exp"), str(site), "'name' is given twice")
+
+
+# ----------------------------------------------------------------------------- file-system failures
+
+def _config_path(env, name="exp") -> Path:
+    exp = env / "experiments" / name
+    exp.mkdir(parents=True, exist_ok=True)
+    return exp / "config.yaml"
+
+
+def test_config_yaml_binary(env):
+    _config_path(env).write_bytes(b"\x00\x01\xff\xfe" * 20)
+    _refused(_run("validate", "exp"), "config.yaml", "binary")
+
+
+def test_config_yaml_not_utf8(env):
+    _config_path(env).write_bytes(b"method: verl/grpo\nmodel: \xff\xfe\n")
+    _refused(_run("validate", "exp"), "config.yaml", "not UTF-8")
+
+
+def test_config_yaml_nested_50000_deep(env):
+    _config_path(env).write_text("a: " + "[" * 50000 + "]" * 50000 + "\n")
+    _refused(_run("validate", "exp"), "config.yaml", "nested too deeply")
+
+
+def test_config_yaml_is_a_directory(env):
+    _config_path(env).mkdir()
+    _refused(_run("validate", "exp"), "config.yaml", "is a directory")
+
+
+def test_config_yaml_is_a_fifo(env):
+    os.mkfifo(_config_path(env))
+    _refused(_run("validate", "exp"), "config.yaml", "not a regular file")
+
+
+def test_config_yaml_symlink_loop(env):
+    path = _config_path(env)
+    (path.parent / "a").symlink_to(path.parent / "b")
+    (path.parent / "b").symlink_to(path.parent / "a")
+    path.symlink_to(path.parent / "a")
+    _refused(_run("validate", "exp"), "config.yaml", "symbolic links")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_config_yaml_unreadable(env):
+    path = _config_path(env)
+    path.write_text(GOOD)
+    path.chmod(0)
+    _refused(_run("validate", "exp"), "config.yaml", "Permission denied")
+
+
+def test_config_yaml_unreadable_as_root_too(env, monkeypatch):
+    # the suite runs as root, which reads every file: the refusal of an unreadable file, simulated
+    path = _config_path(env)
+    path.write_text(GOOD)
+    real = Path.read_bytes
+
+    def refuse(self):
+        if self.name == "config.yaml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    _refused(_run("validate", "exp"), "config.yaml", "Permission denied", "permissions")
+
+
+def test_experiments_is_a_file(env):
+    (env / "experiments").write_text("")
+    _refused(_run("validate", "exp"), "experiments is a file")
+    _refused(_run("new", "exp", "--method", "verl/grpo"), "experiments", "is a file where sf needs a folder")
+
+
+def test_site_file_is_a_directory_or_fifo(env, monkeypatch):
+    write_exp(env, "exp", GOOD)
+    monkeypatch.setenv("SF_SITE", str(env))
+    _refused(_run("validate", "exp"), "site", "is a directory")
+    os.mkfifo(env / "fifo.yaml")
+    monkeypatch.setenv("SF_SITE", str(env / "fifo.yaml"))
+    _refused(_run("validate", "exp"), "not a regular file")
+
+
+def test_runs_dir_that_is_a_file(env, monkeypatch):
+    (env / "runs").write_text("")
+    monkeypatch.setenv("SF_RUNS_DIR", str(env / "runs"))
+    _refused(_run("list"), str(env / "runs"), "is a file where sf needs a folder")
+
+
+def test_output_path_under_a_file(env):
+    write_exp(env, "exp", GOOD)
+    venv = env / "verl-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    (env / "out").write_text("")
+    r = CliRunner(env={"FORGE_IMAGE_VERL": str(venv)}).invoke(main, ["render", "exp", "-o", str(env / "out" / "x")])
+    _refused(r, str(env / "out"), "is a file where sf needs a folder")
+
+
+def test_no_traceback_through_the_real_command(env):
+    (env / "experiments").write_text("")
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "sf"), "new", "exp", "--method", "verl/grpo"],
+                       capture_output=True, text=True, cwd=env, env={**os.environ, "SF_SITE": str(env / "site.yaml")})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "experiments" in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- Slurm time values
+
+@pytest.mark.parametrize("text,seconds", [
+    ("90", 5400), ("04:00:00", 14400), ("25:00:00", 90000), ("10:30", 630), ("1-12:00:00", 129600),
+    ("2-0", 172800), ("1-2:30", 95400), ("UNLIMITED", None),
+])
+def test_time_values_slurm_takes(text, seconds):
+    assert time_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("25:61:00", "minutes must be below 60"), ("99:99:99", "minutes must be below 60"),
+    ("0", "no time at all"), ("00:00:00", "no time at all"), ("10:70", "seconds must be below 60"),
+    ("1-24:00:00", "below 24"), ("4h", "not a Slurm time limit"), ("-5", "not a Slurm time limit"),
+])
+def test_time_values_slurm_refuses(text, needle):
+    with pytest.raises(SpecError) as exc:
+        time_seconds(text)
+    assert needle in str(exc.value) and "HH:MM:SS" in str(exc.value)
+
+
+@pytest.mark.parametrize("time", ["25:61:00", "99:99:99", "0"])
+def test_time_refused_through_validate(env, time):
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    _refused(_run("validate", "exp"), "slurm.time", "D-HH:MM:SS")
+
+
+def test_signal_lead_must_be_below_the_time_limit(env):
+    write_exp(env, "exp", GOOD + 'slurm: {time: "5", signal_lead_s: 300}\n')
+    _refused(_run("validate", "exp"), "slurm.signal_lead_s", "300 s is not below the time limit (300 s)")
+    write_exp(env, "exp", GOOD + 'slurm: {time: "6", signal_lead_s: 300}\n')
+    assert _run("validate", "exp").exit_code == 0
+    write_exp(env, "exp", GOOD + 'slurm: {time: "5", signal_lead_s: 300, requeue: false}\n')
+    assert _run("validate", "exp").exit_code == 0  # no requeue signal at all
+
+
+# ----------------------------------------------------------------------------- NUL bytes
+
+def test_nul_in_config_yaml_value(env):
+    write_exp(env, "exp", GOOD.replace("Qwen/Qwen2.5-0.5B-Instruct", '"Qwen\\0evil"'))
+    _refused(_run("validate", "exp"), "model", "NUL")
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--set", "trainer.project_name=a\x00b"], "--set"),
+    (["--model", "/m\x00x"], "--model"),
+    (["--train-data", "/t\x00.parquet"], "--train-data"),
+])
+def test_nul_in_flags(env, args, field):
+    write_exp(env, "exp", GOOD)
+    _refused(_run("validate", "exp", *args), field, "NUL")
+
+
+def test_nul_in_site_file(env, monkeypatch):
+    import yaml
+
+    site = env / "nul-site.yaml"
+    site.write_text(yaml.safe_dump(dict(SITE_DICT, name="a\x00b")))
+    monkeypatch.setenv("SF_SITE", str(site))
+    write_exp(env, "exp", GOOD)
+    _refused(_run("validate", "exp"), "site.name", "NUL")
+
+
+# ----------------------------------------------------------------------------- login-node environment
+
+def test_login_env_left_out_of_sbatch_unless_the_site_passes_it(monkeypatch):
+    from launcher import slurm
+    from launcher.spec.site import site_from_dict
+
+    monkeypatch.setenv("PYTHONPATH", "/home/me/verl-dev")
+    monkeypatch.setenv("VIRTUAL_ENV", "/home/me/venv")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/home/me/lib")
+    env = slurm._sbatch_env(())
+    assert not {"PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH"} & set(env) and "PATH" in env
+    passing = dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["LD_LIBRARY_PATH"]})
+    site = site_from_dict(passing, "s.yaml")
+    env = slurm._sbatch_env(site.pass_sbatch_env)
+    assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and "PYTHONPATH" not in env
+    with pytest.raises(SpecError):
+        site_from_dict(dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["HOME"]}), "s.yaml")
+
+
+def test_login_env_named_in_a_warning(env, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/home/me/verl-dev")
+    write_exp(env, "exp", GOOD)
+    r = _run("validate", "exp")
+    assert r.exit_code == 0 and "PYTHONPATH=/home/me/verl-dev is set on this login node" in r.stderr, r.stderr
