@@ -34,7 +34,7 @@ _KNOB_BLOCK = {
     "sft": "  micro_batch_size_per_gpu: 4\n  actor_lr: 1.0e-5\n  total_epochs: 1\n",
     "grpo-one-step-off": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
     "grpo-async": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
-                   "  ppo_mini_batch_size: 32   # a trainer step takes ppo_mini_batch_size x require_batches prompts\n"),
+                   "  ppo_mini_batch_size: 32   # prompts a trainer step takes (x async_training.require_batches)\n"),
 }
 # Raw overrides `sf new` writes for a method (verl keys without a knob).
 _OVERRIDES = {
