@@ -1225,7 +1225,8 @@ def rule_async_training(ctx) -> None:
     if ctx.get("trainer.test_freq") == 0:
         ctx.error(ctx.culprit("trainer.test_freq", "knobs.test_freq"), "test_freq=0: verl 0.9.1's fully async "
                   "trainer divides by it at the end of the run; set test_freq: -1 (no validation) or a step count")
-    if ctx.user_sets("trainer.total_training_steps"):
+    user = {key for _source, key in ctx.user_keys()}  # raw overrides and knobs, as verl keys
+    if "trainer.total_training_steps" in user:
         ctx.warn("trainer.total_training_steps is not read by verl 0.9.1's fully async trainer: the run ends "
                  "after rollout.total_rollout_steps prompts (and total_epochs); set rollout.total_rollout_steps")
     elif not ctx.user_sets("rollout.total_rollout_steps") and ctx.get("rollout.total_rollout_steps") is not None:

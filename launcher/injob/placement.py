@@ -84,9 +84,9 @@ def tag_bundles(bundles: list[dict], resource: str) -> list[dict]:
     return tagged
 
 
-def pool_bundles(pool: dict, cpus_per_bundle: float = VERL_MAX_COLOCATE) -> list[list[dict]]:
+def pool_bundles(pool: dict, cpus_per_bundle: float | None = None) -> list[list[dict]]:
     """verl's placement-group scheme for this pool (one PG per node), tagged."""
-    bundle = {"CPU": cpus_per_bundle, "GPU": 1}
+    bundle = {"CPU": verl_cpus(pool) if cpus_per_bundle is None else cpus_per_bundle, "GPU": 1}
     return [tag_bundles([bundle] * pool["gpus_per_node"], topology.pool_resource(pool["name"]))
             for _ in range(pool["nodes"])]
 
