@@ -67,7 +67,8 @@ n="${SLURM_RESTART_COUNT:-0}"
 printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args-$n.txt"
 if [ "$n" -ge 1 ]; then exit 0; fi
 ck="$FORGE_CLUSTER_RUN_DIR/checkpoints"
-mkdir -p "$ck/global_step_2/actor" && : > "$ck/global_step_2/data.pt" && echo 2 > "$ck/latest_checkpointed_iteration.txt"
+mkdir -p "$ck/global_step_2/actor" && : > "$ck/global_step_2/data.pt"
+echo 2 > "$ck/latest_checkpointed_iteration.txt"
 exec sleep 600
 """
 
