@@ -1235,6 +1235,36 @@ def rule_async_training(ctx) -> None:
                  "over the whole dataset")
 
 
+# The CPUs verl 0.9.1's disaggregated trainers ask for beside their GPU bundles: actors placed
+# anywhere in the cluster, each on one node. one-step-off: OneStepTaskRunner 10
+# (one_step_off_policy/main_ppo.py:33). fully async: FullyAsyncTaskRunner 1, FullyAsyncTrainer
+# 10, FullyAsyncRollouter 10, MessageQueue 2 (fully_async_main.py:35, fully_async_trainer.py:53,
+# fully_async_rollouter.py:329, message_queue.py:26). Bundles: 3 CPUs a training GPU, 2 a
+# standalone rollout GPU (ResourcePoolManager, replica.py:200-204).
+DRIVER_ACTOR_CPUS = {"one_step_off_ppo_trainer": (10,), "fully_async_ppo_trainer": (1, 10, 10, 2)}
+
+
+def rule_separate_cpus(ctx) -> None:
+    """A warning when the pools' nodes (the site's cpus_per_node) cannot hold verl's bundles and
+    these trainers' driver actors: Ray then waits for CPUs forever, without an error."""
+    asks = DRIVER_ACTOR_CPUS.get(ctx.method.config_name)
+    pool = _rollout_pool(ctx) if asks else None
+    if pool is None:
+        return
+    free = []
+    for p in ctx.pools:
+        series = ctx.site.series.get(p.series)
+        if series is None:
+            return
+        per_gpu = 2 if p is pool else 3
+        free += [series.cpus_per_node - per_gpu * p.gpus_per_node] * p.nodes
+    if sum(free) < sum(asks) or max(free, default=0) < max(asks):
+        ctx.warn(f"verl/{ctx.method.name}'s driver actors ask {sum(asks)} CPUs ({' + '.join(map(str, asks))}, "
+                 f"up to {max(asks)} on one node) beside verl's GPU bundles (3 CPUs a training GPU, 2 a rollout "
+                 f"GPU), but the pools' nodes leave {sum(free)} free (at most {max(free, default=0)} on one node): "
+                 "Ray would wait for CPUs forever; use nodes with more CPUs (the site's cpus_per_node) or more nodes")
+
+
 # Rules that build the overrides, in order; then compile composes them with verl's config
 # and the JUDGES run on the composed (effective) values.
 BUILD: tuple[Rule, ...] = (
@@ -1270,4 +1300,5 @@ JUDGES: tuple[Rule, ...] = (
     rule_separate_rollout_sizes,
     rule_separate_rollout_replicas,
     rule_async_training,
+    rule_separate_cpus,
 )

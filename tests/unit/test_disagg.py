@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import RUN_DIR, base, compile_values, errors_of, overrides_of  # noqa: E402
+from sfc_helpers import RUN_DIR, SITE_DICT, base, compile_values, errors_of, overrides_of  # noqa: E402
 
 from launcher.compile import verlcheck  # noqa: E402
+from launcher.spec.site import site_from_dict  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 DISAGG = ("grpo-one-step-off", "grpo-async")
@@ -216,3 +217,17 @@ def test_experimental_configs_compose_from_their_own_folders():
         assert (Path(own) / f"{name}.yaml").is_file() and trainer == verlcheck.verl_config_dir()
         assert verlcheck.check_overrides(name, ["actor_rollout_ref.rollout.name=vllm"]) == []
     assert verlcheck.config_dirs("ppo_trainer") == (verlcheck.verl_config_dir(),)
+
+
+@needs_verl
+def test_cpus_for_the_driver_actors_warned():
+    # the unit site's series have the default 8 CPUs a node: 4 GPU bundles take 12 and 8
+    plan = compile_values(_pools("grpo-async"))
+    assert any("driver actors ask 23 CPUs (1 + 10 + 10 + 2" in w for w in plan.warnings), plan.warnings
+    one_gpu = _pools("grpo-one-step-off", train=(1, 1), gen=(1, 1), knobs={"tensor_model_parallel_size": 1})
+    plan = compile_values(one_gpu)
+    assert any("driver actors ask 10 CPUs" in w and "at most 6 on one node" in w for w in plan.warnings)
+    big = {**SITE_DICT, "series": {"fake": {"partition": "train", "gpus_per_node": 4, "cpus_per_node": 64},
+                                   "fake-teach": {"partition": "teach", "gpus_per_node": 4, "cpus_per_node": 64}}}
+    plan = compile_values(_pools("grpo-async"), site=site_from_dict(big, "big.yaml"))
+    assert not any("driver actors" in w for w in plan.warnings), plan.warnings
