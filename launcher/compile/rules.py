@@ -1222,6 +1222,10 @@ def rule_async_training(ctx) -> None:
         ctx.error("reward.model", "verl/grpo-async needs the reward model on a pool of its own (verl 0.9.1's "
                   "rollouter asserts it: it never pauses to free GPUs); add a pool and roles: {reward: <pool>}, or "
                   "use a rule-based reward function")
+    for source, key, _value in ctx.user_flat:
+        if key == "rollout.n":  # fully_async_ppo_trainer.yaml:60-61 has it; no code reads it
+            ctx.error(source, "rollout.n is not read by verl 0.9.1's fully async trainer (responses per prompt are "
+                      "actor_rollout_ref.rollout.n); remove it and set the knob rollout_n")
     if ctx.get("trainer.test_freq") == 0:
         ctx.error(ctx.culprit("trainer.test_freq", "knobs.test_freq"), "test_freq=0: verl 0.9.1's fully async "
                   "trainer divides by it at the end of the run; set test_freq: -1 (no validation) or a step count")

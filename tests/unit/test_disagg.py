@@ -127,6 +127,7 @@ def test_async_batch_is_the_mini_batch():
     ("async_training.trigger_parameter_sync_step=0", "a whole number >= 1"),
     ("async_training.require_batches=0", "a whole number >= 1"),
     ("trainer.test_freq=0", "divides by it"),
+    ("rollout.n=8", "not read by verl 0.9.1's fully async trainer"),
 ])
 def test_async_training_values_verl_asserts(override, needle):
     _one(errors_of(_pools("grpo-async", overrides=[override])), "overrides[0]", needle)
