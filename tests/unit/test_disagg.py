@@ -232,3 +232,32 @@ def test_cpus_for_the_driver_actors_warned():
                                    "fake-teach": {"partition": "teach", "gpus_per_node": 4, "cpus_per_node": 64}}}
     plan = compile_values(_pools("grpo-async"), site=site_from_dict(big, "big.yaml"))
     assert not any("driver actors" in w for w in plan.warnings), plan.warnings
+
+
+def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
+    """The patch as verl's disaggregated trainers call it (fake module, verl's pool names):
+    trainer_pool on the actor's pool, every rollout_pool_<replica> on the rollout's."""
+    import json
+    import types
+
+    from launcher.injob import verl_main
+
+    calls = []
+
+    class RayResourcePool:
+        def __init__(self, name_prefix):
+            self.name_prefix = name_prefix
+
+        def get_placement_groups(self, strategy="STRICT_PACK"):
+            return mod.placement_group(bundles=[{"CPU": 2, "GPU": 1}], strategy=strategy, name=self.name_prefix + "x")
+
+    mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
+                                placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
+    monkeypatch.setenv(verl_main.POOLS_ENV, json.dumps([
+        {"name": "train", "het_group": 0, "roles": ["actor", "ref"], "resource": "sf_pool_train"},
+        {"name": "gen", "het_group": 1, "roles": ["rollout"], "resource": "sf_pool_gen"}]))
+    verl_main.patch_base(mod)
+    for name in ("trainer_pool", "rollout_pool_0", "rollout_pool_1"):
+        RayResourcePool(name).get_placement_groups()
+    assert [next(k for k in c[0] if k.startswith("sf_pool_")) for c in calls] == [
+        "sf_pool_train", "sf_pool_gen", "sf_pool_gen"]
