@@ -1154,7 +1154,7 @@ def rule_separate_rollout_sizes(ctx) -> None:
     for field, keys in ROLLOUT_POOL_SIZE.items():
         want = getattr(pool, field)
         for key in keys:
-            for source, ukey, value in ctx.user_flat:
+            for source, ukey, value in ctx.user_values():
                 if ukey == key and value != want:
                     ctx.error(source, f"{key}={hydra_value(value)} disagrees with pool {pool.name!r} "
                               f"({pool.nodes} node(s) x {pool.gpus_per_node} GPUs), where roles.rollout puts verl's "
@@ -1222,7 +1222,7 @@ def rule_async_training(ctx) -> None:
         ctx.error("reward.model", "verl/grpo-async needs the reward model on a pool of its own (verl 0.9.1's "
                   "rollouter asserts it: it never pauses to free GPUs); add a pool and roles: {reward: <pool>}, or "
                   "use a rule-based reward function")
-    for source, key, _value in ctx.user_flat:
+    for source, key, _value in ctx.user_values():
         if key == "rollout.n":  # fully_async_ppo_trainer.yaml:60-61 has it; no code reads it
             ctx.error(source, "rollout.n is not read by verl 0.9.1's fully async trainer (responses per prompt are "
                       "actor_rollout_ref.rollout.n); remove it and set the knob rollout_n")
