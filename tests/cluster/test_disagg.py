@@ -91,13 +91,14 @@ def test_async_hetjob_requeue_resumes(tmp_path):
     out = json.loads(proc.stdout)
     run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
     try:
-        touch_until(run_dir, "driver_started", 0)
+        # the teach partition is shared with other hetjobs on the one dev cluster: wait longer
+        touch_until(run_dir, "driver_started", 0, timeout=300)
         deadline = time.monotonic() + 60
         while not (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").exists():
             assert time.monotonic() < deadline, "the first attempt wrote no checkpoint"
             time.sleep(0.5)
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
-        touch_until(run_dir, "driver_started", 1)
+        touch_until(run_dir, "driver_started", 1, timeout=300)
         joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
         assert [e.get("restart", 0) for e in joined] == [0, 1] and all(e["ray_nodes"] == 2 for e in joined)
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
