@@ -41,6 +41,7 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/chain.log" "$OUT/chain.log" 2>/dev/null
   cp "$L/results.json" "$OUT/results.json" 2>/dev/null
   cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
+  cp "$L/results-disagg.json" "$OUT/results-disagg.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
@@ -316,6 +317,36 @@ if want methods; then
   stage "methods: REINFORCE++-baseline and ReMax, $MSTEPS steps each on n1 (GPU 0)"
   method_run rpp verl/reinforce-baseline 4
   method_run remax verl/remax 1
+fi
+# -- session 4 (issue 24 item 4): disaggregated RL on the two GPUs. Written while one H200 was
+# lent, NOT RUN YET. Needs kind nvidia-h200-x2:
+#   bash benchmarks/gpu/rl.sh start install slurm assets disagg
+#   (DORDER=disagg-first before `start`: the same three runs in the other order)
+# Colocated GRPO over both GPUs as two Slurm nodes (tiny-grpo, h200-pair:2x1) against
+# one-step-off and fully async with the actor on n1 (GPU 0, train) and the rollout on n2
+# (GPU 1, teach), the same data, reward and 32 samples a step; then each disaggregated mode
+# again with USR1 after step 5 (the requeue must resume from the last checkpoint).
+DSTEPS=${DSTEPS:-12}
+# disagg_run TAG EXPERIMENT [ARGS]: one sf run, verl's log lines stamped as they appear
+disagg_run() {
+  local tag=$1 exp=$2; shift 2
+  $PY "$HERE/steptimes.py" watch "$W/runs/$exp-*/metrics/attempt-0.jsonl" "$L/$tag-stamps.jsonl" --stop "$L/$tag.stop" &
+  local s0; s0=$(date +%s)
+  sf_submit "$tag" "$exp" "$@"
+  echo "$tag: submit to end $(( $(date +%s) - s0 )) s" | tee -a "$L/disagg-times.txt"
+  touch "$L/$tag.stop"
+}
+if want disagg; then
+  stage "disagg: colocated GRPO (h200-pair:2x1) vs one-step-off vs fully async (actor n1, rollout n2), $DSTEPS steps, ${DORDER:-sync-first}"
+  echo "${DORDER:-sync-first}" >"$L/disagg-order.txt"
+  d_sync() { disagg_run d-sync tiny-grpo --profile h200-pair:2x1 --set total_training_steps="$DSTEPS"; }
+  d_osp() { disagg_run d-osp tiny-one-step-off --set total_training_steps="$DSTEPS"; }
+  d_async() { disagg_run d-async tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 )); }
+  if [[ ${DORDER:-sync-first} == sync-first ]]; then d_sync; d_osp; d_async; else d_async; d_osp; d_sync; fi
+  stage "disagg requeue: one-step-off and fully async again, USR1 after step 5"
+  REQUEUE_AT=5 disagg_run d-osp-rq tiny-one-step-off --set total_training_steps="$DSTEPS"
+  REQUEUE_AT=5 disagg_run d-async-rq tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 ))
+  $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" 2>&1 | tail -20
 fi
 if want summary2; then
   stage "summary2"

@@ -34,6 +34,15 @@ _KNOB_BLOCK = {
              "  rollout_n: 16\n  max_response_length: 8192\n  actor_lr: 1.0e-6\n"),
     "distillation": "  rollout_n: 4\n  distillation_loss_mode: k3\n",
     "sft": "  micro_batch_size_per_gpu: 4\n  actor_lr: 1.0e-5\n  total_epochs: 1\n",
+    "grpo-one-step-off": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
+    "grpo-async": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
+                   "  ppo_mini_batch_size: 32   # prompts a trainer step takes (x async_training.require_batches)\n"),
+}
+# Raw overrides `sf new` writes for a method (verl keys without a knob).
+_OVERRIDES = {
+    "grpo-async": ['"async_training.staleness_threshold=0.5"    # samples at most half a sync stale',
+                   '"async_training.trigger_parameter_sync_step=4"    # weights pushed every 4 trainer steps',
+                   '"rollout.total_rollout_steps=null"    # all of total_epochs (verl\'s default: 100 prompts)'],
 }
 
 
@@ -61,9 +70,16 @@ def config_text(name: str, method: str, version: str) -> str:
                   "# reward:", "#   function: {path: my_reward.py, name: compute_score}"]
     lines += ["", "# Knobs (each maps to a verl key; `sf schema` lists them):", "knobs:"]
     lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
-    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":",
-              "overrides: []"]
-    if method == "distillation":
+    lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":"]
+    lines += ["overrides:", *(f"  - {o}" for o in _OVERRIDES[method])] if method in _OVERRIDES else ["overrides: []"]
+    if method in ("grpo-one-step-off", "grpo-async"):
+        lines += ["", "# Rollout on a pool of its own (another series allowed): one heterogeneous job; sf fills",
+                  "# trainer.* from the actor's pool and rollout.nnodes / n_gpus_per_node from the rollout's.",
+                  "spec:", "  resources:", "    pools:",
+                  "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
+                  "      - {name: gen, nodes: 1}",
+                  "    roles: {actor: train, rollout: gen}"]
+    elif method == "distillation":
         lines += ["", "spec:", "  resources:", "    pools:",
                   "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
                   "      - {name: teach, nodes: 1}",
@@ -86,7 +102,8 @@ def _complete_versions(ctx, param, incomplete):
 @click.command()
 @click.argument("name")
 @click.option("--method", "method", required=True, metavar="verl/METHOD", shell_complete=_complete_methods,
-              help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation or sft.")
+              help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation, sft, grpo-one-step-off or "
+                   "grpo-async.")
 @click.option("--framework-version", "framework_version", default="0.9.1", show_default=True,
               shell_complete=_complete_versions, help="verl version of the catalog.")
 @json_option

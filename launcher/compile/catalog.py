@@ -21,7 +21,8 @@ from launcher.errors import SpecError
 from launcher.spec import paths
 
 FRAMEWORK = "verl"
-METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft")
+METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft", "grpo-one-step-off",
+           "grpo-async")
 REFUSED_VERSIONS = {
     "0.8": "verl 0.8's main_ppo_sync was removed upstream; the catalog keeps no old runtimes. Use 0.9.0 or 0.9.1",
 }
@@ -40,11 +41,19 @@ class Method:
     critic: bool = False
     rollout_n_min: int | None = None
     rollout_n_max: int | None = None
+    # "actor": verl's main_ppo runs the rollout inside the actor's resource pool (hybrid
+    # engine); "separate": the method's trainer runs it on a pool of its own (roles.rollout),
+    # sized by the top-level rollout.nnodes / rollout.n_gpus_per_node its main reads.
+    rollout_pool: str = "actor"
 
     @property
     def estimator(self) -> str | None:
         """The pinned algorithm.adv_estimator (None for sft): one pin among the others."""
         return self.pins.get("algorithm.adv_estimator")
+
+    @property
+    def separate_rollout(self) -> bool:
+        return self.rollout_pool == "separate"
 
     @property
     def sft(self) -> bool:
@@ -125,4 +134,5 @@ def get_method(version: str, name: str) -> Method:
         critic=bool(data.get("critic", False)),
         rollout_n_min=n.get("min"),
         rollout_n_max=n.get("max"),
+        rollout_pool=str(data.get("rollout_pool", "actor")),
     )

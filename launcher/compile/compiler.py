@@ -291,6 +291,8 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     if not pools:
         return [], roles
     first = pools[0].name
+    if method.separate_rollout and "rollout" not in roles and len(pools) >= 2:
+        roles["rollout"] = pools[1].name  # these trainers' rollout runs on a pool of its own
     for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
         roles.setdefault(role, first)
     if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:

@@ -515,6 +515,9 @@ def _pin_message(ctx, key, value) -> str:
     if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
         hint = ("; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and "
                 "loss_agg_mode=token-mean")
+    if key == "data.train_batch_size" and ctx.method.config_name == "fully_async_ppo_trainer":
+        hint = ("; verl's fully async trainer takes ppo_mini_batch_size x async_training.require_batches prompts a "
+                "step: set ppo_mini_batch_size")
     return f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}"
 
 
@@ -937,12 +940,15 @@ COLOCATED_WITH_ACTOR = ("rollout", "ref", "critic")
 
 def rule_roles_verl_can_place(ctx, train) -> None:
     """Every role in `roles:` is one the method has, on a pool verl 0.9.1 can put it on:
-    rollout, ref and critic run in the actor's resource pool (a rollout pool of its own needs
-    verl's disaggregated trainers), a critic only where the method has one. Placement follows
-    these roles, never a pool's name."""
+    rollout, ref and critic run in the actor's resource pool, except the rollout of the
+    methods whose trainers give it a pool of its own (verl/grpo-one-step-off, verl/grpo-async:
+    there it must be off the actor's pool); a critic only where the method has one. Placement
+    follows these roles, never a pool's name."""
     for role in COLOCATED_WITH_ACTOR:
         pool_name = ctx.roles.get(role)
-        if role == "critic" and pool_name is not None and not ctx.method.critic:
+        if role == "rollout" and ctx.method.separate_rollout:
+            rule_rollout_not_colocated(ctx, train)  # these trainers need it off the actor's pool
+        elif role == "critic" and pool_name is not None and not ctx.method.critic:
             ctx.error("spec.resources.roles.critic", f"verl/{ctx.method.name} has no critic; remove roles.critic")
         elif pool_name is not None and pool_name != train.name:
             ctx.error(f"spec.resources.roles.{role}",
@@ -1095,7 +1101,7 @@ def rule_pitfalls(ctx) -> None:
             ctx.warn(f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl "
                      "refuses it at start-up")
     mini = g("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
-    if isinstance(mini, int) and isinstance(bs, int) and mini > bs:
+    if isinstance(mini, int) and isinstance(bs, int) and 0 < bs < mini:  # 0: verl/grpo-async's pin
         ctx.warn(f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs}; set ppo_mini_batch_size <= {bs}")
     if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
         for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
@@ -1166,6 +1172,191 @@ def rule_entry(ctx) -> None:
         ctx.entry = tuple(ctx.method.entry)
 
 
+# ----------------------------------------------------------------------------- disaggregated RL
+# verl/grpo-one-step-off and verl/grpo-async (catalog: rollout_pool: separate) run verl 0.9.1's
+# experimental trainers, whose rollout servers get a pool of their own: the actor, ref and
+# critic in `trainer_pool` sized by trainer.* (experimental/separation/utils.py:37-47), the
+# rollout in one `rollout_pool_<replica>` per server (workers/rollout/replica.py:190-205),
+# sized by the TOP-LEVEL rollout.nnodes / rollout.n_gpus_per_node, which both mains copy over
+# actor_rollout_ref.rollout.* before anything reads it (one_step_off_policy/main_ppo.py:121-122,
+# fully_async_policy/fully_async_main.py:235-236).
+
+ROLLOUT_POOL_SIZE = {  # what the rollout pool fills -> every key verl takes it from
+    "nodes": ("rollout.nnodes", "actor_rollout_ref.rollout.nnodes"),
+    "gpus_per_node": ("rollout.n_gpus_per_node", "actor_rollout_ref.rollout.n_gpus_per_node"),
+}
+
+
+def _rollout_pool(ctx):
+    """The pool roles.rollout names, when it is a pool of its own (else None)."""
+    by_name = {p.name: p for p in ctx.pools}
+    pool = by_name.get(ctx.roles.get("rollout"))
+    actor = by_name.get(ctx.roles.get("actor")) or (ctx.pools[0] if ctx.pools else None)
+    return pool if pool is not None and pool is not actor else None
+
+
+def rule_rollout_not_colocated(ctx, train) -> None:
+    """These trainers refuse a rollout on the actor's GPUs: they assert hybrid_engine is off
+    (one_step_off_policy/ray_trainer.py:87-88, fully_async_trainer.py:75-76) and start their
+    rollout servers in a resource pool of their own, which Slurm must allocate as its own het
+    group; on the actor's pool they would ask Ray for GPUs the job never got."""
+    if len(ctx.pools) < 2:
+        return  # rule_separate_rollout_pool says what to declare
+    pool_name = ctx.roles.get("rollout")
+    if pool_name is None or pool_name == train.name:
+        ctx.error("spec.resources.roles.rollout",
+                  f"verl/{ctx.method.name} runs the rollout on a pool of its own (verl 0.9.1's "
+                  f"{ctx.method.entry[2]} refuses a colocated rollout); map rollout to the second pool, e.g. "
+                  f"roles: {{actor: {train.name}, rollout: {ctx.pools[1].name}}}, or use verl/grpo for a colocated "
+                  "rollout")
+
+
+def rule_separate_rollout_pool(ctx) -> None:
+    """The rollout pool -> rollout.nnodes / rollout.n_gpus_per_node (the keys these mains read);
+    the train pool filled trainer.* already (rule_pools). One pool only is refused: the
+    trainers need a rollout pool of their own."""
+    if ctx.sft or not ctx.method.separate_rollout or not ctx.pools:
+        return
+    if len(ctx.pools) < 2:
+        ctx.error("spec.resources.pools",
+                  f"verl/{ctx.method.name} runs the rollout on a pool of its own: declare two pools, e.g. "
+                  "pools: [{name: train, nodes: 1}, {name: gen, nodes: 1}] and roles: {actor: train, rollout: gen} "
+                  "(`sf new NAME --method verl/" + ctx.method.name + "` writes them)")
+        return
+    pool = _rollout_pool(ctx)
+    if pool is None:
+        return  # rule_rollout_not_colocated names roles.rollout
+    ctx.set("rollout.nnodes", pool.nodes, "topology")
+    ctx.set("rollout.n_gpus_per_node", pool.gpus_per_node, "topology")
+
+
+def rule_separate_rollout_sizes(ctx) -> None:
+    """A raw rollout pool size that disagrees with the pools is refused, naming the key: the
+    top-level rollout.* would size a pool Slurm never allocated, and a raw
+    actor_rollout_ref.rollout.nnodes / n_gpus_per_node is overwritten by the main from rollout.*."""
+    if ctx.sft or not ctx.method.separate_rollout:
+        return
+    pool = _rollout_pool(ctx)
+    if pool is None:
+        return
+    for field, keys in ROLLOUT_POOL_SIZE.items():
+        want = getattr(pool, field)
+        for key in keys:
+            for source, ukey, value in ctx.user_values():
+                if ukey == key and value != want:
+                    ctx.error(source, f"{key}={hydra_value(value)} disagrees with pool {pool.name!r} "
+                              f"({pool.nodes} node(s) x {pool.gpus_per_node} GPUs), where roles.rollout puts verl's "
+                              f"rollout: sf fills rollout.nnodes / rollout.n_gpus_per_node from that pool; remove "
+                              f"{key} and set spec.resources.pools[{pool.het_group}].{field} instead")
+
+
+def rule_separate_rollout_replicas(ctx) -> None:
+    """The rollout pool holds whole rollout servers: verl 0.9.1 starts (rollout GPUs) //
+    (tensor x data x pipeline parallel) servers (workers/rollout/llm_server.py:441-460), each
+    on min(gpus_per_node, its size) GPUs per node, a size that must divide by that
+    (replica.py:108-116); what is left over idles, and no server at all fails the run."""
+    if ctx.sft or not ctx.method.separate_rollout:
+        return
+    pool = _rollout_pool(ctx)
+    if pool is None:
+        return
+    r = "actor_rollout_ref.rollout."
+    sizes = [ctx.get(r + "tensor_model_parallel_size", 2), ctx.get(r + "data_parallel_size", 1),
+             ctx.get(r + "pipeline_model_parallel_size", 1)]
+    if not all(_is_int(v) and v > 0 for v in sizes):
+        return  # rule_value_types reports a bad type
+    server = sizes[0] * sizes[1] * sizes[2]
+    gpus = pool.nodes * pool.gpus_per_node
+    src = ctx.culprit(r + "tensor_model_parallel_size", "knobs.tensor_model_parallel_size")
+    if gpus % server:
+        none = " (no server: the run fails)" if gpus < server else ""
+        ctx.error(src, f"a rollout server takes {server} GPUs (tensor x data x pipeline parallel = "
+                  f"{' x '.join(map(str, sizes))}) but pool {pool.name!r} has {gpus}: verl 0.9.1 starts "
+                  f"{gpus // server} server(s) and leaves {gpus % server} GPUs idle{none}; "
+                  f"pick a tensor_model_parallel_size that divides {gpus}, or resize the pool")
+    elif server > pool.gpus_per_node and server % pool.gpus_per_node:
+        ctx.error(src, f"a rollout server of {server} GPUs spans nodes of {pool.gpus_per_node} GPUs unevenly "
+                  f"(verl 0.9.1's replica.py asserts its size divides by the GPUs per node); pick a "
+                  f"tensor_model_parallel_size that is a multiple of {pool.gpus_per_node} or divides it")
+
+
+ASYNC = "async_training."
+
+
+def rule_async_training(ctx) -> None:
+    """verl/grpo-async: the fully async trainer's own checks, before anything queues.
+    staleness_threshold >= 0 and trigger_parameter_sync_step >= 1 (asserted,
+    fully_async_rollouter.py:353-356); require_batches >= 1 (the trainer takes
+    ppo_mini_batch_size x require_batches samples a step, fully_async_trainer.py:158-159);
+    a reward model needs its own pool (asserted, fully_async_rollouter.py:361-365: the
+    rollouter never pauses); test_freq 0 divides by zero at the end (fully_async_trainer.py:529).
+    The run's length is rollout.total_rollout_steps prompts (verl's default 100), not
+    trainer.total_training_steps (fully_async_rollouter.py:405-407, :493-500)."""
+    if ctx.sft or ctx.method.config_name != "fully_async_ppo_trainer":
+        return
+    for key, low, kind in (("staleness_threshold", 0, "a number >= 0 (0: no sample older than the weights "
+                            "of the last sync; 0.5: up to half a sync's samples more)"),
+                           ("trigger_parameter_sync_step", 1, "a whole number >= 1 (trainer steps between "
+                            "two weight pushes to the rollouter)"),
+                           ("require_batches", 1, "a whole number >= 1 (ppo mini batches a trainer step takes)")):
+        value = ctx.get(ASYNC + key)
+        whole = kind.startswith("a whole")
+        ok = (_is_int(value) if whole else _number(value)) and value >= low
+        if value is not None and not ok:
+            ctx.error(ctx.culprit(ASYNC + key), f"{ASYNC}{key}={hydra_value(value)}: verl 0.9.1's fully async "
+                      f"trainer needs {kind}; e.g. {ASYNC}{key}={1 if whole else 0.5}")
+    rm = "reward.reward_model."
+    if ctx.get(rm + "enable") is True and ctx.get(rm + "enable_resource_pool") is not True:
+        ctx.error("reward.model", "verl/grpo-async needs the reward model on a pool of its own (verl 0.9.1's "
+                  "rollouter asserts it: it never pauses to free GPUs); add a pool and roles: {reward: <pool>}, or "
+                  "use a rule-based reward function")
+    for source, key, _value in ctx.user_values():
+        if key == "rollout.n":  # fully_async_ppo_trainer.yaml:60-61 has it; no code reads it
+            ctx.error(source, "rollout.n is not read by verl 0.9.1's fully async trainer (responses per prompt are "
+                      "actor_rollout_ref.rollout.n); remove it and set the knob rollout_n")
+    if ctx.get("trainer.test_freq") == 0:
+        ctx.error(ctx.culprit("trainer.test_freq", "knobs.test_freq"), "test_freq=0: verl 0.9.1's fully async "
+                  "trainer divides by it at the end of the run; set test_freq: -1 (no validation) or a step count")
+    user = {key for _source, key in ctx.user_keys()}  # raw overrides and knobs, as verl keys
+    if "trainer.total_training_steps" in user:
+        ctx.warn("trainer.total_training_steps is not read by verl 0.9.1's fully async trainer: the run ends "
+                 "after rollout.total_rollout_steps prompts (and total_epochs); set rollout.total_rollout_steps")
+    elif not ctx.user_sets("rollout.total_rollout_steps") and ctx.get("rollout.total_rollout_steps") is not None:
+        ctx.warn(f"verl/grpo-async ends after rollout.total_rollout_steps={ctx.get('rollout.total_rollout_steps')} "
+                 "prompts (verl 0.9.1's default); set rollout.total_rollout_steps=N, or =null for total_epochs "
+                 "over the whole dataset")
+
+
+# The CPUs verl 0.9.1's disaggregated trainers ask for beside their GPU bundles: actors placed
+# anywhere in the cluster, each on one node. one-step-off: OneStepTaskRunner 10
+# (one_step_off_policy/main_ppo.py:33). fully async: FullyAsyncTaskRunner 1, FullyAsyncTrainer
+# 10, FullyAsyncRollouter 10, MessageQueue 2 (fully_async_main.py:35, fully_async_trainer.py:53,
+# fully_async_rollouter.py:329, message_queue.py:26). Bundles: 3 CPUs a training GPU, 2 a
+# standalone rollout GPU (ResourcePoolManager, replica.py:200-204).
+DRIVER_ACTOR_CPUS = {"one_step_off_ppo_trainer": (10,), "fully_async_ppo_trainer": (1, 10, 10, 2)}
+
+
+def rule_separate_cpus(ctx) -> None:
+    """A warning when the pools' nodes (the site's cpus_per_node) cannot hold verl's bundles and
+    these trainers' driver actors: Ray then waits for CPUs forever, without an error."""
+    asks = DRIVER_ACTOR_CPUS.get(ctx.method.config_name)
+    pool = _rollout_pool(ctx) if asks else None
+    if pool is None:
+        return
+    free = []
+    for p in ctx.pools:
+        series = ctx.site.series.get(p.series)
+        if series is None:
+            return
+        per_gpu = 2 if p is pool else 3
+        free += [series.cpus_per_node - per_gpu * p.gpus_per_node] * p.nodes
+    if sum(free) < sum(asks) or max(free, default=0) < max(asks):
+        ctx.warn(f"verl/{ctx.method.name}'s driver actors ask {sum(asks)} CPUs ({' + '.join(map(str, asks))}, "
+                 f"up to {max(asks)} on one node) beside verl's GPU bundles (3 CPUs a training GPU, 2 a rollout "
+                 f"GPU), but the pools' nodes leave {sum(free)} free (at most {max(free, default=0)} on one node): "
+                 "Ray would wait for CPUs forever; use nodes with more CPUs (the site's cpus_per_node) or more nodes")
+
+
 # Rules that build the overrides, in order; then compile composes them with verl's config
 # and the JUDGES run on the composed (effective) values.
 BUILD: tuple[Rule, ...] = (
@@ -1180,6 +1371,7 @@ BUILD: tuple[Rule, ...] = (
     rule_dapo,
     rule_rollout_correction,
     rule_pools,
+    rule_separate_rollout_pool,
     rule_checkpoints,
     rule_entry,
 )
@@ -1198,4 +1390,8 @@ JUDGES: tuple[Rule, ...] = (
     rule_value_types,
     rule_pitfalls,
     rule_logger,
+    rule_separate_rollout_sizes,
+    rule_separate_rollout_replicas,
+    rule_async_training,
+    rule_separate_cpus,
 )

@@ -13,6 +13,7 @@ import copy
 import difflib
 import importlib.util
 import os
+import warnings
 from functools import lru_cache
 
 from launcher.errors import SpecError
@@ -25,6 +26,18 @@ _MANDATORY = {
         "actor_rollout_ref.rollout.name": None,
         "reward.reward_model.rollout.name": "reward.reward_model.enable",
     },
+}
+
+
+# The Hydra configs of verl 0.9.1's disaggregated trainers live beside their mains, and start
+# with `defaults: [ppo_trainer, _self_]`. Their YAML finds ppo_trainer through a searchpath
+# relative to the working directory (`file://verl/trainer/config`, one-step-off) or as a
+# package (`pkg://verl.trainer.config`, fully async: importing it imports verl, hence torch);
+# neither works on a login node, so sf composes them with the trainer config folder on the
+# searchpath by absolute path. The job's entry passes the package path (the method recipe).
+EXPERIMENTAL_CONFIGS = {
+    "one_step_off_ppo_trainer": ("experimental", "one_step_off_policy", "config"),
+    "fully_async_ppo_trainer": ("experimental", "fully_async_policy", "config"),
 }
 
 
@@ -61,6 +74,16 @@ def installed_verl_version() -> str | None:
             return None
 
 
+def config_dirs(config_name: str) -> tuple[str, ...]:
+    """The folders a config is composed from: its own (an experimental trainer's), then
+    verl/trainer/config (every config's defaults reach it)."""
+    base = verl_config_dir()
+    if base is None:
+        return ()
+    sub = EXPERIMENTAL_CONFIGS.get(config_name)
+    return (os.path.join(os.path.dirname(os.path.dirname(base)), *sub), base) if sub else (base,)
+
+
 def _missing_tools(version: str) -> SpecError | None:
     hint = INSTALL_HINT.format(version=version)
     if importlib.util.find_spec("hydra") is None or importlib.util.find_spec("omegaconf") is None:
@@ -75,8 +98,14 @@ def _missing_tools(version: str) -> SpecError | None:
 def _compose(config_name: str, overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir  # lazy: Hydra/OmegaConf import cost (~0.3 s)
 
-    with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
-        return compose(config_name=config_name, overrides=list(overrides))
+    primary, *rest = config_dirs(config_name)
+    search = [f"hydra.searchpath=[{','.join('file://' + d for d in rest)}]"] if rest else []
+    with warnings.catch_warnings():
+        # the experimental YAML's own searchpath (relative, or a package that imports torch)
+        # is not available here, and Hydra warns about it: the absolute path replaces it
+        warnings.filterwarnings("ignore", message=r".*hydra\.searchpath.*is not available")
+        with initialize_config_dir(config_dir=primary, version_base=None):
+            return compose(config_name=config_name, overrides=[*search, *overrides])
 
 
 @lru_cache(maxsize=None)

@@ -23,8 +23,25 @@ VERL_MAX_COLOCATE = 3
 # distillation's teacher `teacher_pool`; their vLLM servers `rollout_pool_<that>`).
 VERL_POOL_OF_ROLE = {"actor": "global_pool", "rollout": "global_pool", "ref": "global_pool",
                      "critic": "global_pool", "teacher": "teacher_pool", "reward": "reward_pool"}
+# verl 0.9.1's disaggregated trainers (one-step-off, fully async): actor, ref and critic in
+# `trainer_pool` (experimental/separation/utils.py:37-47), each standalone rollout server in a
+# pool of its own, `rollout_pool_<replica>` (workers/rollout/replica.py:198), 2 CPUs a bundle.
+SEPARATE_ROLLOUT_ENTRIES = ("verl.experimental.one_step_off_policy.main_ppo",
+                            "verl.experimental.fully_async_policy.fully_async_main")
+SEPARATE_POOL_OF_ROLE = {**VERL_POOL_OF_ROLE, "actor": "trainer_pool", "ref": "trainer_pool",
+                         "critic": "trainer_pool", "rollout": "rollout_pool"}
+VERL_ROLLOUT_COLOCATE = 2
+# verl pool name prefix -> role; first match wins, so the teacher's and reward model's own
+# rollout pools come before the policy's `rollout_pool`.
 _ROLE_OF_VERL_POOL = (("teacher_pool", "teacher"), ("rollout_pool_teacher", "teacher"),
-                      ("reward_pool", "reward"), ("rollout_pool_reward", "reward"))
+                      ("reward_pool", "reward"), ("rollout_pool_reward", "reward"),
+                      ("rollout_pool", "rollout"))
+
+
+def pool_of_role(entry) -> dict:
+    """role -> the verl resource pool its workers are in, for this entry (argv)."""
+    separate = any(part in SEPARATE_ROLLOUT_ENTRIES for part in (entry or ()))
+    return SEPARATE_POOL_OF_ROLE if separate else VERL_POOL_OF_ROLE
 
 
 def role_of(verl_pool: str) -> str:
@@ -42,14 +59,15 @@ def slurm_pool_for(verl_pool: str, pools: list[dict]) -> dict:
     return target or next((p for p in pools if p.get("het_group", 0) == 0), pools[0])
 
 
-def role_report(pools: list[dict], placed: dict) -> list[dict]:
-    """Per role of every pool: the Slurm pool its verl resource pool is pinned to and the
-    nodes that pool's bundles landed on (`placed`: pool name -> pin_report); ok when that
-    is the pool `roles:` names."""
+def role_report(pools: list[dict], placed: dict, entry=()) -> list[dict]:
+    """Per role of every pool: the Slurm pool its verl resource pool (for this entry) is
+    pinned to and the nodes that pool's bundles landed on (`placed`: pool name ->
+    pin_report); ok when that is the pool `roles:` names."""
     out = []
+    table = pool_of_role(entry)
     for pool in pools:
         for role in pool.get("roles") or ():
-            target = slurm_pool_for(VERL_POOL_OF_ROLE.get(role, "global_pool"), pools)
+            target = slurm_pool_for(table.get(role, "global_pool"), pools)
             place = placed.get(target["name"]) or {}
             out.append({"role": role, "pool": pool["name"], "placed_on_pool": target["name"],
                         "nodes": list(place.get("nodes") or []),
@@ -66,20 +84,27 @@ def tag_bundles(bundles: list[dict], resource: str) -> list[dict]:
     return tagged
 
 
-def pool_bundles(pool: dict, cpus_per_bundle: float = VERL_MAX_COLOCATE) -> list[list[dict]]:
+def pool_bundles(pool: dict, cpus_per_bundle: float | None = None) -> list[list[dict]]:
     """verl's placement-group scheme for this pool (one PG per node), tagged."""
-    bundle = {"CPU": cpus_per_bundle, "GPU": 1}
+    bundle = {"CPU": verl_cpus(pool) if cpus_per_bundle is None else cpus_per_bundle, "GPU": 1}
     return [tag_bundles([bundle] * pool["gpus_per_node"], topology.pool_resource(pool["name"]))
             for _ in range(pool["nodes"])]
 
 
+def verl_cpus(pool: dict) -> int:
+    """CPUs verl asks per GPU bundle on this pool: 3 (ResourcePoolManager's max_colocate_count),
+    2 on a pool that holds only standalone rollout servers (replica.py:200-204)."""
+    return VERL_ROLLOUT_COLOCATE if tuple(pool.get("roles") or ()) == ("rollout",) else VERL_MAX_COLOCATE
+
+
 def fitting_cpus(pool: dict, node_cpus: int) -> tuple[float, str | None]:
-    """CPUs per bundle: verl's 3 when the nodes hold them, else what fits (with a warning)."""
-    need = VERL_MAX_COLOCATE * pool["gpus_per_node"]
+    """CPUs per bundle: verl's (verl_cpus) when the nodes hold them, else what fits (with a warning)."""
+    per_bundle = verl_cpus(pool)
+    need = per_bundle * pool["gpus_per_node"]
     if node_cpus >= need:
-        return VERL_MAX_COLOCATE, None
+        return per_bundle, None
     per = max(0.01, round(node_cpus / max(1, pool["gpus_per_node"]), 2))
-    return per, (f"pool {pool['name']}: verl reserves {VERL_MAX_COLOCATE} CPUs per GPU bundle "
+    return per, (f"pool {pool['name']}: verl reserves {per_bundle} CPUs per GPU bundle "
                  f"({need} per node) but its nodes have {node_cpus}; verl's placement groups would not fit "
                  f"(placement checked with {per} CPUs per bundle)")
 

@@ -167,7 +167,7 @@ def main() -> int:
                                   + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
     if place:  # where each role's workers land: the pool roles: names, or a failure naming the role
-        report["roles"] = placement.role_report(pools, place)
+        report["roles"] = placement.role_report(pools, place, entry)
         for entry_ in report["roles"]:
             if not entry_["ok"]:
                 report["failures"].append(f"role {entry_['role']}: its workers land on pool {entry_['placed_on_pool']}"

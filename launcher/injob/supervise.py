@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, topology
+from launcher.injob import auth, topology, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -67,6 +67,7 @@ STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselve
 ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
 MAIN_PPO = "verl.trainer.main_ppo"
 PINNED_MAIN = "launcher.injob.verl_main"
+PINNED_ENTRIES = verl_main.ENTRIES  # main_ppo and the disaggregated trainers' mains
 
 
 def log(msg: str) -> None:
@@ -450,8 +451,8 @@ class Supervisor:
         argv = [*self.args.entry, *self.args.overrides]
         if argv[:1] and argv[0] in ("python", "python3"):
             argv[0] = self.runtime.runtime_python()
-        if len(argv) >= 3 and argv[1] == "-m" and argv[2] == MAIN_PPO:
-            argv[2] = PINNED_MAIN  # verl's main_ppo with each pool pinned to its Slurm group
+        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in PINNED_ENTRIES:
+            argv[2:3] = [PINNED_MAIN, "--entry", argv[2]]  # verl's main with each pool pinned to its Slurm group
         return argv
 
     def start_driver(self) -> None:

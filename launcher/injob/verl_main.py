@@ -1,7 +1,8 @@
-"""verl's main_ppo with every verl resource pool pinned to its Slurm pool's nodes.
+"""verl's main_ppo (or a disaggregated trainer's main) with every verl resource pool pinned
+to its Slurm pool's nodes.
 
-Run on the head as `python -m launcher.injob.verl_main <overrides>` (the supervisor
-puts it in place of `-m verl.trainer.main_ppo`). verl 0.9.1 builds its pools in
+Run on the head as `python -m launcher.injob.verl_main --entry MODULE <overrides>` (the
+supervisor puts it in place of `-m MODULE` for the mains in ENTRIES). verl 0.9.1 builds its pools in
 `verl.single_controller.ray.base.RayResourcePool.get_placement_groups`, which calls the
 module-level `placement_group(bundles=..., strategy=..., name=..., lifetime=...)` once per
 node. We wrap get_placement_groups to remember which verl pool (its `name_prefix`:
@@ -119,17 +120,31 @@ def wrap_ray_init(ray_module) -> None:
     ray_module.init = init
 
 
+MAIN_PPO = "verl.trainer.main_ppo"
+# verl mains this wrapper runs (`--entry MODULE`): main_ppo, and the disaggregated trainers,
+# whose rollout servers get pools of their own (launcher.injob.placement pins them by role).
+ENTRIES = (MAIN_PPO, "verl.experimental.one_step_off_policy.main_ppo",
+           "verl.experimental.fully_async_policy.fully_async_main")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    entry = MAIN_PPO
+    if argv[:1] == ["--entry"]:
+        entry, argv = argv[1], argv[2:]
+    if entry not in ENTRIES:
+        raise SystemExit(f"sf: verl_main runs {', '.join(ENTRIES)}, not {entry}")
     os.environ.setdefault(POOLS_ENV, os.environ.get("FORGE_CLUSTER_POOLS", "[]"))
+    import importlib
+
     import ray
 
     wrap_ray_init(ray)
     install_in_worker()  # the driver too
-    from verl.trainer import main_ppo
+    module = importlib.import_module(entry)
 
-    sys.argv = [main_ppo.__file__, *argv]
-    main_ppo.main()
+    sys.argv = [module.__file__, *argv]
+    module.main()  # Hydra finds the main's config beside its module, whatever argv[0] says
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def build() -> dict:
       "additionalProperties": False,
       "required": ["method"],
       "properties": {
-        "method": {"type": "string", "pattern": "^verl/[a-z-]+$", "description": "verl/grpo, verl/dapo, verl/ppo, verl/rloo, verl/reinforce-baseline, verl/remax, verl/distillation or verl/sft"},
+        "method": {"type": "string", "pattern": "^verl/[a-z-]+$", "description": "verl/grpo, verl/dapo, verl/ppo, verl/rloo, verl/reinforce-baseline, verl/remax, verl/distillation, verl/sft, verl/grpo-one-step-off or verl/grpo-async"},
         "framework_version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+(\\.[0-9]+)?$", "description": "verl version of the catalog: \"0.9.1\" or \"0.9.0\" (quote it)"},
         "description": {"type": "string"},
         "model": {"type": "string", "minLength": 1, "description": "model path or HF id (--model) -> actor_rollout_ref.model.path"},

@@ -47,6 +47,9 @@ def base(method: str, **extra) -> dict:
         values["teacher"] = {"model": "/models/teacher"}
         values["spec"] = {"resources": {"pools": [{"name": "train"}, {"name": "teach", "series": "fake-teach"}],
                                         "roles": {"actor": "train", "rollout": "train", "teacher": "teach"}}}
+    if method in ("grpo-one-step-off", "grpo-async"):  # the rollout on a pool of its own
+        values["spec"] = {"resources": {"pools": [{"name": "train"}, {"name": "gen", "series": "fake-teach"}],
+                                        "roles": {"actor": "train", "rollout": "gen"}}}
     for key, value in extra.items():
         values[key] = value
     return values
