@@ -584,6 +584,8 @@ def rule_pin_paths(ctx) -> None:
         ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the "
                   "deprecated main_ppo_v0 trainer (main_ppo.py:183-192), which sf's pools, pins and checkpoints are "
                   "not built for: remove it")
+    if ctx.method.separate_rollout:
+        return  # a rollout pool of its own is the method's design: rule_separate_rollout_pool sizes it
     if ctx.effective is None and not ctx.user_sets("actor_rollout_ref.rollout"):
         return
     mode = ctx.get("trainer.v1.trainer_mode", "sync")

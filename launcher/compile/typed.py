@@ -19,6 +19,9 @@ from launcher.compile import resolve, rules, verlcheck
 _NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
 _KNOB_TYPES = {"int": int, "float": float, "bool": bool}
 _ABSENT = object()
+# Keys whose null verl 0.9.1's code reads as a choice, not a missing number:
+# fully_async_rollouter.py:406 (null: run total_epochs over the data, no prompt cap).
+NULL_IS_A_CHOICE = frozenset({"rollout.total_rollout_steps"})
 
 
 def _knob_type(key: str):
@@ -113,7 +116,7 @@ def problems(ctx) -> list[tuple[str, str]]:
         if value is _ABSENT or isinstance(value, (dict, list)):
             continue
         if value is None:
-            if default is not None:
+            if default is not None and key not in NULL_IS_A_CHOICE:
                 out.append((w.field, f"{key}=null, but verl's {key} is {want}{dflt}; a null reaches verl's code as "
                                      f"None: give a value, e.g. {key}={example}"))
             continue
