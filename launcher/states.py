@@ -66,6 +66,7 @@ ALLOCATED = "allocated"
 RESTARTED = "restarted"  # a start after a requeue
 WALL_TIME = "wall_time"  # the job's end time exported to verl
 HEAD_UP = "head_up"
+BARRIER_WAITING = "barrier_waiting"  # launcher/injob/barrier.py: hosts not joined yet (missing=[...])
 ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
@@ -90,6 +91,7 @@ PHASE_LABELS = {
     RESTARTED: "restarted after requeue",
     WALL_TIME: "starting ray",
     HEAD_UP: "ray head up",
+    BARRIER_WAITING: "waiting for nodes",
     ALL_JOINED: "ray up",
     HEALTH_CHECKED: "nodes checked",
     DRIVER_STARTED: "driver started",
@@ -106,6 +108,18 @@ PHASE_LABELS = {
 
 def phase_label(phase: str) -> str:
     return PHASE_LABELS.get(phase, phase.replace("_", " "))
+
+
+def phase_detail(events: list[dict]) -> str | None:
+    """The label of the newest job-level phase with what it names: the hosts the barrier still
+    waits for ("waiting for nodes: dev4 (train)"). None when there is no phase."""
+    phase = latest_phase(events)
+    if phase != BARRIER_WAITING:
+        return phase_label(phase) if phase else None
+    event = next(e for e in reversed(events) if e.get("phase") == BARRIER_WAITING)
+    pools = event.get("pools") or {}
+    hosts = ", ".join(f"{h} ({pools[h]})" if h in pools else str(h) for h in event.get("missing") or [])
+    return f"{phase_label(phase)}: {hosts}" if hosts else phase_label(phase)
 
 
 def latest_phase(events: list[dict]) -> str | None:

@@ -29,6 +29,10 @@ OFFSETS = {
     "client_server": 7,
     "dashboard": 8,
     "rdzv": 9,  # torchrun c10d rendezvous (SFT)
+    # Ray's head fixes these two at 44227 and 44217 (env DASHBOARD_METRIC_PORT,
+    # AUTOSCALER_METRIC_PORT): two heads on one host would fight over them.
+    "dashboard_metrics": 10,
+    "autoscaler_metrics": 11,
 }
 
 
@@ -44,6 +48,8 @@ class NodePorts:
     client_server: int
     dashboard: int
     rdzv: int
+    dashboard_metrics: int
+    autoscaler_metrics: int
     min_worker: int
     max_worker: int
 

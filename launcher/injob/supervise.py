@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, topology
+from launcher.injob import auth, private, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -66,6 +66,21 @@ STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselve
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
 ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
 MAIN_PPO = "verl.trainer.main_ppo"
+# Slurm's job state when Slurm itself ends the job -> how sf records the ending. Only the
+# states in which Slurm ends a running job appear; anything else is the job's own failure.
+SLURM_ENDINGS = {
+    "CANCELLED": "cancelled", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
+    "PENDING": "requeued", "TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preempted",
+    "NODE_FAIL": "node failure",
+}
+ENDING_TEXT = {
+    "cancelled": "cancelled (scancel or sf cancel) during phase {phase}",
+    "requeued": "requeued during phase {phase}: the job runs again",
+    "time limit": "reached its time limit during phase {phase}",
+    "preempted": "preempted by Slurm during phase {phase}",
+    "node failure": "Slurm marked a node of the job failed (NODE_FAIL) during phase {phase}",
+}
+SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 
 
@@ -374,17 +389,26 @@ class Supervisor:
             self.env.update(auth.env_for(self.token))
 
     def free_head_block(self) -> int:
-        """The job's port block, or the next one whose head ports are free on the head's
-        address (the batch step runs on the head node): two jobs whose ids map to one
-        block on a shared host must not fail for it."""
+        """The job's port block, or the next one, reserved on the head's host for the whole job
+        (private.reserve: an fcntl lock this process holds until it exits, so two jobs of this
+        user starting on one host at once never take one block) and with its head ports free
+        (another user's job or program is seen by the bind check)."""
         from launcher.injob.node import busy_ports
 
+        locks = private.lock_dir(self.args.temp_root)
+        if locks is None:
+            log(f"warning: no private lock dir under {self.args.temp_root}: the port block is not reserved")
         first = ports_mod.job_block(self.job_id, self.args.port_range)
         for block in ports_mod.candidate_blocks(first, self.args.port_range):
+            reservation = private.reserve(locks, block, 0)
+            if reservation is None:
+                continue
             if not busy_ports(self.head_addr, ports_mod.block_ports(block, 0, self.args.port_range), head=True):
                 if block != first:
                     log(f"ports: block {first} is taken on {self.head_addr}; using block {block}")
+                self.port_reservation = reservation
                 return block
+            reservation.release()
         log(f"warning: no free port block on {self.head_addr}; trying block {first}")
         return first
 
@@ -503,6 +527,34 @@ class Supervisor:
         self.record("driver_started", what="torchrun", seconds=self.elapsed())
         self.phase = "driver"
 
+    def slurm_ending(self) -> str | None:
+        """How Slurm is ending this job (cancelled, requeued, time limit, ...), or None while
+        Slurm still runs it (then an ended step is the job's own failure)."""
+        try:
+            state = slurm.show_job(self.leader).get("JobState", "")
+        except Exception:  # scontrol did not answer: no claim either way
+            return None
+        return SLURM_ENDINGS.get(state)
+
+    def ending_by_slurm(self) -> str | None:
+        """A node step ended: wait a moment for Slurm's SIGTERM to this step (on a cancel or a
+        requeue Slurm signals every step, the node steps often first; on_term then takes over),
+        then ask Slurm whether it is ending the job."""
+        time.sleep(SIGNAL_WAIT_S)
+        return self.slurm_ending()
+
+    def end_by_slurm(self, ending: str, signum: int | None = None) -> int:
+        """Record an ending Slurm caused as what it is. A cancel or a requeue ends with 0 (the
+        batch step is then no FAILED step of a cleanly cancelled job); a requeue leaves no
+        reason behind (the job runs again)."""
+        reason = ENDING_TEXT[ending].format(phase=self.phase)
+        rc = 0 if ending in ("cancelled", "requeued") else 128 + (signum or signal.SIGTERM)
+        log(f"{ending}: {reason}")
+        if ending != "requeued":
+            self.write_reason(reason)
+        self.finish(rc, reason, ending=ending, signal=signal.Signals(signum).name if signum else None)
+        return rc
+
     def fail(self, reason: str, rc: int = 1) -> int:
         log("FAILED: " + reason)
         self.write_reason(reason)
@@ -542,7 +594,7 @@ class Supervisor:
             auth.remove_token(self.token)
         return 0
 
-    def finish(self, rc: int, reason: str) -> None:
+    def finish(self, rc: int, reason: str, **info) -> None:
         if self.ended:
             return
         self.ended = True
@@ -550,7 +602,7 @@ class Supervisor:
         self.terminate()
         if getattr(self, "token", None):
             auth.remove_token(self.token)
-        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed())
+        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed(), **info)
 
     def stop_nodes(self) -> None:
         """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
@@ -583,6 +635,12 @@ class Supervisor:
         refused = self.check_restarts()
         if refused is not None:
             return refused
+        if self.restart > 0:
+            # an earlier attempt's reason (the requeue, a failure before it) is not this one's
+            try:
+                Path(self.run_dir, runs.REASON).unlink(missing_ok=True)
+            except OSError as exc:
+                log(f"warning: cannot clear the earlier attempt's reason: {exc}")
         self.record_wall_time()
         if self.args.launcher == "torchrun":
             self.start_torchrun()
@@ -609,6 +667,9 @@ class Supervisor:
                         if not named:
                             time.sleep(0.05)
                     named = named or step["hosts"]
+                    ending = self.ending_by_slurm()
+                    if ending:
+                        return self.end_by_slurm(ending)
                     return self.fail(
                         f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                         f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
@@ -696,7 +757,13 @@ def main(argv: list[str]) -> int:
     sup = Supervisor(args)
 
     def on_term(signum, _frame):
-        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}")
+        if sup.ended:
+            sys.exit(128 + signum)
+        ending = sup.slurm_ending() if signum == signal.SIGTERM else None
+        if ending:
+            sys.exit(sup.end_by_slurm(ending, signum))
+        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}",
+                   signal=signal.Signals(signum).name)
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)

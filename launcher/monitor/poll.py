@@ -168,7 +168,7 @@ def _progress_line(state: str, job: slurm.JobState | None, phase: str | None,
         if step is not None:
             return f"step {step}/{total}" if total else f"step {step}"
         if phase:
-            return vocabulary.phase_label(phase)
+            return vocabulary.phase_detail(rec.get("phases") or []) or vocabulary.phase_label(phase)
         return "allocated"
     if state == "requeued":
         return "requeued"
