@@ -17,7 +17,7 @@ from launcher import runs
 from launcher.injob import topology
 
 POLL_S = 0.1  # one cheap GCS RPC; the barrier passes within this of the last node
-WAITING_AFTER_S = 3.0  # a normal bring-up joins within this: only a longer wait is recorded
+WAITING_AFTER_S = 5.0  # a normal bring-up joins within this: only a longer wait is recorded
 
 
 class NodeTable:

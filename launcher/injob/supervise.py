@@ -79,7 +79,9 @@ ENDING_TEXT = {
     "time limit": "reached its time limit during phase {phase}",
     "preempted": "preempted by Slurm during phase {phase}",
     "node failure": "Slurm marked a node of the job failed (NODE_FAIL) during phase {phase}",
+    "ended by Slurm": "ended by Slurm (cancelled, requeued or out of time) during phase {phase}",
 }
+SACCT_WAIT_S = 4.0  # sacct lags scontrol by about a second
 SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 
@@ -529,12 +531,36 @@ class Supervisor:
 
     def slurm_ending(self) -> str | None:
         """How Slurm is ending this job (cancelled, requeued, time limit, ...), or None while
-        Slurm still runs it (then an ended step is the job's own failure)."""
+        Slurm still runs it (then an ended step is the job's own failure). While Slurm kills
+        a job scontrol says only COMPLETING; sacct (a moment behind) then says why."""
+        if self.requeued_by_trap():
+            return "requeued"
         try:
             state = slurm.show_job(self.leader).get("JobState", "")
-        except Exception:  # scontrol did not answer: no claim either way
+        except Exception as exc:  # scontrol did not answer: no claim either way
+            log(f"warning: cannot ask Slurm how the job stands: {exc}")
             return None
-        return SLURM_ENDINGS.get(state)
+        if state in SLURM_ENDINGS:
+            return SLURM_ENDINGS[state]
+        if state != "COMPLETING":
+            return None
+        deadline = time.monotonic() + SACCT_WAIT_S
+        while True:
+            try:
+                job = slurm.job_states([self.leader]).get(self.leader)
+                state = job.state if job is not None else ""
+            except Exception:
+                state = ""
+            if state in SLURM_ENDINGS or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        log(f"Slurm: job {self.leader} is ending ({state or 'sacct has no state yet'})")
+        return SLURM_ENDINGS.get(state, "ended by Slurm")
+
+    def requeued_by_trap(self) -> bool:
+        """The batch script's USR1 trap recorded `requeued` in this attempt."""
+        return any(e.get("phase") == "requeued" and e.get("time", 0) >= self.wall0
+                   for e in runs.read_phases(self.run_dir))
 
     def ending_by_slurm(self) -> str | None:
         """A node step ended: wait a moment for Slurm's SIGTERM to this step (on a cancel or a
