@@ -144,7 +144,8 @@ def main(role: str) -> int:
     pool_name = pool.name if pool else "?"
     redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
 
-    if node in _test_nodes("SF_TEST_SKIP_NODE"):
+    skip = _test_nodes("SF_TEST_SKIP_NODE")
+    if node in skip or (role == "worker" and "@workers" in skip):
         # Test hook: this node never joins (a node whose Ray cannot start).
         runs.record_phase(run_dir, "node_skipped", node=node, pool=pool_name)
         print(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray", flush=True)
@@ -307,7 +308,8 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                           wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
                           gpu_ids=identity["ids"], gpu_id_source=identity["source"],
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
-                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
+                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
+                          port_base=ports.gcs, port_last=ports.max_worker)
         rc = child.wait()
         output.join()
         if state["stopping"]:
