@@ -86,6 +86,62 @@ SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may b
 PINNED_MAIN = "launcher.injob.verl_main"
 
 
+RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
+TRACEBACK = "Traceback (most recent call last):"
+CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
+               "The above exception was the direct cause of the following exception:")
+
+
+def first_cause(lines: list[str], limit: int = 400) -> str | None:
+    """The exception that started the driver's failure: Python prints a chain of tracebacks,
+    the first cause first, joined by "During handling of the above exception..." or "The
+    above exception was the direct cause..."; the last line of the log is only the last link
+    (verl 0.9.1's critic: "is not a value head model, please install trl" caused by the
+    ImportError of flash_attn). Returns the first exception line of the LAST chain in
+    `lines`, with the last one after it when they differ; else the last error line; None
+    when there is none. Ray's "(Actor pid=..)" prefixes are ignored. Pure."""
+    clean = [RAY_PREFIX.sub("", line.rstrip()) for line in lines]
+    chains: list[list[str]] = []  # each: the exception lines of one chain, in order
+    linked = False
+    i = 0
+    while i < len(clean):
+        text = clean[i].strip()
+        if text in CHAIN_MARKS:
+            linked = True
+        elif text == TRACEBACK:
+            exc = None
+            j = i + 1
+            while j < len(clean):
+                line = clean[j]
+                if line.strip() in CHAIN_MARKS or line.strip() == TRACEBACK:
+                    break
+                if line and not line[0].isspace() and _exception_line(line.strip()):
+                    exc = line.strip()
+                    break
+                j += 1
+            if exc:
+                if linked and chains:
+                    chains[-1].append(exc)
+                else:
+                    chains.append([exc])
+            linked = False
+            i = j
+            continue
+        i += 1
+    if chains:
+        chain = chains[-1]
+        first, last = chain[0], chain[-1]
+        text = first if first == last else f"{first} (then: {last})"
+        return text[:limit]
+    errors = [line.strip() for line in clean if ERROR_LINE.match(line.strip())]
+    return errors[-1][:limit] if errors else None
+
+
+def _exception_line(text: str) -> bool:
+    """`Name: message` or a bare `Name` of an exception class (dotted names included)."""
+    return bool(ERROR_LINE.match(text) or re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)$", text))
+
+
 def log(msg: str) -> None:
     stamp = datetime.now().strftime("%H:%M:%S")
     print(f"[sf {stamp}] {msg}", flush=True)
@@ -282,9 +338,9 @@ class Supervisor:
             log(f"warning: cannot write reason: {exc}")
 
     def driver_failure(self, what: str) -> str | None:
-        """The first failing check of the preflight (preflight.json), or the last error line
-        the driver printed (the batch log, which is this process's stdout): the line a user
-        would otherwise dig out of the logs."""
+        """The first failing check of the preflight (preflight.json), or the first exception
+        of the driver's last traceback chain (first_cause over the batch log, which is this
+        process's stdout): the line a user would otherwise dig out of the logs."""
         if what == "preflight":
             try:
                 failures = json.loads((Path(self.run_dir) / "preflight.json").read_text()).get("failures") or []
@@ -298,8 +354,7 @@ class Supervisor:
                 tail = handle.read().decode(errors="replace").splitlines()
         except OSError:
             return None
-        errors = [line.strip() for line in tail if ERROR_LINE.match(line.strip())]
-        return errors[-1][:300] if errors else None
+        return first_cause(tail)
 
     def exit_hint(self, nodes: list[str]) -> str:
         """What the nodes' node_exit said, and whether submitting again is likely to help."""
