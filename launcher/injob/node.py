@@ -214,6 +214,14 @@ def main(role: str) -> int:
             state["child"].send_signal(signum)
         except ProcessLookupError:
             pass
+        if state["signal"] and not state.get("timer"):
+            # Slurm SIGKILLs the step KillWait seconds after its SIGTERM (5 s on the dev
+            # cluster): Ray gets a moment to stop, then goes, so its logs are kept and its
+            # private dir removed before that.
+            child = state["child"]
+            state["timer"] = threading.Timer(SLURM_STOP_GRACE_S, kill_group, args=(child,))
+            state["timer"].daemon = True
+            state["timer"].start()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, forward)
@@ -351,6 +359,7 @@ PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(
 
 
 START_RETRIES = 2  # site ray.start_retries
+SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
 RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",

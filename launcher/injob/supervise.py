@@ -81,7 +81,7 @@ ENDING_TEXT = {
     "node failure": "Slurm marked a node of the job failed (NODE_FAIL) during phase {phase}",
     "ended by Slurm": "ended by Slurm (cancelled, requeued or out of time) during phase {phase}",
 }
-SACCT_WAIT_S = 4.0  # sacct lags scontrol by about a second
+SACCT_WAIT_S = 2.0  # sacct lags scontrol by about a second
 SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 
@@ -618,11 +618,15 @@ class Supervisor:
                    for e in runs.read_phases(self.run_dir))
 
     def ending_by_slurm(self) -> str | None:
-        """A node step ended: wait a moment for Slurm's SIGTERM to this step (on a cancel or a
-        requeue Slurm signals every step, the node steps often first; on_term then takes over),
-        then ask Slurm whether it is ending the job."""
-        time.sleep(SIGNAL_WAIT_S)
-        return self.slurm_ending()
+        """A node step ended: ask Slurm whether it is ending the job (on a cancel or a requeue
+        Slurm signals every step, the node steps often first, and SIGKILLs what is left
+        KillWait seconds later: this answer must come fast); when Slurm still says RUNNING,
+        ask once more a moment later (its own SIGTERM to this step may be on its way)."""
+        ending = self.slurm_ending()
+        if ending is None:
+            time.sleep(SIGNAL_WAIT_S)
+            ending = self.slurm_ending()
+        return ending
 
     def end_by_slurm(self, ending: str, signum: int | None = None) -> int:
         """Record an ending Slurm caused as what it is. A cancel or a requeue ends with 0 (the
@@ -679,11 +683,13 @@ class Supervisor:
         if self.ended:
             return
         self.ended = True
+        # recorded first: when Slurm ends the job, it kills this step KillWait seconds after
+        # its SIGTERM, maybe before the nodes have stopped
+        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed(), **info)
         self.stop_nodes()
         self.terminate()
         if getattr(self, "token", None):
             auth.remove_token(self.token)
-        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed(), **info)
 
     def stop_nodes(self) -> None:
         """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
