@@ -169,7 +169,9 @@ def main(role: str) -> int:
         return fail(f"cannot set up this node: {exc}")
     try:
         private.check_root(temp_root)
-    except private.UnsafeDir as exc:
+        # the longest Ray temp dir this node can get: <root>/sfXXXXXXXX/r (107-byte socket paths)
+        ports_mod.check_temp_dir(private.ray_temp_dir(os.path.join(temp_root, private.PREFIX + "x" * 8)))
+    except (private.UnsafeDir, ValueError) as exc:
         return fail(f"cannot set up this node: {exc}")
     removed = private.sweep_stale(temp_root)
     if removed:

@@ -118,7 +118,9 @@ RAY_SOCKET_SUFFIX = len("/session_2026-11-29_11-23-22_123456_4194304/sockets/pla
 
 
 def temp_dir(temp_root: str, job_id: int | str, node: str) -> str:
-    """A short Ray temp dir per (job, Slurm node name): <root>/sf<job>_<node>."""
+    """A predictable Ray temp dir per (job, Slurm node name), <root>/sf<job>_<node>: only for
+    the benchmarks' "Ray alone" baseline. sf's jobs never use it (another user could plant
+    it); they get private ones (launcher/injob/private.py)."""
     safe = "".join(c if c.isalnum() or c in "-." else "_" for c in node)[:24]
     path = f"{temp_root.rstrip('/') or ''}/sf{job_id}_{safe}"
     check_temp_dir(path)
