@@ -49,6 +49,11 @@ class NodeTable:
                 return out
             except (ImportError, AttributeError, TypeError):
                 self._fallback = True
+            except Exception:
+                # a GCS that is not up yet, or one that came up again (the head's start was
+                # retried: a new cluster id): connect afresh on the next poll
+                self._client = None
+                raise
         import ray  # noqa: PLC0415
 
         if not ray.is_initialized():

@@ -247,24 +247,25 @@ def main(role: str) -> int:
     return rc
 
 
-def pick_ports(*, role, slot, port_range, first_block, locks, address, held):
-    """(ports, None) for a free, reserved block of this slot, or (None, why not)."""
+def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, held):
+    """(ports, None) for a free, reserved (block, slot) of this node, or (None, why not)."""
     if role == "head":
-        # The supervisor (on this host) chose and holds the head's block for the whole job.
-        ports = ports_mod.block_ports(first_block, slot, port_range)
+        # The supervisor (on this host) chose and holds the head's slot for the whole job.
+        ports = ports_mod.block_ports(first_block, head_slot, port_range)
         busy = busy_ports(address, ports, head=True)
         if busy:
-            return None, (f"port collision: ports {busy} of the head's block on {address} are held by "
+            return None, (f"port collision: ports {busy} of the head's slot on {address} are held by "
                           "another process (not an sf job of this user)")
         return ports, None
-    # A worker's ports only have to be free on its own host: it moves on to the next block when
-    # another job holds its slot there. Slots past SLOTS_PER_JOB start one block further on.
+    # A worker's ports only have to be free on its own host: it takes the first slot there that
+    # no other job of this user holds (the lock) and no other program uses (the bind check).
+    # Slots past SLOTS_PER_JOB start one block further on.
     busy = []
-    for block in ports_mod.candidate_blocks(ports_mod.slot_first_block(first_block, slot), port_range):
-        reservation = private.reserve(locks, block, slot % ports_mod.SLOTS_PER_JOB)
+    for block, pslot in ports_mod.candidate_slots(ports_mod.slot_first_block(first_block, slot), slot, port_range):
+        reservation = private.reserve(locks, block, pslot)
         if reservation is None:
-            continue  # another job of this user is starting or running on this block here
-        ports = ports_mod.block_ports(block, slot, port_range)
+            continue  # another node of this user is starting or running on this slot here
+        ports = ports_mod.block_ports(block, pslot, port_range)
         busy = busy_ports(address, ports, head=False)
         if not busy:
             if held["reservation"]:
@@ -272,8 +273,8 @@ def pick_ports(*, role, slot, port_range, first_block, locks, address, held):
             held["reservation"] = reservation
             return ports, None
         reservation.release()
-    return None, (f"ports {busy} on {address} are in use and no other block of "
-                  f"{port_range[0]}-{port_range[1]} is free for slot {slot}; widen ray.port_range")
+    return None, (f"port collision: every port slot of {port_range[0]}-{port_range[1]} is taken on {address} "
+                  f"(last tried: {busy}); widen ray.port_range")
 
 
 def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_range, first_block, temp_root,
@@ -287,7 +288,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
 
     for attempt in range(retries + 1):
         ports, why = pick_ports(role=role, slot=slot, port_range=port_range, first_block=first_block,
-                                locks=locks, address=address, held=held)
+                                head_slot=int(job.get("head_slot", 0)), locks=locks, address=address, held=held)
         if ports is None:
             return fail(why)
         if held["dir"]:  # an earlier try's

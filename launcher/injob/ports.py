@@ -94,6 +94,16 @@ def candidate_blocks(first: int, port_range: tuple[int, int]) -> list[int]:
     return [(int(first) + i) % count for i in range(count)]
 
 
+def candidate_slots(first: int, slot: int, port_range: tuple[int, int]) -> list[tuple[int, int]]:
+    """Every (block, slot in block) of the range in the order a node tries them: its own
+    slot of its job's block first, then the other slots of that block, then the next blocks.
+    Any free slot will do (the head's GCS port travels to the workers), so a host holds
+    n_blocks x SLOTS_PER_JOB Ray nodes at once, not n_blocks jobs."""
+    own = int(slot) % SLOTS_PER_JOB
+    return [(block, (own + k) % SLOTS_PER_JOB) for block in candidate_blocks(first, port_range)
+            for k in range(SLOTS_PER_JOB)]
+
+
 def block_ports(block: int, slot: int, port_range: tuple[int, int]) -> NodePorts:
     base = int(port_range[0]) + int(block) * JOB_BLOCK + (int(slot) % SLOTS_PER_JOB) * SLOT_SIZE
     ports = {name: base + off for name, off in OFFSETS.items()}

@@ -420,8 +420,8 @@ class Supervisor:
                 "(the rest is the kernel's ephemeral range)")
             a.port_range = usable
         self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
-        self.port_block = self.free_head_block()
-        self.ports = ports_mod.block_ports(self.port_block, 0, a.port_range)
+        self.port_block, self.head_slot = self.free_head_slot()
+        self.ports = ports_mod.block_ports(self.port_block, self.head_slot, a.port_range)
         self.gcs = f"{self.head_addr}:{self.ports.gcs}"
         self.restart = restart_count()
         self.end_ts = job_end_timestamp(self.leader)
@@ -431,7 +431,8 @@ class Supervisor:
             "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
             "head_node": self.head_node, "address_method": a.address_method,
             "address_prefix": a.address_prefix, "interface": a.interface,
-            "port_range": list(a.port_range), "port_block": self.port_block, "temp_root": a.temp_root,
+            "port_range": list(a.port_range), "port_block": self.port_block,
+            "head_slot": self.head_slot, "temp_root": a.temp_root,
             "barrier_timeout_s": a.barrier_timeout, "start_retries": a.start_retries, "dashboard": a.dashboard,
             "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
             "check_paths": a.check_path, "launcher": a.launcher,
@@ -445,29 +446,31 @@ class Supervisor:
             self.token = auth.make_token(self.run_dir, self.leader)
             self.env.update(auth.env_for(self.token))
 
-    def free_head_block(self) -> int:
-        """The job's port block, or the next one, reserved on the head's host for the whole job
-        (private.reserve: an fcntl lock this process holds until it exits, so two jobs of this
-        user starting on one host at once never take one block) and with its head ports free
-        (another user's job or program is seen by the bind check)."""
+    def free_head_slot(self) -> tuple[int, int]:
+        """(block, slot) of the head's ports: the job's block first, reserved on the head's
+        host for the whole job (private.reserve: an fcntl lock this process holds until it
+        exits, so two jobs of this user starting on one host at once never take one slot)
+        and with its head ports free (another user's job or program is seen by the bind
+        check). Raises when the whole range is taken on this host."""
         from launcher.injob.node import busy_ports
 
         locks = private.lock_dir(self.args.temp_root)
         if locks is None:
             log(f"warning: no private lock dir under {self.args.temp_root}: the port block is not reserved")
         first = ports_mod.job_block(self.job_id, self.args.port_range)
-        for block in ports_mod.candidate_blocks(first, self.args.port_range):
-            reservation = private.reserve(locks, block, 0)
+        for block, slot in ports_mod.candidate_slots(first, 0, self.args.port_range):
+            reservation = private.reserve(locks, block, slot)
             if reservation is None:
                 continue
-            if not busy_ports(self.head_addr, ports_mod.block_ports(block, 0, self.args.port_range), head=True):
-                if block != first:
-                    log(f"ports: block {first} is taken on {self.head_addr}; using block {block}")
+            if not busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.args.port_range), head=True):
+                if (block, slot) != (first, 0):
+                    log(f"ports: block {first} slot 0 is taken on {self.head_addr}; using block {block} slot {slot}")
                 self.port_reservation = reservation
-                return block
+                return block, slot
             reservation.release()
-        log(f"warning: no free port block on {self.head_addr}; trying block {first}")
-        return first
+        lo, hi = self.args.port_range
+        raise RuntimeError(f"port collision: every port slot of {lo}-{hi} is taken on {self.head_addr} "
+                           "(other Ray nodes on this host); widen ray.port_range or submit again later")
 
     def may_requeue(self) -> bool:
         a = self.args
