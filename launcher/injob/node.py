@@ -38,7 +38,11 @@ from launcher.injob import ports as ports_mod
 
 
 def port_free(host: str, port: int) -> bool:
+    """Whether a listener could bind host:port. SO_REUSEADDR as Ray's gRPC servers set it: a
+    port whose last connections are in TIME_WAIT (the head's own earlier try) counts as free,
+    a port something listens on (on this address or on 0.0.0.0) does not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
