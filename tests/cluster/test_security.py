@@ -297,15 +297,16 @@ def test_many_jobs_starting_at_once_on_shared_nodes_all_complete(tmp_path):
     """N one-node jobs submitted at once and all made eligible at the same second (--sbatch
     begin=T), two per node of 8 (16 Ray heads starting together on the dev host's 2 cores,
     then the next as they end): every one COMPLETED, none lost to a port clash. Ray's own
-    startup waits are raised for the 2 cores (32 heads at once starve every raylet past
-    Ray's 30 s registration wait: CPU, not ports)."""
+    startup waits are raised for the 2 cores (16 heads at once starve raylets past Ray's 30 s
+    waits for their own registration and for the dashboard agent: CPU, not ports)."""
     n = int(os.environ.get("SF_TEST_SIMULTANEOUS", "40"))
     per_node = int(os.environ.get("SF_TEST_PER_NODE", "2"))
     data = yaml.safe_load(Path(test_site(tmp_path)).read_text())
     data["series"]["tiny"] = {"partition": "all", "gpus_per_node": 4 // per_node, "gpu_directive": "gres",
                               "cpus_per_node": 1, "mem_per_node": "100M"}
     data["ray"]["barrier_timeout_s"] = 600
-    data["env"] = {**(data.get("env") or {}), "RAY_raylet_start_wait_time_s": "300"}
+    data["env"] = {**(data.get("env") or {}), "RAY_raylet_start_wait_time_s": "300",
+                   "RAY_agent_register_timeout_ms": "300000"}
     site = tmp_path / "many.yaml"
     site.write_text(yaml.safe_dump(data))
     begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 30 + n))
