@@ -272,7 +272,8 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
         raise RuntimeError(f"could not find a free run id under {root}")
     run = Run(root / run_id)
     for sub in SUBDIRS:
-        (run.dir / sub).mkdir()
+        # logs/ holds Ray's and the driver's output: the job's user's only
+        (run.dir / sub).mkdir(mode=0o700 if sub == "logs" else 0o777)
     rec = _initial_record(run_id, experiment, kind, sweep)
     rec.update(fields)
     run.write_json(RECORD, rec)
@@ -353,7 +354,7 @@ def record_phase(run_dir, phase: str, **info) -> dict:
             event["restart"] = int(os.environ["SLURM_RESTART_COUNT"])
     event.update(info)
     line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
-    fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
     finally:

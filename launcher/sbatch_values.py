@@ -128,3 +128,9 @@ ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
     "use-min-nodes": (None, "a flag (no value)", False),
     "overcommit": (None, "a flag (no value)", False),
 }
+
+
+# Login-node variables that would carry another Python, verl or libraries into the job than the
+# runtime sf checked (sbatch exports the whole environment by default): launcher.slurm leaves
+# them out of sbatch's environment unless the site lets them through (slurm.pass_login_env).
+LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.errors import SlurmError
-from launcher.spec.site import LOGIN_ENV
+from launcher.sbatch_values import LOGIN_ENV
 from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_PENDING, SLURM_TERMINAL, slurm_done
 
 CALLS: collections.Counter = collections.Counter()

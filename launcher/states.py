@@ -76,6 +76,7 @@ ALLOCATED = "allocated"
 RESTARTED = "restarted"  # a start after a requeue
 WALL_TIME = "wall_time"  # the job's end time exported to verl
 HEAD_UP = "head_up"
+BARRIER_WAITING = "barrier_waiting"  # launcher/injob/barrier.py: hosts not joined yet (missing=[...])
 ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
@@ -97,6 +98,7 @@ PHASE_LABELS = {
     RESTARTED: "restarted after requeue",
     WALL_TIME: "starting ray",
     HEAD_UP: "ray head up",
+    BARRIER_WAITING: "waiting for nodes",
     ALL_JOINED: "ray up",
     HEALTH_CHECKED: "nodes checked",
     DRIVER_STARTED: "driver started",
@@ -115,6 +117,18 @@ def phase_label(phase: str, what: str | None = None) -> str:
     if phase == DRIVER_STARTED and what == "preflight":
         return "preflight running"
     return PHASE_LABELS.get(phase, phase.replace("_", " "))
+
+
+def phase_detail(event: dict) -> str:
+    """`sf status`'s words for a job-level event: its phase's label, and for the barrier's
+    wait the hosts it still waits for ("waiting for nodes: dev4 (train)")."""
+    phase = str(event["phase"])
+    label = phase_label(phase, event.get("what"))
+    if phase != BARRIER_WAITING:
+        return label
+    pools = event.get("pools") or {}
+    hosts = ", ".join(f"{h} ({pools[h]})" if h in pools else str(h) for h in event.get("missing") or [])
+    return f"{label}: {hosts}" if hosts else label
 
 
 def latest_event(events: list[dict]) -> dict | None:

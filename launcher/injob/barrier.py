@@ -13,9 +13,11 @@ import json
 import os
 import time
 
+from launcher import runs
 from launcher.injob import topology
 
 POLL_S = 0.1  # one cheap GCS RPC; the barrier passes within this of the last node
+WAITING_AFTER_S = 5.0  # a normal bring-up joins within this: only a longer wait is recorded
 
 
 class NodeTable:
@@ -47,6 +49,11 @@ class NodeTable:
                 return out
             except (ImportError, AttributeError, TypeError):
                 self._fallback = True
+            except Exception:
+                # a GCS that is not up yet, or one that came up again (the head's start was
+                # retried: a new cluster id): connect afresh on the next poll
+                self._client = None
+                raise
         import ray  # noqa: PLC0415
 
         if not ray.is_initialized():
@@ -85,14 +92,21 @@ def complete(report: dict) -> bool:
     return all(not p["missing"] and not p["short_of_gpus"] for p in report.values())
 
 
-def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S) -> dict:
+def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S, on_waiting=None) -> dict:
+    """Poll until complete or `timeout`; `on_waiting(missing hosts)` is called whenever the set
+    of hosts not yet joined changes, from WAITING_AFTER_S on (what `sf status` shows)."""
     start = time.monotonic()
     table = NodeTable(gcs_address)
     report, error = {}, None
+    told = None
     while True:
         try:
             report = summarize(table.nodes(), pools)
             error = None
+            missing = sorted(h for p in report.values() for h in p["missing"] + p["short_of_gpus"])
+            if on_waiting and missing and missing != told and time.monotonic() - start >= WAITING_AFTER_S:
+                told = missing
+                on_waiting(missing)
             if complete(report):
                 return {"ok": True, "seconds": round(time.monotonic() - start, 2), "pools": report,
                         "ray_nodes": sum(len(p["joined"]) for p in report.values())}
@@ -110,7 +124,16 @@ def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S) -> dict:
 def main() -> int:
     job = topology.job_from_env()
     pools = topology.pools_from_job(job)
-    result = wait(job["head"], pools, float(job.get("barrier_timeout_s", 300)))
+    where = {h: p.name for p in pools for h in p.hosts}
+
+    def waiting(missing: list[str]) -> None:
+        try:
+            runs.record_phase(job["run_dir"], "barrier_waiting", missing=missing,
+                              pools={h: where.get(h, "?") for h in missing})
+        except OSError:
+            pass
+
+    result = wait(job["head"], pools, float(job.get("barrier_timeout_s", 300)), on_waiting=waiting)
     print(json.dumps(result, separators=(",", ":")), flush=True)
     # Skip Ray's client teardown (0.1-0.2 s): the supervisor waits for this exit.
     os._exit(0 if result["ok"] else 3)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,13 +32,17 @@ from pathlib import Path
 
 from launcher import runs
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, topology
+from launcher.injob import auth, private, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 
 
 def port_free(host: str, port: int) -> bool:
+    """Whether a listener could bind host:port. SO_REUSEADDR as Ray's gRPC servers set it: a
+    port whose last connections are in TIME_WAIT (the head's own earlier try) counts as free,
+    a port something listens on (on this address or on 0.0.0.0) does not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -51,8 +55,8 @@ def redirect_output(path: Path) -> None:
     across requeues: emulated nodes, and real nodes that share a host name, cannot be told
     apart by srun's %N, so the Slurm node name is in the file name (`sf logs --node`)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:  # keep going with srun's output: a log is no reason to fail
         print(f"[sf node] cannot open {path}: {exc}", file=sys.stderr, flush=True)
         return
@@ -68,7 +72,7 @@ def busy_ports(address: str, ports, *, head: bool) -> list[int]:
     fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
              ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
     if head:
-        fixed += [ports.gcs, ports.client_server]
+        fixed += [ports.gcs, ports.client_server, ports.dashboard_metrics, ports.autoscaler_metrics]
     return [p for p in fixed if not port_free(address, p)]
 
 
@@ -144,7 +148,8 @@ def main(role: str) -> int:
     pool_name = pool.name if pool else "?"
     redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
 
-    if node in _test_nodes("SF_TEST_SKIP_NODE"):
+    skip = _test_nodes("SF_TEST_SKIP_NODE")
+    if node in skip or (role == "worker" and "@workers" in skip):
         # Test hook: this node never joins (a node whose Ray cannot start).
         runs.record_phase(run_dir, "node_skipped", node=node, pool=pool_name)
         print(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray", flush=True)
@@ -162,10 +167,23 @@ def main(role: str) -> int:
         slot = job["nodes"].index(node)
         port_range = tuple(job["port_range"])
         first_block = job.get("port_block", ports_mod.job_block(job_id, port_range))
-        temp = ports_mod.temp_dir(job["temp_root"], job_id, node)
+        temp_root = job["temp_root"]
         address = addr_mod.node_address(node, job["address_method"], job["address_prefix"], job.get("interface"))
     except (ValueError, KeyError) as exc:
         return fail(f"cannot set up this node: {exc}")
+    try:
+        private.check_root(temp_root)
+        # the longest Ray temp dir this node can get: <root>/sfXXXXXXXX/r (107-byte socket paths)
+        ports_mod.check_temp_dir(private.ray_temp_dir(os.path.join(temp_root, private.PREFIX + "x" * 8)))
+    except (private.UnsafeDir, ValueError) as exc:
+        return fail(f"cannot set up this node: {exc}")
+    removed = private.sweep_stale(temp_root)
+    if removed:
+        print(f"[sf node {node}] removed {len(removed)} temp dir(s) of earlier jobs that were killed", flush=True)
+    locks = private.lock_dir(temp_root)
+    if locks is None:
+        print(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
+              "against this user's other jobs (the bind check still runs)", flush=True)
     head = job["head"]
     if role == "worker":
         host, _, port = head.rpartition(":")
@@ -182,43 +200,108 @@ def main(role: str) -> int:
     identity = gpus_mod.identify(node)
     nofile = raise_nofile()
     env = ray_env(os.environ)
-    # A worker whose start fails before Ray says it runs (registration timed out on a loaded
-    # host, a port taken meanwhile) is started again with fresh ports and temp dir, while the
-    # barrier still waits for it; the head's ports are fixed (workers dial them): no retry.
-    retries = int(job.get("start_retries", START_RETRIES)) if role == "worker" else 0
+    # A start that fails before Ray says it runs (registration timed out on a loaded host, a
+    # port taken meanwhile) is started again, while the barrier still waits for it: a worker
+    # with fresh ports, the head on its own ports (workers dial them; they wait for it).
+    retries = int(job.get("start_retries", START_RETRIES))
     deadline = time.monotonic() + float(job.get("barrier_timeout_s", 300))
-    state = {"child": None, "stopping": False}
+    state = {"child": None, "stopping": False, "signal": None}
     t_start = time.time()
 
     def forward(signum, _frame):
         if signum == signal.SIGUSR2:
             state["stopping"] = True
             signum = signal.SIGTERM
+        elif not state["stopping"]:
+            state["signal"] = signum  # Slurm ends the step: a cancel, a requeue, the time limit
         if state["child"] is None:
             sys.exit(0 if state["stopping"] else 128 + signum)
         try:
             state["child"].send_signal(signum)
         except ProcessLookupError:
             pass
+        if state["signal"] and not state.get("timer"):
+            # Slurm SIGKILLs the step KillWait seconds after its SIGTERM (5 s on the dev
+            # cluster): Ray gets a moment to stop, then goes, so its logs are kept and its
+            # private dir removed before that.
+            child = state["child"]
+            state["timer"] = threading.Timer(SLURM_STOP_GRACE_S, kill_group, args=(child,))
+            state["timer"].daemon = True
+            state["timer"].start()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         signal.signal(sig, forward)
+    held = {"dir": None, "reservation": None}
+    try:
+        rc = start_and_watch(role=role, node=node, pool_name=pool_name, run_dir=run_dir, job=job, job_id=job_id,
+                             slot=slot, port_range=port_range, first_block=first_block, temp_root=temp_root,
+                             locks=locks, address=address, head=head, cpus=cpus, gpus=gpus, env=env,
+                             identity=identity, nofile=nofile, retries=retries, deadline=deadline,
+                             state=state, t_start=t_start, held=held)
+    finally:
+        if held["dir"]:
+            private.remove_private_dir(held["dir"])
+        if held["reservation"]:
+            held["reservation"].release()
+    if state["signal"] and rc != 0:
+        # Ended by Slurm's signal: end by that signal too, so the step reads as cancelled
+        # (or requeued) and not as a failure of this node.
+        signal.signal(state["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), state["signal"])
+    return rc
+
+
+def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, held):
+    """(ports, None) for a free, reserved (block, slot) of this node, or (None, why not)."""
+    if role == "head":
+        # The supervisor (on this host) chose and holds the head's slot for the whole job.
+        ports = ports_mod.block_ports(first_block, head_slot, port_range)
+        busy = busy_ports(address, ports, head=True)
+        if busy:
+            return None, (f"port collision: ports {busy} of the head's slot on {address} are held by "
+                          "another process (not an sf job of this user)")
+        return ports, None
+    # A worker's ports only have to be free on its own host: it takes the first slot there that
+    # no other job of this user holds (the lock) and no other program uses (the bind check).
+    # Slots past SLOTS_PER_JOB start one block further on.
+    busy = []
+    for block, pslot in ports_mod.candidate_slots(ports_mod.slot_first_block(first_block, slot), slot, port_range):
+        reservation = private.reserve(locks, block, pslot)
+        if reservation is None:
+            continue  # another node of this user is starting or running on this slot here
+        ports = ports_mod.block_ports(block, pslot, port_range)
+        busy = busy_ports(address, ports, head=False)
+        if not busy:
+            if held["reservation"]:
+                held["reservation"].release()
+            held["reservation"] = reservation
+            return ports, None
+        reservation.release()
+    return None, (f"port collision: every port slot of {port_range[0]}-{port_range[1]} is taken on {address} "
+                  f"(last tried: {busy}); widen ray.port_range")
+
+
+def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_range, first_block, temp_root,
+                    locks, address, head, cpus, gpus, env, identity, nofile, retries, deadline, state,
+                    t_start, held) -> int:
+    def fail(msg: str, retry_helps: bool = False) -> int:
+        print(f"[sf node {node}] {msg}", file=sys.stderr, flush=True)
+        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg,
+                          retry_helps=retry_helps)
+        return 1
+
     for attempt in range(retries + 1):
-        # The head's block was chosen free by the supervisor (workers dial its GCS port); a
-        # worker's ports only have to be free on its own host, so it moves on to the next
-        # block when another job holds its slot there.
-        # Slots past SLOTS_PER_JOB start one block further on (ports.slot_first_block).
-        blocks = ([first_block] if role == "head"
-                  else ports_mod.candidate_blocks(ports_mod.slot_first_block(first_block, slot), port_range))
-        for block in blocks:
-            ports = ports_mod.block_ports(block, slot, port_range)
-            busy = busy_ports(address, ports, head=role == "head")
-            if not busy:
-                break
-        else:
-            return fail(f"ports {busy} on {address} are in use and no other block of "
-                        f"{port_range[0]}-{port_range[1]} is free for slot {slot}; widen ray.port_range")
-        shutil.rmtree(temp, ignore_errors=True)  # an earlier try, or attempt of the job (requeue)
+        ports, why = pick_ports(role=role, slot=slot, port_range=port_range, first_block=first_block,
+                                head_slot=int(job.get("head_slot", 0)), locks=locks, address=address, held=held)
+        if ports is None:
+            return fail(why)
+        if held["dir"]:  # an earlier try's
+            private.remove_private_dir(held["dir"])
+        try:
+            held["dir"] = private.make_private_dir(temp_root, job_id, node)
+        except (OSError, private.UnsafeDir) as exc:
+            return fail(f"cannot make a private Ray temp dir under {temp_root}: {exc}")
+        temp = private.ray_temp_dir(held["dir"])
         argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
                               temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
         if role == "worker" and attempt < int(os.environ.get("SF_TEST_FAIL_STARTS") or 0):
@@ -229,8 +312,8 @@ def main(role: str) -> int:
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
             # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
-            child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     preexec_fn=ignore_usr2, start_new_session=True)
+            child = subprocess.Popen(argv, env=ray_port_env(env, ports), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
         except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
             return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
                         retry_helps=False)
@@ -240,7 +323,8 @@ def main(role: str) -> int:
                           wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
                           gpu_ids=identity["ids"], gpu_id_source=identity["source"],
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
-                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp)
+                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
+                          port_base=ports.gcs, port_last=ports.max_worker)
         rc = child.wait()
         output.join()
         if state["stopping"]:
@@ -248,7 +332,7 @@ def main(role: str) -> int:
             runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
             print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
             return 0
-        if (rc > 0 and not output.started and not joined(run_dir, t_start)
+        if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
                 and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
@@ -263,15 +347,26 @@ def main(role: str) -> int:
         break
     keep_ray_logs(temp, run_dir, job_id, node)
     # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
-    # Ray ending after it ran is a node or a process dying (look at the node's logs first).
+    # Ray ending after it ran is a node or a process dying (look at the node's logs first);
+    # a port another process took between the check and Ray's bind is a port collision.
+    error = None if output.started else output.last_lines()
+    collision = bool(error and PORT_IN_USE.search(error))
+    signum = state["signal"]
     runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc,
-                      started=output.started, retry_helps=not output.started,
-                      error=None if output.started else output.last_lines())
-    print(f"[sf node {node}] ray start exited with {rc}", flush=True)
+                      started=output.started, retry_helps=not output.started and not collision,
+                      port_collision=collision or None,
+                      signal=signal.Signals(signum).name if signum else None,
+                      error=("port collision: " + error) if collision else error)
+    print(f"[sf node {node}] ray start exited with {rc}" + (f" after {signal.Signals(signum).name}" if signum else ""),
+          flush=True)
     return rc if rc and rc > 0 else 1
 
 
+PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(already )?in use", re.I)
+
+
 START_RETRIES = 2  # site ray.start_retries
+SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
 RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
@@ -349,6 +444,12 @@ def ray_env(environ) -> dict:
         # verl's workers, which inherit the raylet's environment, refuse to start with both.
         env.pop("ROCR_VISIBLE_DEVICES", None)
     return env
+
+
+def ray_port_env(env: dict, ports) -> dict:
+    """The head's two metrics servers on the slot's own ports instead of Ray's fixed ones."""
+    return {**env, "DASHBOARD_METRIC_PORT": str(ports.dashboard_metrics),
+            "AUTOSCALER_METRIC_PORT": str(ports.autoscaler_metrics)}
 
 
 RAY_TIMEOUT_DEFAULTS = {

@@ -29,6 +29,10 @@ OFFSETS = {
     "client_server": 7,
     "dashboard": 8,
     "rdzv": 9,  # torchrun c10d rendezvous (SFT)
+    # Ray's head fixes these two at 44227 and 44217 (env DASHBOARD_METRIC_PORT,
+    # AUTOSCALER_METRIC_PORT): two heads on one host would fight over them.
+    "dashboard_metrics": 10,
+    "autoscaler_metrics": 11,
 }
 
 
@@ -44,6 +48,8 @@ class NodePorts:
     client_server: int
     dashboard: int
     rdzv: int
+    dashboard_metrics: int
+    autoscaler_metrics: int
     min_worker: int
     max_worker: int
 
@@ -88,6 +94,16 @@ def candidate_blocks(first: int, port_range: tuple[int, int]) -> list[int]:
     return [(int(first) + i) % count for i in range(count)]
 
 
+def candidate_slots(first: int, slot: int, port_range: tuple[int, int]) -> list[tuple[int, int]]:
+    """Every (block, slot in block) of the range in the order a node tries them: its own
+    slot of its job's block first, then the other slots of that block, then the next blocks.
+    Any free slot will do (the head's GCS port travels to the workers), so a host holds
+    n_blocks x SLOTS_PER_JOB Ray nodes at once, not n_blocks jobs."""
+    own = int(slot) % SLOTS_PER_JOB
+    return [(block, (own + k) % SLOTS_PER_JOB) for block in candidate_blocks(first, port_range)
+            for k in range(SLOTS_PER_JOB)]
+
+
 def block_ports(block: int, slot: int, port_range: tuple[int, int]) -> NodePorts:
     base = int(port_range[0]) + int(block) * JOB_BLOCK + (int(slot) % SLOTS_PER_JOB) * SLOT_SIZE
     ports = {name: base + off for name, off in OFFSETS.items()}
@@ -112,7 +128,9 @@ RAY_SOCKET_SUFFIX = len("/session_2026-11-29_11-23-22_123456_4194304/sockets/pla
 
 
 def temp_dir(temp_root: str, job_id: int | str, node: str) -> str:
-    """A short Ray temp dir per (job, Slurm node name): <root>/sf<job>_<node>."""
+    """A predictable Ray temp dir per (job, Slurm node name), <root>/sf<job>_<node>: only for
+    the benchmarks' "Ray alone" baseline. sf's jobs never use it (another user could plant
+    it); they get private ones (launcher/injob/private.py)."""
     safe = "".join(c if c.isalnum() or c in "-." else "_" for c in node)[:24]
     path = f"{temp_root.rstrip('/') or ''}/sf{job_id}_{safe}"
     check_temp_dir(path)

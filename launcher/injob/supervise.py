@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, topology, verl_main
+from launcher.injob import auth, private, topology, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -66,8 +66,81 @@ STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselve
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
 ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
 MAIN_PPO = "verl.trainer.main_ppo"
+# Slurm's job state when Slurm itself ends the job -> how sf records the ending. Only the
+# states in which Slurm ends a running job appear; anything else is the job's own failure.
+SLURM_ENDINGS = {
+    "CANCELLED": "cancelled", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
+    "PENDING": "requeued", "TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preempted",
+    "NODE_FAIL": "node failure",
+}
+ENDING_TEXT = {
+    "cancelled": "cancelled (scancel or sf cancel) during phase {phase}",
+    "requeued": "requeued during phase {phase}: the job runs again",
+    "time limit": "reached its time limit during phase {phase}",
+    "preempted": "preempted by Slurm during phase {phase}",
+    "node failure": "Slurm marked a node of the job failed (NODE_FAIL) during phase {phase}",
+    "ended by Slurm": "ended by Slurm (cancelled, requeued or out of time) during phase {phase}",
+}
+SACCT_WAIT_S = 2.0  # sacct lags scontrol by about a second
+SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 PINNED_ENTRIES = verl_main.ENTRIES  # main_ppo and the disaggregated trainers' mains
+
+
+RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
+TRACEBACK = "Traceback (most recent call last):"
+CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
+               "The above exception was the direct cause of the following exception:")
+
+
+def first_cause(lines: list[str], limit: int = 400) -> str | None:
+    """The exception that started the driver's failure: Python prints a chain of tracebacks,
+    the first cause first, joined by "During handling of the above exception..." or "The
+    above exception was the direct cause..."; the last line of the log is only the last link
+    (verl 0.9.1's critic: "is not a value head model, please install trl" caused by the
+    ImportError of flash_attn). Returns the first exception line of the LAST chain in
+    `lines`, with the last one after it when they differ; else the last error line; None
+    when there is none. Ray's "(Actor pid=..)" prefixes are ignored. Pure."""
+    clean = [RAY_PREFIX.sub("", line.rstrip()) for line in lines]
+    chains: list[list[str]] = []  # each: the exception lines of one chain, in order
+    linked = False
+    i = 0
+    while i < len(clean):
+        text = clean[i].strip()
+        if text in CHAIN_MARKS:
+            linked = True
+        elif text == TRACEBACK:
+            exc = None
+            j = i + 1
+            while j < len(clean):
+                line = clean[j]
+                if line.strip() in CHAIN_MARKS or line.strip() == TRACEBACK:
+                    break
+                if line and not line[0].isspace() and _exception_line(line.strip()):
+                    exc = line.strip()
+                    break
+                j += 1
+            if exc:
+                if linked and chains:
+                    chains[-1].append(exc)
+                else:
+                    chains.append([exc])
+            linked = False
+            i = j
+            continue
+        i += 1
+    if chains:
+        chain = chains[-1]
+        first, last = chain[0], chain[-1]
+        text = first if first == last else f"{first} (then: {last})"
+        return text[:limit]
+    errors = [line.strip() for line in clean if ERROR_LINE.match(line.strip())]
+    return errors[-1][:limit] if errors else None
+
+
+def _exception_line(text: str) -> bool:
+    """`Name: message` or a bare `Name` of an exception class (dotted names included)."""
+    return bool(ERROR_LINE.match(text) or re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)$", text))
 
 
 def log(msg: str) -> None:
@@ -266,9 +339,9 @@ class Supervisor:
             log(f"warning: cannot write reason: {exc}")
 
     def driver_failure(self, what: str) -> str | None:
-        """The first failing check of the preflight (preflight.json), or the last error line
-        the driver printed (the batch log, which is this process's stdout): the line a user
-        would otherwise dig out of the logs."""
+        """The first failing check of the preflight (preflight.json), or the first exception
+        of the driver's last traceback chain (first_cause over the batch log, which is this
+        process's stdout): the line a user would otherwise dig out of the logs."""
         if what == "preflight":
             try:
                 failures = json.loads((Path(self.run_dir) / "preflight.json").read_text()).get("failures") or []
@@ -282,8 +355,7 @@ class Supervisor:
                 tail = handle.read().decode(errors="replace").splitlines()
         except OSError:
             return None
-        errors = [line.strip() for line in tail if ERROR_LINE.match(line.strip())]
-        return errors[-1][:300] if errors else None
+        return first_cause(tail)
 
     def exit_hint(self, nodes: list[str]) -> str:
         """What the nodes' node_exit said, and whether submitting again is likely to help."""
@@ -349,8 +421,8 @@ class Supervisor:
                 "(the rest is the kernel's ephemeral range)")
             a.port_range = usable
         self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
-        self.port_block = self.free_head_block()
-        self.ports = ports_mod.block_ports(self.port_block, 0, a.port_range)
+        self.port_block, self.head_slot = self.free_head_slot()
+        self.ports = ports_mod.block_ports(self.port_block, self.head_slot, a.port_range)
         self.gcs = f"{self.head_addr}:{self.ports.gcs}"
         self.restart = restart_count()
         self.end_ts = job_end_timestamp(self.leader)
@@ -360,7 +432,8 @@ class Supervisor:
             "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
             "head_node": self.head_node, "address_method": a.address_method,
             "address_prefix": a.address_prefix, "interface": a.interface,
-            "port_range": list(a.port_range), "port_block": self.port_block, "temp_root": a.temp_root,
+            "port_range": list(a.port_range), "port_block": self.port_block,
+            "head_slot": self.head_slot, "temp_root": a.temp_root,
             "barrier_timeout_s": a.barrier_timeout, "start_retries": a.start_retries, "dashboard": a.dashboard,
             "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
             "check_paths": a.check_path, "launcher": a.launcher,
@@ -374,20 +447,31 @@ class Supervisor:
             self.token = auth.make_token(self.run_dir, self.leader)
             self.env.update(auth.env_for(self.token))
 
-    def free_head_block(self) -> int:
-        """The job's port block, or the next one whose head ports are free on the head's
-        address (the batch step runs on the head node): two jobs whose ids map to one
-        block on a shared host must not fail for it."""
+    def free_head_slot(self) -> tuple[int, int]:
+        """(block, slot) of the head's ports: the job's block first, reserved on the head's
+        host for the whole job (private.reserve: an fcntl lock this process holds until it
+        exits, so two jobs of this user starting on one host at once never take one slot)
+        and with its head ports free (another user's job or program is seen by the bind
+        check). Raises when the whole range is taken on this host."""
         from launcher.injob.node import busy_ports
 
+        locks = private.lock_dir(self.args.temp_root)
+        if locks is None:
+            log(f"warning: no private lock dir under {self.args.temp_root}: the port block is not reserved")
         first = ports_mod.job_block(self.job_id, self.args.port_range)
-        for block in ports_mod.candidate_blocks(first, self.args.port_range):
-            if not busy_ports(self.head_addr, ports_mod.block_ports(block, 0, self.args.port_range), head=True):
-                if block != first:
-                    log(f"ports: block {first} is taken on {self.head_addr}; using block {block}")
-                return block
-        log(f"warning: no free port block on {self.head_addr}; trying block {first}")
-        return first
+        for block, slot in ports_mod.candidate_slots(first, 0, self.args.port_range):
+            reservation = private.reserve(locks, block, slot)
+            if reservation is None:
+                continue
+            if not busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.args.port_range), head=True):
+                if (block, slot) != (first, 0):
+                    log(f"ports: block {first} slot 0 is taken on {self.head_addr}; using block {block} slot {slot}")
+                self.port_reservation = reservation
+                return block, slot
+            reservation.release()
+        lo, hi = self.args.port_range
+        raise RuntimeError(f"port collision: every port slot of {lo}-{hi} is taken on {self.head_addr} "
+                           "(other Ray nodes on this host); widen ray.port_range or submit again later")
 
     def may_requeue(self) -> bool:
         a = self.args
@@ -504,6 +588,62 @@ class Supervisor:
         self.record("driver_started", what="torchrun", seconds=self.elapsed())
         self.phase = "driver"
 
+    def slurm_ending(self) -> str | None:
+        """How Slurm is ending this job (cancelled, requeued, time limit, ...), or None while
+        Slurm still runs it (then an ended step is the job's own failure). While Slurm kills
+        a job scontrol says only COMPLETING; sacct (a moment behind) then says why."""
+        if self.requeued_by_trap():
+            return "requeued"
+        try:
+            state = slurm.show_job(self.leader).get("JobState", "")
+        except Exception as exc:  # scontrol did not answer: no claim either way
+            log(f"warning: cannot ask Slurm how the job stands: {exc}")
+            return None
+        if state in SLURM_ENDINGS:
+            return SLURM_ENDINGS[state]
+        if state != "COMPLETING":
+            return None
+        deadline = time.monotonic() + SACCT_WAIT_S
+        while True:
+            try:
+                job = slurm.job_states([self.leader]).get(self.leader)
+                state = job.state if job is not None else ""
+            except Exception:
+                state = ""
+            if state in SLURM_ENDINGS or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        log(f"Slurm: job {self.leader} is ending ({state or 'sacct has no state yet'})")
+        return SLURM_ENDINGS.get(state, "ended by Slurm")
+
+    def requeued_by_trap(self) -> bool:
+        """The batch script's USR1 trap recorded `requeued` in this attempt."""
+        return any(e.get("phase") == "requeued" and e.get("time", 0) >= self.wall0
+                   for e in runs.read_phases(self.run_dir))
+
+    def ending_by_slurm(self) -> str | None:
+        """A node step ended: ask Slurm whether it is ending the job (on a cancel or a requeue
+        Slurm signals every step, the node steps often first, and SIGKILLs what is left
+        KillWait seconds later: this answer must come fast); when Slurm still says RUNNING,
+        ask once more a moment later (its own SIGTERM to this step may be on its way)."""
+        ending = self.slurm_ending()
+        if ending is None:
+            time.sleep(SIGNAL_WAIT_S)
+            ending = self.slurm_ending()
+        return ending
+
+    def end_by_slurm(self, ending: str, signum: int | None = None) -> int:
+        """Record an ending Slurm caused as what it is. A cancel or a requeue ends with 0 (the
+        batch step is then no FAILED step of a cleanly cancelled job); a requeue leaves no
+        reason behind (the job runs again)."""
+        reason = ENDING_TEXT[ending].format(phase=self.phase)
+        rc = 0 if ending in ("cancelled", "requeued") else 128 + (signum or signal.SIGTERM)
+        log(f"{ending}: {reason}")
+        if ending != "requeued":
+            self.write_reason(reason)
+        self.finish(rc, reason, ending=ending, signal=signal.Signals(signum).name if signum else None)
+        return rc
+
     def fail(self, reason: str, rc: int = 1) -> int:
         log("FAILED: " + reason)
         self.write_reason(reason)
@@ -543,15 +683,17 @@ class Supervisor:
             auth.remove_token(self.token)
         return 0
 
-    def finish(self, rc: int, reason: str) -> None:
+    def finish(self, rc: int, reason: str, **info) -> None:
         if self.ended:
             return
         self.ended = True
+        # recorded first: when Slurm ends the job, it kills this step KillWait seconds after
+        # its SIGTERM, maybe before the nodes have stopped
+        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed(), **info)
         self.stop_nodes()
         self.terminate()
         if getattr(self, "token", None):
             auth.remove_token(self.token)
-        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed())
 
     def stop_nodes(self) -> None:
         """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
@@ -584,6 +726,12 @@ class Supervisor:
         refused = self.check_restarts()
         if refused is not None:
             return refused
+        if self.restart > 0:
+            # an earlier attempt's reason (the requeue, a failure before it) is not this one's
+            try:
+                Path(self.run_dir, runs.REASON).unlink(missing_ok=True)
+            except OSError as exc:
+                log(f"warning: cannot clear the earlier attempt's reason: {exc}")
         self.record_wall_time()
         if self.args.launcher == "torchrun":
             self.start_torchrun()
@@ -610,6 +758,9 @@ class Supervisor:
                         if not named:
                             time.sleep(0.05)
                     named = named or step["hosts"]
+                    ending = self.ending_by_slurm()
+                    if ending:
+                        return self.end_by_slurm(ending)
                     return self.fail(
                         f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                         f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
@@ -697,7 +848,13 @@ def main(argv: list[str]) -> int:
     sup = Supervisor(args)
 
     def on_term(signum, _frame):
-        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}")
+        if sup.ended:
+            sys.exit(128 + signum)
+        ending = sup.slurm_ending() if signum == signal.SIGTERM else None
+        if ending:
+            sys.exit(sup.end_by_slurm(ending, signum))
+        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}",
+                   signal=signal.Signals(signum).name)
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)

@@ -116,8 +116,20 @@ def setup_script(run_dir: str, w: Where, runtime, site_env=(), token_exists: boo
     lines.append('if [ "$#" -gt 0 ]; then exec "$@"; fi')
     lines.append('echo "sf attach: job $SLURM_JOB_ID, node $SLURMD_NODENAME, run dir $SF_RUN_DIR, '
                  'RAY_ADDRESS=${RAY_ADDRESS:-none}; exit leaves the job running"')
-    lines.append("exec bash -i")
+    # An interactive bash reads the user's rc files, which may put another python first (a
+    # pyenv shim without ray): its rc file sources ~/.bashrc and then puts the runtime's bin
+    # first again, whatever the rc files did.
+    lines.append(f'SF_RUNTIME_BIN="$(dirname "$(command -v {quote(runtime.runtime_python())})")"; '
+                 "export SF_RUNTIME_BIN")
+    lines.append("exec bash --rcfile /dev/fd/3 -i 3<<'SF_RC'\n" + ATTACH_RC + "SF_RC")
     return "\n".join(lines)
+
+
+ATTACH_RC = """\
+if [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi
+PATH="$SF_RUNTIME_BIN:$PATH"
+exec 3<&-
+"""
 
 
 def shell_argv(run_dir: str, w: Where, runtime, node: str, het_group: int | None, command=(),

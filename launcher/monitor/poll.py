@@ -185,7 +185,7 @@ def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
         if step is not None:
             return f"step {step}/{total}" if total else f"step {step}"
         if event:
-            return vocabulary.phase_label(str(event["phase"]), event.get("what"))
+            return vocabulary.phase_detail(event)
         return vocabulary.phase_label(vocabulary.ALLOCATED)
     if state == REQUEUED_STATE:
         return vocabulary.phase_label(vocabulary.REQUEUED)

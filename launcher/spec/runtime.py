@@ -29,8 +29,6 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from launcher.errors import SpecError
 
 KINDS = ("venv", "module", "pyxis", "apptainer")
@@ -217,6 +215,8 @@ def resolve_runtime(framework: str, version: str, site, environ: dict | None = N
     if not registry:
         raise SpecError("runtime", f"{missing} (the site names no runtime registry); "
                         + _publish_hint(framework, version, None))
+    import yaml  # noqa: PLC0415 - login side only: the job side (Runtime.from_dict) is stdlib-only
+
     path = Path(registry)
     try:
         data = yaml.safe_load(path.read_text()) or {}

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from launcher.errors import SpecError, SpecErrors
+from launcher.sbatch_values import LOGIN_ENV
 from launcher.spec import paths
 from launcher.spec.files import nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
 
@@ -153,12 +154,6 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
         raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
                         "e.g. [SBATCH_RESERVATION]")
     return tuple(names)
-
-
-# Login-node variables that would carry another Python, verl or libraries into the job than the
-# runtime sf checked (sbatch exports the whole environment by default): launcher.slurm leaves
-# them out of sbatch's environment unless the site lets them through (slurm.pass_login_env).
-LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
 
 
 def _login_names(names, path: str) -> tuple[str, ...]:

@@ -86,6 +86,11 @@ def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     return run_request(spec, plan, site, runtime, preflight=preflight, upstream=upstream)
 
 
+PREFLIGHT_EXCLUDES_NOTHING = ("--exclude-bad-nodes does nothing with --preflight: the preflight reports failing "
+                              "nodes (preflight.json) without excluding or requeueing; submit without "
+                              "--preflight to have them excluded",)
+
+
 def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream: Request | None = None) -> Request:
     """The Request of a compiled plan (its run dir the placeholder of its runs dir)."""
     return Request(
@@ -93,7 +98,8 @@ def run_request(spec, plan, site, runtime, *, preflight: bool = False, upstream:
         render=lambda run_dir, after=None: run_files(spec, plan.with_run_dir(run_dir).with_dependency(after), site,
                                                      runtime, preflight=preflight),
         record={"preflight": preflight, "runtime": runtime.to_dict()},
-        warnings=tuple(plan.warnings), plan=plan, spec=spec, site=site, runtime=runtime,
+        warnings=tuple(plan.warnings) + (PREFLIGHT_EXCLUDES_NOTHING if preflight and plan.slurm.exclude_bad_nodes
+                                         else ()), plan=plan, spec=spec, site=site, runtime=runtime,
         pass_sbatch_env=site.pass_sbatch_env, upstream=upstream, chain=getattr(spec, "model_from", None),
     )
 

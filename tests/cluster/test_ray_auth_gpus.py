@@ -110,3 +110,19 @@ def test_distinct_gpus_pass_and_the_report_lists_them(tmp_path):
     assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
     ids = out["preflight"]["gpu_ids"]
     assert len(ids) == 2 and all(v == [f"GPU-{n}-{i}" for i in range(4)] for n, v in ids.items())
+
+
+def test_a_token_in_home_does_not_change_the_jobs_cluster(tmp_path):
+    """Ray 2.59+ turns token auth on for `ray start --head` whenever ~/.ray/auth_token exists
+    (a shared HOME), while workers started with --address do not: sf hands every node the
+    same explicit RAY_AUTH_MODE and RAY_AUTH_TOKEN_PATH, so a stray token in HOME changes
+    nothing: the 2-node preflight joins and passes, with the job's own token."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("f" * 64)
+    os.chmod(tmp_path, 0o755)
+    out = submit("examples/grpo", "--preflight", env={"HOME": str(home)})
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    assert out["preflight"]["ray_nodes"] == 2
+    started = [e for e in runs.read_phases(RUNS / out["run"]) if e["phase"] == "node_started"]
+    assert len(started) == 2 and (home / ".ray" / "auth_token").read_text() == "f" * 64

@@ -114,6 +114,12 @@ def requeue_once(tmp_path, how: str) -> None:
         wait_event(run_dir, "restarted", restart=1, timeout=120)
         started = wait_event(run_dir, "driver_started", restart=1, timeout=120)
         took = time.monotonic() - t0
+        # the first attempt ended as a requeue, not as a dead node; running again, no stale reason
+        ended = [e for e in phases(run_dir) if e["phase"] == "ended" and e.get("restart", 0) == 0]
+        assert ended and ended[-1]["ending"] == "requeued" and ended[-1]["rc"] == 0, ended
+        running = status(run)
+        assert running["state"] == "running" and not running["exit_reason"], running
+        assert not (run_dir / "reason").exists()
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=60) == "COMPLETED"
         time.sleep(2)
         assert job_state(job) == "COMPLETED" and restarts(job) == 1  # ended normally: not requeued again

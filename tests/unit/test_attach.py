@@ -217,3 +217,23 @@ def test_an_array_point_is_reached_through_its_own_job_id():
     # a plain job keeps its id, whatever `leader` says
     plain = attach.where({**rec, "job_ids": ["7"]}, phases, None)
     assert plain.job_id == "7"
+
+
+def test_interactive_shell_puts_the_runtime_first_whatever_the_rc_files_do(tmp_path):
+    """~/.bashrc puts a pyenv-like shim dir first; the attach shell still finds the runtime's python."""
+    runtime = _venv(tmp_path)
+    py = Path(runtime.path) / "bin" / "python"
+    py.write_text("#!/bin/sh\necho runtime\n")
+    py.chmod(0o755)
+    home, shims = tmp_path / "home", tmp_path / "shims"
+    home.mkdir()
+    shims.mkdir()
+    (shims / "python").write_text("#!/bin/sh\necho shim\n")
+    (shims / "python").chmod(0o755)
+    (home / ".bashrc").write_text(f'export PATH="{shims}:$PATH"\nexport FROM_RC=yes\n')
+    w = attach.where(RECORD, PHASES, PLAN)
+    script = attach.setup_script(str(tmp_path / "run"), w, runtime)
+    proc = subprocess.run(["bash", "-c", script, "sf-attach"], input='echo "rc=$FROM_RC"; python; exit\n',
+                          capture_output=True, text=True, timeout=30,
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    assert "rc=yes" in proc.stdout and "runtime" in proc.stdout and "shim" not in proc.stdout, proc.stdout + proc.stderr

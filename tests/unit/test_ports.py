@@ -216,3 +216,16 @@ def test_nodes_past_the_eighth_start_in_the_next_block_so_sixteen_nodes_of_one_j
         ports = set(P.block_ports(block, slot, rng).all_ports())
         assert not ports & seen
         seen |= ports
+
+
+def test_candidate_slots_own_slot_first_then_every_slot_of_every_block():
+    rng = (20000, 20000 + 3 * ports.JOB_BLOCK - 1)
+    slots = ports.candidate_slots(1, 2, rng)
+    assert slots[0] == (1, 2) and slots[1] == (1, 3) and slots[ports.SLOTS_PER_JOB] == (2, 2)
+    assert len(slots) == len(set(slots)) == 3 * ports.SLOTS_PER_JOB
+    # two slots never share a port, head-only ports (metrics) included
+    seen = set()
+    for block, slot in slots:
+        mine = set(ports.block_ports(block, slot, rng).all_ports())
+        assert not mine & seen
+        seen |= mine

@@ -219,3 +219,11 @@ def test_render_refuses_injection_in_any_plan(field, payload):
 def test_rendered_script_parses():
     script = render_script(het_plan(slurm=FULL), SITE, VENV)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_exclude_bad_nodes_with_preflight_warns(fake_slurm, site):  # noqa: F811 (the imported fixture)
+    warned = _sf("submit", GRPO, "--site", site(), "--dry-run", "--preflight", "--exclude-bad-nodes")
+    assert warned.exit_code == 0, warned.output
+    assert "--exclude-bad-nodes does nothing with --preflight" in warned.output
+    quiet = _sf("submit", GRPO, "--site", site(), "--dry-run", "--exclude-bad-nodes")
+    assert quiet.exit_code == 0 and "does nothing with --preflight" not in quiet.output

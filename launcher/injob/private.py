@@ -1,0 +1,176 @@
+"""Private run-time dirs and port reservations on a node (standard library only).
+
+Ray's temp dir: Ray makes the directory it is given, and everything under it, 0777 (it
+chmods it, following a symlink planted at that path). So sf never hands Ray a path anyone
+else could have chosen: each node makes a fresh directory under the site's `ray.temp_root`
+with a random name (tempfile.mkdtemp: O_EXCL semantics, 0700, never an existing path,
+never through a symlink) and gives Ray `<that>/r`: Ray may open up `r`, nobody else can
+reach it through the 0700 parent. The node removes it when its Ray ends (after copying the
+logs sf keeps); `sweep_stale` removes what a killed node could not.
+
+Ports: a node reserves its port block on its host by holding an fcntl lock on a file per
+(block, slot) in a 0700 directory of the job's user under the temp root, from before it
+checks the ports until it exits (the kernel drops the lock when the process dies, so no
+reservation outlives its holder). Two jobs of one user starting on one host at once
+therefore never pick the same block; a job of another user, or any other program, that
+holds a port is still seen by the bind check and the block skipped; a collision that
+still happens is reported as one (node.py, supervise.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+import time
+
+PREFIX = "sf"  # <root>/sfXXXXXXXX: short, for Ray's 107-byte unix socket paths
+RAY_SUBDIR = "r"
+MARK = ".sf-owner"  # inside a private dir: "<job id> <node> <pid>", for sweep_stale
+
+
+class UnsafeDir(RuntimeError):
+    """A directory sf would use is not safe (a symlink, another user's, open to others)."""
+
+
+def check_root(root: str) -> None:
+    """The temp root must be a real directory (not a symlink), owned by root or by this
+    user, and not writable by others unless sticky (like /tmp)."""
+    try:
+        st = os.lstat(root)
+    except OSError as exc:
+        raise UnsafeDir(f"ray.temp_root {root} is not usable: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDir(f"ray.temp_root {root} is not a directory (a symlink?); set ray.temp_root "
+                        "to a real directory such as /tmp")
+    if st.st_uid not in (0, os.getuid()):
+        raise UnsafeDir(f"ray.temp_root {root} belongs to uid {st.st_uid}, not to root or to you")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise UnsafeDir(f"ray.temp_root {root} is writable by others without the sticky bit")
+
+
+def make_private_dir(root: str, job_id: str = "", node: str = "") -> str:
+    """A new directory under `root`, 0700, owned by this user, its name random."""
+    check_root(root)
+    path = tempfile.mkdtemp(prefix=PREFIX, dir=root)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UnsafeDir(f"{path} did not come out private")  # pragma: no cover - mkdtemp's contract
+    fd = os.open(os.path.join(path, MARK), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, f"{job_id} {node} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def ray_temp_dir(private: str) -> str:
+    return os.path.join(private, RAY_SUBDIR)
+
+
+def remove_private_dir(path: str) -> bool:
+    """Remove a private dir (rmtree with fds: never follows a symlink inside). Only a
+    directory of this user that carries sf's mark; True when it is gone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not os.path.exists(os.path.join(path, MARK)):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+    return True
+
+
+def sweep_stale(root: str, min_age_s: float = 60.0) -> list[str]:
+    """Remove this user's private dirs under `root` whose creating process is gone (a node
+    killed before it could clean up). Returns what was removed."""
+    removed = []
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(PREFIX) and len(n) == len(PREFIX) + 8]
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < min_age_s:
+                continue
+            with open(os.path.join(path, MARK)) as handle:
+                pid = int(handle.read().split()[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        if not _alive(pid) and remove_private_dir(path):
+            removed.append(path)
+    return removed
+
+
+# --- port reservations ------------------------------------------------------------------
+
+def lock_dir(root: str) -> str | None:
+    """This user's lock directory on this host, <root>/.sf-ports-<uid>, 0700; None when it
+    cannot be made safe (another user planted that name: sf goes on without reservations
+    and relies on the bind check, and says so)."""
+    path = os.path.join(root, f".sf-ports-{os.getuid()}")
+    try:
+        check_root(root)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except (OSError, UnsafeDir):
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path
+
+
+class Reservation:
+    """An fcntl lock on <lock dir>/b<block>s<slot>, held until release() or process exit."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def reserve(directory: str | None, block: int, slot: int) -> Reservation | None:
+    """Try to reserve (block, slot) on this host without waiting: the Reservation, or None
+    when another process of this user holds it. With no lock directory every block counts
+    as reserved-by-us (the bind check is then all there is)."""
+    if directory is None:
+        return Reservation(-1, "")
+    path = os.path.join(directory, f"b{int(block)}s{int(slot)}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return Reservation(fd, path)

@@ -1,0 +1,58 @@
+"""supervise.first_cause: a failed driver's reason is the first exception of its last chain."""
+from __future__ import annotations
+
+from launcher.injob.supervise import first_cause
+
+VERL_CRITIC = """\
+(TaskRunner pid=4242) Traceback (most recent call last):
+(TaskRunner pid=4242)   File "/verl/utils/model.py", line 600, in load_valuehead_model
+(TaskRunner pid=4242)     model = AutoModelForTokenClassification.from_pretrained(
+(TaskRunner pid=4242)             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+(TaskRunner pid=4242) ImportError: FlashAttention2 has been toggled on, but it cannot be used: flash_attn missing
+(TaskRunner pid=4242)
+(TaskRunner pid=4242) During handling of the above exception, another exception occurred:
+(TaskRunner pid=4242)
+(TaskRunner pid=4242) Traceback (most recent call last):
+(TaskRunner pid=4242)   File "/verl/utils/model.py", line 610, in load_valuehead_model
+(TaskRunner pid=4242)     raise ValueError("is not a value head model, please install trl") from None
+(TaskRunner pid=4242) ValueError: /models/Qwen is not a value head model, please install trl
+"""
+
+
+def test_the_first_exception_of_a_chain_comes_first():
+    cause = first_cause(VERL_CRITIC.splitlines())
+    assert cause.startswith("ImportError: FlashAttention2 has been toggled on"), cause
+    assert "(then: ValueError: /models/Qwen is not a value head model" in cause
+
+
+def test_direct_cause_chain_and_only_the_last_chain():
+    log = """\
+Traceback (most recent call last):
+  File "a.py", line 1, in <module>
+KeyError: 'old failure, handled and logged'
+step 3 ok
+Traceback (most recent call last):
+  File "b.py", line 2, in load
+FileNotFoundError: [Errno 2] No such file or directory: '/data/train.parquet'
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "main.py", line 9, in <module>
+RuntimeError: dataset could not be loaded
+"""
+    cause = first_cause(log.splitlines())
+    assert cause == ("FileNotFoundError: [Errno 2] No such file or directory: '/data/train.parquet' "
+                     "(then: RuntimeError: dataset could not be loaded)")
+
+
+def test_a_single_traceback_and_no_traceback():
+    assert first_cause(["Traceback (most recent call last):", "ValueError: reward function returned None"]) == \
+        "ValueError: reward function returned None"
+    assert first_cause(["loading", "ValueError: bad value", "exiting"]) == "ValueError: bad value"
+    assert first_cause(["all fine", "exit 1"]) is None
+
+
+def test_a_bare_exception_name():
+    assert first_cause(["Traceback (most recent call last):", '  File "x.py", line 1', "KeyboardInterrupt"]) == \
+        "KeyboardInterrupt"
