@@ -38,6 +38,11 @@ class SlurmOptions:
     requeue: bool = True
     max_requeues: int = 3
     signal_lead_s: int = 300  # --signal=B:USR1@<lead>
+    # the progress watchdog (launcher/injob/heal.py): a hang after hang_timeout_s without a
+    # training step (or 5 x the median step time when longer; 0: off), first_step_timeout_s
+    # before the first one
+    hang_timeout_s: int = 1800
+    first_step_timeout_s: int = 3600
     # scheduler options (launcher.compile.scheduler_options), checked when compiled and rendered
     reservation: str | None = None
     mail_type: str | None = None

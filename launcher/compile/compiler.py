@@ -283,6 +283,8 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
         requeue=bool(s.get("requeue", True)),
         max_requeues=int(s.get("max_requeues", site.max_requeues)),
         signal_lead_s=int(s.get("signal_lead_s", site.signal_lead_s)),
+        hang_timeout_s=int(s.get("hang_timeout_s", site.hang_timeout_s)),
+        first_step_timeout_s=int(s.get("first_step_timeout_s", site.first_step_timeout_s)),
     )
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, topology
+from launcher.injob import auth, heal, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -114,6 +114,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     args.health_check = ray.get("health_check", "preflight")
     args.exclude_bad_nodes = bool(ray.get("exclude_bad_nodes"))
     args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
+    args.watchdog = job.get("watchdog") or {}  # hang limits (launcher/injob/heal.py)
 
 
 def load_point(manifest: str, task: int) -> dict:
@@ -669,6 +670,9 @@ class Supervisor:
                         self.write_reason(reason)
                     self.finish(rc, reason)
                     return rc
+            hang = heal.check(self)  # the progress watchdog, while the driver trains
+            if hang:
+                return heal.on_hang(self, hang)
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
                 self.record("head_up", seconds=self.elapsed(), address=self.gcs)

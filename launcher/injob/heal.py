@@ -1,0 +1,101 @@
+"""What the supervisor does about a hung driver (issue 23): the glue between its watch
+loop (launcher/injob/supervise.py, two calls) and the watchdog's pure decision
+(watchdog.py) and the stack dump (stacks.py).
+
+  check(sup)        once per watch-loop turn while the driver trains: a watchdog.Hang or None
+  on_hang(sup, h)   record `hang` (last step, seconds since, the limit), save every node's
+                    Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`), then
+                    end the attempt the way sf ends any failed attempt: a requeue when the job
+                    may still be requeued (requeue on, restarts below max_requeues), else fail;
+                    the reason says "hang: no training step for N s after step S".
+
+The watchdog runs only for a driver that writes step records (trainer.logger names `file`;
+otherwise nothing would ever arrive and the first-step allowance would end a healthy run)
+and not for a preflight. `hang_timeout_s: 0` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from launcher import slurm, states
+from launcher.injob import auth, stacks, watchdog
+
+
+def log(msg: str) -> None:
+    print(f"[sf {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _limits(sup) -> watchdog.Limits | None:
+    raw = getattr(sup.args, "watchdog", None) or {}
+    limits = watchdog.Limits.from_dict(raw)
+    if limits.hang_timeout_s <= 0:
+        return None
+    return limits
+
+
+def metrics_path(sup) -> str:
+    """The step records of this attempt (the batch script exports VERL_FILE_LOGGER_PATH)."""
+    return os.environ.get("VERL_FILE_LOGGER_PATH") or str(
+        Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.jsonl")
+
+
+def check(sup) -> watchdog.Hang | None:
+    if sup.phase != "driver" or sup.args.preflight:
+        return None
+    dog = getattr(sup, "watchdog", None)
+    if dog is None:
+        limits = _limits(sup)
+        if limits is None or not watchdog.file_logger_on(sup.args.overrides):
+            why = "hang_timeout_s is 0" if limits is None else "trainer.logger has no `file` (no step records)"
+            log(f"watchdog: off ({why})")
+            sup.watchdog = dog = False
+        else:
+            path = metrics_path(sup)
+            sup.watchdog = dog = watchdog.Watchdog(path, limits, time.monotonic())
+            log(f"watchdog: following {path}: a hang after {limits.hang_timeout_s:g} s without a step "
+                         f"(or {limits.factor:g} x the median step time, when longer); "
+                         f"{limits.first_step_timeout_s:g} s for the first step")
+    if not dog:
+        return None
+    return dog.poll(time.monotonic())
+
+
+def on_hang(sup, hang: watchdog.Hang) -> int:
+    reason = hang.reason()
+    rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}"
+    sup.record(states.HANG, last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
+               first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
+    t0 = time.monotonic()
+    saved = stacks.save(sup, Path(sup.run_dir) / rel)
+    sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
+    reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
+    if sup.may_requeue():
+        return requeue(sup, reason)
+    if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
+        reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={sup.args.max_requeues})"
+    return sup.fail(reason, rc=1)
+
+
+def requeue(sup, reason: str) -> int:
+    """The whole job back to the queue (the next attempt resumes from the last checkpoint),
+    as the supervisor's --exclude-bad-nodes requeue does, with nothing excluded."""
+    nxt = sup.restart + 1
+    log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
+    sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
+    sup.record(states.REQUEUED, restart=nxt, cause="hang", reason=reason)
+    sup.ended = True
+    # the requeue sends this job SIGTERM: this process must still get the call out
+    on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        slurm.requeue(sup.leader)
+    except Exception as exc:  # the job fails with both causes named
+        signal.signal(signal.SIGTERM, on_term)
+        sup.ended = False
+        return sup.fail(f"{reason}; the requeue failed: {exc}", rc=1)
+    if getattr(sup, "token", None):
+        auth.remove_token(sup.token)
+    return 0
