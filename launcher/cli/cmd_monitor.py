@@ -226,17 +226,24 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
 @click.option("--ray", "ray_logs", is_flag=True,
               help="Ray's own logs (raylet, GCS, process exits), kept under RUN/logs/ray/ as each node "
                    "stopped; with --node, that node's.")
+@click.option("--stacks", "stacks", is_flag=True,
+              help="The Python stacks of every node saved when the watchdog found a hang (RUN/stacks/); "
+                   "with --node, that node's.")
 @click.option("--list", "list_only", is_flag=True, help="List the log files and exit.")
 @click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
               help="Seconds between reads with -f.")
 @click.option("--check-every", default=5.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between job-state checks with -f (one sacct call each).")
 @runs_options
-def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval, check_every, site_path, runs_dir):
+def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, interval, check_every, site_path,
+         runs_dir):
     """Print or follow a run's logs (files under RUN/logs/)."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
+    if stacks:
+        _print_stacks(run, node)
+        return
     if list_only:
         files = monitor.log_files(run.dir)
         click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
@@ -292,6 +299,23 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval
     if not files:
         click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
     _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def stack_files(run_dir: Path, node: str | None = None) -> list[Path]:
+    """RUN/stacks/<job>-<restart>/<node>.txt, oldest hang first (pure but for the listing)."""
+    dirs = sorted((d for d in (run_dir / "stacks").glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    return [f for d in dirs for f in sorted(d.glob("*.txt")) if node is None or f.stem == node]
+
+
+def _print_stacks(run: runs.Run, node: str | None) -> None:
+    files = stack_files(run.dir, node)
+    if not files:
+        raise SpecError("--stacks", f"no stacks saved for {run.id}{' on ' + node if node else ''}: the watchdog "
+                                    "saves them in RUN/stacks/ when it finds a hang")
+    for path in files:
+        click.echo(f"==> {path.relative_to(run.dir)} <==")
+        click.echo(path.read_text(errors="replace").rstrip("\n"))
+        click.echo("")
 
 
 def _log_target(root, run_id: str, task: int | None):

@@ -73,6 +73,11 @@ def on_hang(sup, hang: watchdog.Hang) -> int:
     saved = stacks.save(sup, Path(sup.run_dir) / rel)
     sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
     reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
+    # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
+    # kill it now, so ending the attempt does not wait out the grace times for it.
+    for step in sup.steps:
+        if step["kind"] == "driver" and step["popen"].poll() is None:
+            step["popen"].kill()
     if sup.may_requeue():
         return requeue(sup, reason)
     if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
