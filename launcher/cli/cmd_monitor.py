@@ -214,6 +214,8 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
         (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
 
 
+# four views (logs, one node's or role's, Ray's, the saved stacks) and the follow loop's closures
+# long: one command, its closures share the follow loop's offsets
 @click.command()
 @click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")

@@ -37,9 +37,12 @@ from pathlib import Path
 DUMP_TIMEOUT_S = 20  # one process; py-spy takes well under a second per process
 SAVE_TIMEOUT_S = 90  # the whole dump, every node (srun start included)
 STACKS_DIR = "stacks"
-# Ray's own Python daemons: no user frames in them, and many (a dashboard agent, a log
-# monitor, a runtime-env agent per node)
-RAY_DAEMONS = ("/ray/dashboard/", "/ray/_private/", "/ray/autoscaler/", "ray/util/client")
+# Ray's own Python processes: no user frames in them, and several a node (`ray start
+# --block` itself, the dashboard and its agent, the log monitor, the client server, the
+# runtime-env agent, idle pool workers). Left out so the file shows verl's processes.
+RAY_OWN_ARGS = ("ray.scripts.scripts", "ray.util.client", "/ray/dashboard/", "/ray/_private/",
+                "/ray/autoscaler/", "/ray/util/client/")
+RAY_OWN_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def find_py_spy() -> str | None:
@@ -84,12 +87,12 @@ def wanted(argv: list[str]) -> bool:
     """Pure: a process whose stacks matter (not sf's helpers, not Ray's daemons)."""
     if not argv:
         return False
-    if argv[0].startswith("ray::"):
-        return True
-    joined = " ".join(argv)
+    if argv[0].startswith("ray::"):  # a Ray worker, named after its actor or task
+        return argv[0].split()[0] not in RAY_OWN_WORKERS
     if len(argv) > 2 and argv[1] == "-m" and argv[2] == "launcher.injob":
         return False  # the supervisor, node wrappers, barrier, this dump
-    return not any(d in joined for d in RAY_DAEMONS)
+    joined = " ".join(argv)
+    return not any(d in joined for d in RAY_OWN_ARGS)
 
 
 def job_processes(job_id: str, node: str, skip: set[int]) -> list[tuple[int, list[str]]]:

@@ -117,3 +117,23 @@ def test_watchdog_polls_at_most_once_a_second(tmp_path):
     assert dog.poll(1.0) is None and dog.progress.training_steps == 1
     assert dog.poll(7.0) is not None  # 6 s after step 1
     assert dog.poll(7.5) is None  # within a second of the last look: not looked again
+
+
+@pytest.mark.parametrize("argv, dumped", [
+    (["ray::TaskRunner.run"], True),
+    (["ray::WorkerDict.actor_rollout_generate_sequences"], True),
+    (["ray::IDLE"], False),
+    (["ray::DashboardAgent"], False),
+    (["/rt/bin/python", "-m", "launcher.injob.verl_main", "trainer.total_epochs=1"], True),  # the driver
+    (["/rt/bin/python", "-m", "launcher.injob", "supervise", "--run-dir", "x"], False),
+    (["/rt/bin/python", "-m", "launcher.injob", "node", "--role", "head"], False),
+    (["/rt/bin/python", "-m", "ray.scripts.scripts", "start", "--block"], False),
+    (["/rt/bin/python", "-m", "ray.util.client.server", "--address=x"], False),
+    (["/rt/bin/python", "/rt/lib/python3.11/site-packages/ray/_private/log_monitor.py"], False),
+    (["python3", "/exp/main.py"], True),
+    ([], False),
+])
+def test_which_processes_are_dumped(argv, dumped):
+    from launcher.injob import stacks
+
+    assert stacks.wanted(argv) is dumped
