@@ -214,8 +214,6 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
         (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
 
 
-# four views (logs, one node's or role's, Ray's, the saved stacks) and the follow loop's closures
-# long: one command, its closures share the follow loop's offsets
 @click.command()
 @click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
@@ -244,13 +242,9 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, 
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
     if stacks:
-        _print_stacks(run, node)
-        return
+        return _print_stacks(run, node)
     if list_only:
-        files = monitor.log_files(run.dir)
-        click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
-                                               for f in files]) if files else f"no logs yet in {run.logs_dir}")
-        return
+        return _list_logs(run)
     tail_n = 50 if tail_n is None and follow else tail_n
     offsets: dict[Path, int] = {}
 
@@ -301,6 +295,12 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, 
     if not files:
         click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
     _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def _list_logs(run: runs.Run) -> None:
+    files = monitor.log_files(run.dir)
+    click.echo(_table(["FILE", "BYTES"], [[str(f.relative_to(run.logs_dir)), f.stat().st_size]
+                                           for f in files]) if files else f"no logs yet in {run.logs_dir}")
 
 
 def stack_files(run_dir: Path, node: str | None = None) -> list[Path]:
