@@ -21,7 +21,7 @@ import signal
 import time
 from pathlib import Path
 
-from launcher import slurm, states
+from launcher import slurm
 from launcher.injob import auth, stacks, watchdog
 
 
@@ -67,11 +67,11 @@ def check(sup) -> watchdog.Hang | None:
 def on_hang(sup, hang: watchdog.Hang) -> int:
     reason = hang.reason()
     rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}"
-    sup.record(states.HANG, last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
+    sup.record("hang", last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
                first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
     t0 = time.monotonic()
     saved = stacks.save(sup, Path(sup.run_dir) / rel)
-    sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
+    sup.record("stacks_saved", dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
     reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
     # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
     # kill it now, so ending the attempt does not wait out the grace times for it.
@@ -91,7 +91,7 @@ def requeue(sup, reason: str) -> int:
     nxt = sup.restart + 1
     log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
     sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
-    sup.record(states.REQUEUED, restart=nxt, cause="hang", reason=reason)
+    sup.record("requeued", restart=nxt, cause="hang", reason=reason)
     sup.ended = True
     # the requeue sends this job SIGTERM: this process must still get the call out
     on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)

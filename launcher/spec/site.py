@@ -178,6 +178,9 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
                         ("ray.start_retries", ray.get("start_retries", 2)),
                         ("ray.large_cluster.min_nodes", (ray.get("large_cluster") or {}).get("min_nodes", 64))):
         _whole(value, f"site.{name}", path)
+    if slurm.get("first_step_timeout_s", 3600) < 1:
+        raise SpecError("site.slurm.first_step_timeout_s", f"0 in {path}: the first step needs at least a second "
+                        "(hang_timeout_s: 0 turns the watchdog off)")
     large = ray.get("large_cluster") or {}
     if not isinstance(large, dict) or not isinstance(large.get("env") or {}, dict):
         raise SpecError("site.ray.large_cluster", f"must be {{min_nodes: N, env: {{RAY_...: value}}}} in {path}")

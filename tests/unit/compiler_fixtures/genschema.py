@@ -63,6 +63,14 @@ def build() -> dict:
             "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
             "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
             "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10},
+            # the progress watchdog (launcher/injob/watchdog.py)
+            "hang_timeout_s": {"type": "integer", "minimum": 0,
+                               "description": "seconds without a new training step before the job counts as hung "
+                                              "(stacks saved, requeued or failed); 5 x the median step time when "
+                                              "longer; 0 turns the watchdog off"},
+            "first_step_timeout_s": {"type": "integer", "minimum": 1,
+                                     "description": "seconds from the driver's start to the first training step "
+                                                    "before the job counts as hung"},
             **SCHEDULER_PROPERTIES}},
       },
     }
