@@ -43,6 +43,9 @@ class SlurmOptions:
     # before the first one
     hang_timeout_s: int = 1800
     first_step_timeout_s: int = 3600
+    # restarts of Ray and the driver inside the allocation (a hang, a node's or the driver's
+    # death) before the job is requeued or fails; 0: none (launcher/injob/heal.py)
+    max_restarts_in_place: int = 0
     # scheduler options (launcher.compile.scheduler_options), checked when compiled and rendered
     reservation: str | None = None
     mail_type: str | None = None

@@ -83,6 +83,8 @@ HEALTH_CHECKED = "health_checked"  # site ray.health_check: always, before the d
 # launcher/injob/heal.py: the progress watchdog found no training step within its limit
 HANG = "hang"  # last_step, seconds_since, limit_s, stacks (the dir under the run)
 STACKS_SAVED = "stacks_saved"  # every node's Python stacks written (dir, nodes)
+# Ray and the driver started again inside the allocation (cause: hang | node | driver)
+RESTARTED_IN_PLACE = "restarted_in_place"
 # templates/job.sbatch.j2 (the USR1 trap)
 REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
@@ -104,6 +106,7 @@ PHASE_LABELS = {
     HEALTH_CHECKED: "nodes checked",
     HANG: "hung (no training step)",
     STACKS_SAVED: "hung: stacks saved",
+    RESTARTED_IN_PLACE: "restarting in place",
     DRIVER_STARTED: "driver started",
     ENDED: "ended",
     REQUEUED: "requeued",

@@ -62,6 +62,10 @@ def _render_status(statuses: list[monitor.RunStatus], detail: bool) -> str:
             out.append("components: " + ", ".join(f"{k} {s.jobs[k]['state'].lower()}" for k in parts))
         if s.reason and s.reason != "None" and not s.done:
             out.append(f"slurm reason: {s.reason}")
+        for r in s.restarts_in_place:
+            nodes = f", node {', '.join(r['nodes'])}" if r.get("nodes") else ""
+            out.append(f"restart in place {r['n']} (job {r['job_id']}, {_short_time(r.get('iso') or '')}): "
+                       f"cause {r['cause']}{nodes}, resumed from step {r['resumed_from']}")
         if s.exit_reason:
             out.append(f"exit reason: {s.exit_reason}")
     if source:

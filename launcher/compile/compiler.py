@@ -285,6 +285,7 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
         signal_lead_s=int(s.get("signal_lead_s", site.signal_lead_s)),
         hang_timeout_s=int(s.get("hang_timeout_s", site.hang_timeout_s)),
         first_step_timeout_s=int(s.get("first_step_timeout_s", site.first_step_timeout_s)),
+        max_restarts_in_place=int(s.get("max_restarts_in_place", site.max_restarts_in_place)),
     )
 
 

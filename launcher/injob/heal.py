@@ -16,13 +16,16 @@ and not for a preflight. `hang_timeout_s: 0` turns it off.
 
 from __future__ import annotations
 
-import os
+import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 from launcher import slurm
+from launcher.checkpoints import TRACKER
 from launcher.injob import auth, stacks, watchdog
+from launcher.injob import ports as ports_mod
 
 
 def log(msg: str) -> None:
@@ -30,7 +33,7 @@ def log(msg: str) -> None:
 
 
 def _limits(sup) -> watchdog.Limits | None:
-    raw = getattr(sup.args, "watchdog", None) or {}
+    raw = getattr(sup.args, "heal", None) or {}
     limits = watchdog.Limits.from_dict(raw)
     if limits.hang_timeout_s <= 0:
         return None
@@ -38,8 +41,9 @@ def _limits(sup) -> watchdog.Limits | None:
 
 
 def metrics_path(sup) -> str:
-    """The step records of this attempt (the batch script exports VERL_FILE_LOGGER_PATH)."""
-    return os.environ.get("VERL_FILE_LOGGER_PATH") or str(
+    """The step records of this attempt (the batch script exports VERL_FILE_LOGGER_PATH; a
+    restart in place sets its own in the driver's environment)."""
+    return sup.env.get("VERL_FILE_LOGGER_PATH") or str(
         Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.jsonl")
 
 
@@ -64,9 +68,11 @@ def check(sup) -> watchdog.Hang | None:
     return dog.poll(time.monotonic())
 
 
-def on_hang(sup, hang: watchdog.Hang) -> int:
+def on_hang(sup, hang: watchdog.Hang) -> int | None:
+    """Record the hang, save the stacks, kill the driver; restart in place (None: the watch
+    goes on) or end the attempt (its exit code)."""
     reason = hang.reason()
-    rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}"
+    rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}" + (f".{in_place(sup)}" if in_place(sup) else "")
     sup.record("hang", last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
                first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
     t0 = time.monotonic()
@@ -78,11 +84,86 @@ def on_hang(sup, hang: watchdog.Hang) -> int:
     for step in sup.steps:
         if step["kind"] == "driver" and step["popen"].poll() is None:
             step["popen"].kill()
+    if restart_in_place(sup, "hang", reason):
+        return None
     if sup.may_requeue():
         return requeue(sup, reason)
+    reason += after(sup)
     if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
         reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={sup.args.max_requeues})"
     return sup.fail(reason, rc=1)
+
+
+# --- restart in place (issue 23, item 2) ----------------------------------------------------
+
+def in_place(sup) -> int:
+    """Restarts in place so far in this attempt."""
+    return int(getattr(sup, "restarts_in_place", 0))
+
+
+def bound(sup) -> int:
+    return int((getattr(sup.args, "heal", None) or {}).get("max_restarts_in_place", 0))
+
+
+def after(sup) -> str:
+    """What a failing attempt's reason adds when it had restarted in place."""
+    n = in_place(sup)
+    return f"; after {n} restart{'s' if n > 1 else ''} in place (max_restarts_in_place={bound(sup)})" if n else ""
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+    """The step verl resumes from (resume_mode=auto): its tracker file, else 0."""
+    try:
+        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = None) -> bool:
+    """Stop the driver and Ray, bring Ray up again on the same nodes and let the watch loop
+    start the driver again (verl resumes from its last checkpoint), while the bound allows.
+    False: not restarted (the caller ends the attempt as before).
+
+    A driver that failed before its first training step is not restarted: such a failure
+    (a config error, a missing file) repeats, and each try costs a whole verl start."""
+    if in_place(sup) >= bound(sup) or sup.args.preflight or sup.args.launcher != "ray":
+        if bound(sup) and in_place(sup) >= bound(sup):
+            log(f"not restarting in place: {in_place(sup)} restarts in place already (max_restarts_in_place="
+                f"{bound(sup)})")
+        return False
+    dog = getattr(sup, "watchdog", None)
+    if cause == "driver" and dog and dog.progress.training_steps == 0:
+        log("not restarting in place: the driver failed before its first training step")
+        return False
+    n = in_place(sup) + 1
+    t0 = time.monotonic()
+    log(f"restarting in place ({n} of at most {bound(sup)}): {reason}")
+    for step in sup.steps:
+        if step["kind"] == "driver" and step["popen"].poll() is None:
+            step["popen"].kill()
+    sup.stop_nodes()  # each node stops Ray and keeps its logs, as at the end of a job
+    sup.terminate()
+    sup.steps = []
+    sup.restarts_in_place = n
+    # a fresh start: node events from here on, the head's ports free again (or the next block)
+    sup.wall0 = time.time()
+    sup.port_block = sup.free_head_block()
+    sup.ports = ports_mod.block_ports(sup.port_block, 0, sup.args.port_range)
+    sup.gcs = f"{sup.head_addr}:{sup.ports.gcs}"
+    sup.job.update(head=sup.gcs, port_block=sup.port_block)
+    sup.env["SF_JOB"] = json.dumps(sup.job, separators=(",", ":"))
+    # verl's file logger opens its file with "wb": the restarted driver writes its own
+    sup.env["VERL_FILE_LOGGER_PATH"] = str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.{n}.jsonl")
+    sup.env["SF_RESTART_IN_PLACE"] = str(n)
+    sup.watchdog = None
+    sup.record("restarted_in_place", cause=cause, restart_in_place=n, max_restarts_in_place=bound(sup),
+               nodes=nodes or None, resumed_from=checkpoint_step(sup.args.checkpoint_dir), reason=reason[:300],
+               stop_s=round(time.monotonic() - t0, 1))
+    sup.start_ray()
+    sup.local("barrier", [sup.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
+              stdout=subprocess.PIPE)
+    sup.phase = "bringup"
+    return True
 
 
 def requeue(sup, reason: str) -> int:

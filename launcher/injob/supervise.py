@@ -114,7 +114,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     args.health_check = ray.get("health_check", "preflight")
     args.exclude_bad_nodes = bool(ray.get("exclude_bad_nodes"))
     args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
-    args.watchdog = job.get("watchdog") or {}  # hang limits (launcher/injob/heal.py)
+    args.heal = job.get("heal") or {}  # hang limits, restarts in place (launcher/injob/heal.py)
 
 
 def load_point(manifest: str, task: int) -> dict:
@@ -610,10 +610,12 @@ class Supervisor:
                         if not named:
                             time.sleep(0.05)
                     named = named or step["hosts"]
-                    return self.fail(
-                        f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                        f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
-                        + self.exit_hint(named), rc=1)
+                    reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
+                              f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
+                              + self.exit_hint(named))
+                    if self.phase == "driver" and heal.restart_in_place(self, "node", reason, named):
+                        break
+                    return self.fail(reason + heal.after(self), rc=1)
                 if step["kind"] == "barrier" and not step.get("seen"):
                     step["seen"] = True
                     result = last_json(step["popen"], rc)
@@ -666,13 +668,16 @@ class Supervisor:
                     cause = self.driver_failure(what) if rc != 0 else None
                     if cause:
                         reason += f": {cause}"
+                    if rc != 0 and heal.restart_in_place(self, "driver", reason):
+                        break
                     if rc != 0:
+                        reason += heal.after(self)
                         self.write_reason(reason)
                     self.finish(rc, reason)
                     return rc
             hang = heal.check(self)  # the progress watchdog, while the driver trains
-            if hang:
-                return heal.on_hang(self, hang)
+            if hang and (ended := heal.on_hang(self, hang)) is not None:
+                return ended
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
                 self.record("head_up", seconds=self.elapsed(), address=self.gcs)

@@ -205,10 +205,12 @@ def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
         # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick); 0: never requeued
         "requeue_lead": sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30
         if plan.slurm.requeue else 0,
-        # the progress watchdog (launcher/injob/watchdog.py; 0: off)
-        "watchdog": {"hang_timeout_s": sbatch_values.whole(plan.slurm.hang_timeout_s, "slurm.hang_timeout_s", 0),
-                     "first_step_timeout_s": sbatch_values.whole(plan.slurm.first_step_timeout_s,
-                                                                 "slurm.first_step_timeout_s", 1)},
+        # the progress watchdog (launcher/injob/watchdog.py; 0: off) and restarts in place (heal.py)
+        "heal": {"hang_timeout_s": sbatch_values.whole(plan.slurm.hang_timeout_s, "slurm.hang_timeout_s", 0),
+                 "first_step_timeout_s": sbatch_values.whole(plan.slurm.first_step_timeout_s,
+                                                             "slurm.first_step_timeout_s", 1),
+                 "max_restarts_in_place": sbatch_values.whole(plan.slurm.max_restarts_in_place,
+                                                              "slurm.max_restarts_in_place", 0)},
     }
 
 

@@ -79,6 +79,7 @@ class Site:
     signal_lead_s: int = 300
     hang_timeout_s: int = 1800  # launcher/injob/watchdog.py: its defaults and why
     first_step_timeout_s: int = 3600
+    max_restarts_in_place: int = 0  # launcher/injob/heal.py says why 0
     ray: RaySettings = RaySettings()
     runtime_registry: str | None = None  # FORGE_RUNTIME_REGISTRY_FILE overrides it
     dataset_roots: tuple[str, ...] = ()
@@ -174,6 +175,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
                         ("slurm.hang_timeout_s", slurm.get("hang_timeout_s", 1800)),
                         ("slurm.first_step_timeout_s", slurm.get("first_step_timeout_s", 3600)),
+                        ("slurm.max_restarts_in_place", slurm.get("max_restarts_in_place", 0)),
                         ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300)),
                         ("ray.start_retries", ray.get("start_retries", 2)),
                         ("ray.large_cluster.min_nodes", (ray.get("large_cluster") or {}).get("min_nodes", 64))):
@@ -203,6 +205,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         signal_lead_s=int(slurm.get("signal_lead_s", 300)),
         hang_timeout_s=int(slurm.get("hang_timeout_s", 1800)),
         first_step_timeout_s=int(slurm.get("first_step_timeout_s", 3600)),
+        max_restarts_in_place=int(slurm.get("max_restarts_in_place", 0)),
         ray=RaySettings(
             address_method=address.get("method", "hostname"),
             address_prefix=address.get("prefix", "127.0.0"),

@@ -71,6 +71,11 @@ def build() -> dict:
             "first_step_timeout_s": {"type": "integer", "minimum": 1,
                                      "description": "seconds from the driver's start to the first training step "
                                                     "before the job counts as hung"},
+            "max_restarts_in_place": {"type": "integer", "minimum": 0,
+                                      "description": "on a hang, a node's or the driver's death: stop Ray and the "
+                                                     "driver and start both again in the same allocation (verl "
+                                                     "resumes from its last checkpoint), at most this many times "
+                                                     "per attempt, before the job is requeued or fails"},
             **SCHEDULER_PROPERTIES}},
       },
     }
