@@ -25,7 +25,8 @@ MODE = globals().get("MODE", "exit")
 now = time.time()
 entry = {"driver_start": now, "batch_start": procstart.batch_start_epoch(),
          "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
-         "nnodes": os.environ.get("FORGE_CLUSTER_TOTAL_NODES"), "mode": MODE}
+         "nnodes": os.environ.get("FORGE_CLUSTER_TOTAL_NODES"), "mode": MODE, "pid": os.getpid(),
+         "in_place": int(os.environ.get("SF_RESTART_IN_PLACE") or 0)}
 run_dir = os.environ.get("FORGE_CLUSTER_RUN_DIR") or os.environ.get("SF_RUN_DIR") or "."
 with open(os.path.join(run_dir, "bench_driver.jsonl"), "a") as handle:
     handle.write(json.dumps(entry) + "\n")

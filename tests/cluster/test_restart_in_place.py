@@ -121,6 +121,7 @@ def test_node_killed_past_the_bound_ends_the_job(tmp_path):
         hosts = None
         for k in (0, 1):
             wait_file(run_dir / f"driver-{k}.json")
+            wait_steps(run_dir, "attempt-0.jsonl" if k == 0 else f"attempt-0.{k}.jsonl", 2)  # mid-run
             hosts = hosts or next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
             worker = [e for e in phases(run_dir) if e["phase"] == "node_started" and e["node"] == hosts[1]][-1]
             os.kill(worker["pid"], signal.SIGKILL)  # the worker's `ray start --block`
