@@ -137,3 +137,40 @@ def test_which_processes_are_dumped(argv, dumped):
     from launcher.injob import stacks
 
     assert stacks.wanted(argv) is dumped
+
+
+def test_restarts_in_place_for_sf_status():
+    from launcher.monitor.poll import restarts_in_place
+
+    phases = [{"phase": "driver_started", "job_id": "7"},
+              {"phase": "restarted_in_place", "job_id": "7", "cause": "hang", "restart_in_place": 1,
+               "resumed_from": 20, "nodes": None, "iso": "2026-12-01T16:31:38.1Z"},
+              {"phase": "restarted_in_place", "job_id": "7", "cause": "node", "restart_in_place": 2,
+               "resumed_from": 30, "nodes": ["dev4"], "iso": "2026-12-01T16:40:00.0Z"}]
+    assert [(r["n"], r["cause"], r["resumed_from"], r["nodes"]) for r in restarts_in_place(phases)] == \
+        [(1, "hang", 20, None), (2, "node", 30, ["dev4"])]
+
+
+def test_metrics_of_a_restart_in_place_come_after_their_attempt(tmp_path):
+    from launcher.monitor.metrics import metrics_files
+
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    for name in ("attempt-1.jsonl", "attempt-0.2.jsonl", "attempt-0.jsonl", "attempt-0.1.jsonl", "attempt-10.jsonl"):
+        (folder / name).write_text("")
+    assert [p.name for p in metrics_files(tmp_path)] == [
+        "attempt-0.jsonl", "attempt-0.1.jsonl", "attempt-0.2.jsonl", "attempt-1.jsonl", "attempt-10.jsonl"]
+
+
+def test_a_failed_attempt_says_how_often_it_restarted_in_place(tmp_path):
+    from types import SimpleNamespace
+
+    from launcher.injob import heal
+
+    sup = SimpleNamespace(args=SimpleNamespace(heal={"max_restarts_in_place": 2}), restarts_in_place=0)
+    assert heal.after(sup) == ""
+    sup.restarts_in_place = 2
+    assert heal.after(sup) == "; after 2 restarts in place (max_restarts_in_place=2)"
+    assert heal.checkpoint_step(str(tmp_path)) == 0  # no checkpoint yet: verl starts at step 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("40\n")
+    assert heal.checkpoint_step(str(tmp_path)) == 40
