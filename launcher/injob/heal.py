@@ -132,6 +132,9 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
                 f"{bound(sup)})")
         return False
     dog = getattr(sup, "watchdog", None)
+    if cause == "driver" and dog:
+        dog.checked = 0.0  # read what the driver logged up to its end, not a second ago
+        dog.poll(time.monotonic())
     if cause == "driver" and dog and dog.progress.training_steps == 0:
         log("not restarting in place: the driver failed before its first training step")
         return False
