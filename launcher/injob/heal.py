@@ -119,6 +119,26 @@ def checkpoint_step(checkpoint_dir: str) -> int:
         return 0
 
 
+STEPS_GONE_S = 30
+
+
+def wait_steps_gone(job_id: str) -> None:
+    """Until slurmctld holds none of the job's old srun steps (bounded): their memory is
+    released only then, and the new node steps need it (seen on the dev cluster: a restart
+    1.8 s after the stop failed with "Memory required by task is not available")."""
+    deadline = time.monotonic() + STEPS_GONE_S
+    while time.monotonic() < deadline:
+        try:
+            left = slurm.numbered_steps(job_id)
+        except Exception as exc:  # no squeue: go on, the new steps say what is wrong
+            log(f"cannot list the job's steps ({exc}); starting Ray again anyway")
+            return
+        if not left:
+            return
+        time.sleep(0.2)
+    log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
+
+
 def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = None) -> bool:
     """Stop the driver and Ray, bring Ray up again on the same nodes and let the watch loop
     start the driver again (verl resumes from its last checkpoint), while the bound allows.
@@ -147,6 +167,7 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     sup.stop_nodes()  # each node stops Ray and keeps its logs, as at the end of a job
     sup.terminate()
     sup.steps = []
+    wait_steps_gone(sup.leader)
     sup.restarts_in_place = n
     # a fresh start: node events from here on, the head's ports free again (or the next block)
     sup.wall0 = time.time()
