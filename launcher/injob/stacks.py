@@ -122,7 +122,7 @@ def dump(py_spy: str, pid: int) -> str:
             text = f"py-spy dump {' '.join(extra)} timed out after {DUMP_TIMEOUT_S} s"
             continue
         if proc.returncode == 0:
-            return (f"(read without pausing it: {text.splitlines()[0] if text else 'it could not be paused'})\n"
+            return (f"(could not pause it ({text or 'no reason given'}): read without pausing)\n"
                     if extra else "") + proc.stdout
         text = (proc.stderr or proc.stdout).strip().splitlines()[0:1]
         text = text[0] if text else f"py-spy exited {proc.returncode}"
