@@ -14,8 +14,9 @@ The same job id throughout; the Slurm restart count stays 0.
 
 Against: today's requeue path, the fault to the driver running again through a Slurm
 requeue (benchmarks/requeue.py: USR1 -> trap -> scontrol requeue -> Ray again -> driver).
-Its result is read from --requeue-from (a requeue.json) or measured here first with the
-same node count. Prints the medians and the ratio in place / requeue.
+Its result is read from --requeue-from (a requeue.json, benchmarks/suite.py runs requeue
+first) or, where there is none, measured here first with the same node count. Prints the
+medians and the ratio in place / requeue.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     work = args.work.resolve()
     site = common.bench_site(work)
-    if args.requeue_from:
+    if args.requeue_from and args.requeue_from.is_file():
         requeued = json.loads(args.requeue_from.read_text())
     else:
         rq_out = args.out.with_name("requeue-for-inplace.json")
