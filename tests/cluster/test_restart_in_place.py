@@ -9,6 +9,7 @@ times, ends.
   - the driver killed mid-run: Ray and the driver come up again in the same job (same id,
     no Slurm requeue), the restarted driver resumes from step 2 and the job completes; the
     restart is an event and a line of `sf status`;
+  - the same in a 1+1 node distillation hetjob: both het groups' Ray nodes come up again;
   - a worker node killed twice with max_restarts_in_place=1: the first death restarts in
     place, the second ends the job, its reason naming the node and the bound.
 The time from the fault to the driver running again is printed (pytest -s).
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import job_state, phases, sf  # noqa: E402
-from test_requeue import cleanup, restarts, status, wait_event, wait_state  # noqa: E402
+from test_requeue import cleanup, hetjob_experiment, restarts, status, wait_event, wait_state  # noqa: E402
 from test_watchdog import experiment  # noqa: E402
 
 TRAINER = r'''
@@ -110,6 +111,23 @@ def test_killed_driver_restarts_in_place_and_completes(tmp_path):
         assert metrics.returncode == 0, metrics.stderr
         assert [s for s, _v in json.loads(metrics.stdout)["data"]["actor/pg_loss"]] == [1, 2, 3, 4]
         print(f"\nkilled driver: running again in place {took:.1f} s later (job {job}, no requeue)")
+    finally:
+        cleanup(job)
+
+
+def test_hetjob_restarts_in_place_across_its_groups(tmp_path):
+    exp = hetjob_experiment(tmp_path, "hetinplace", max_restarts_in_place=1)
+    run, run_dir, job = submit(exp, finish_in_place=1)
+    try:
+        first = wait_file(run_dir / "driver-0.json")
+        wait_steps(run_dir, "attempt-0.jsonl", 2)
+        os.kill(first["pid"], signal.SIGKILL)
+        wait_file(run_dir / "driver-1.json", timeout=120)
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
+        assert len(joined) == 2 and all(len(e["pools"]) == 2 for e in joined), joined  # train and teach, twice
+        assert restarts(job) == 0 and steps_logged(run_dir, "attempt-0.1.jsonl") == [3, 4]
+        print(f"\nhetjob: restarted in place across both groups ({joined[1]['pools']})")
     finally:
         cleanup(job)
 

@@ -10,6 +10,8 @@ then stops itself with SIGSTOP in `freeze_in_rollout`: a driver that no longer m
     step 2, every node's py-spy stacks are saved (the frozen driver's frame on the head, the
     actor's on the worker node), `sf logs --stacks` prints them, the job is requeued
     (cause hang) and its next attempt completes;
+  - with max_restarts_in_place: 1 the same hang restarts Ray and the driver in the same job
+    instead (no requeue), and the restarted driver completes;
   - a driver that never makes a first step fails after first_step_timeout_s when the job
     may not be requeued, with the reason in the record.
 Detection time is printed (pytest -s).
@@ -26,7 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import REPO, job_state, phases, sf  # noqa: E402
-from test_requeue import cleanup, status, wait_event, wait_state  # noqa: E402
+from test_requeue import cleanup, restarts, status, wait_event, wait_state  # noqa: E402
 
 FROZEN = r'''
 import json, os, signal, sys, time
@@ -35,6 +37,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 attempt = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+in_place = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
 
 
 @ray.remote(num_cpus=0)
@@ -61,7 +64,7 @@ with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
         time.sleep(1)
         log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1, "sf_test/time": time.time()}}) + "\n")
         log.flush()
-if attempt >= int(os.environ.get("SF_TEST_FINISH_AT", "99")):
+if attempt >= int(os.environ.get("SF_TEST_FINISH_AT", "99")) or in_place >= 1:
     sys.exit(0)
 freeze_in_rollout()
 '''
@@ -126,6 +129,28 @@ def test_frozen_driver_is_found_stacks_saved_and_job_requeued(tmp_path):
         assert only.returncode == 0 and f"{head}.txt" not in only.stdout and "generate_sequences" in only.stdout
         print(f"\nfrozen driver: hang found {found_after:.1f} s after step 2 (limit 20 s); stacks of "
               f"{len(saved['nodes'])} nodes in {saved['seconds']} s; requeued, attempt 1 completed")
+    finally:
+        cleanup(job)
+
+
+def test_frozen_driver_restarts_in_place(tmp_path):
+    exp = experiment(tmp_path, "frozeninplace", nodes=1, hang_timeout_s=15, first_step_timeout_s=180,
+                     max_restarts_in_place=1)
+    run, run_dir, job = submit(exp, f"exec python3 {exp}/frozen.py")
+    try:
+        hang = wait_event(run_dir, "hang", timeout=240)
+        assert hang["last_step"] == 2 and hang["limit_s"] == 15
+        restarted = wait_event(run_dir, "restarted_in_place", timeout=120)
+        assert restarted["cause"] == "hang" and restarted["restart_in_place"] == 1
+        assert restarted["reason"].startswith("hang: no training step for") and "after step 2" in restarted["reason"]
+        assert (run_dir / hang["stacks"]).is_dir()
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=180) == "COMPLETED"
+        assert restarts(job) == 0 and not any(e["phase"] == "requeued" for e in phases(run_dir))
+        again = [json.loads(x)["step"] for x in (run_dir / "metrics" / "attempt-0.1.jsonl").read_text().splitlines()]
+        assert again == [1, 2]  # this driver resumes from nothing: it has no checkpoint
+        took = restarted["time"] - hang["time"]
+        print(f"\nfrozen driver, max_restarts_in_place=1: hang, stacks and the stop took {took:.1f} s; "
+              "the restarted driver completed in the same job")
     finally:
         cleanup(job)
 
