@@ -24,6 +24,9 @@ class Pool:
     gpus_per_node: int
     het_group: int
     roles: tuple[str, ...] = ()  # e.g. ("actor", "rollout") or ("teacher",)
+    # allocated beside `nodes`, kept out of verl's topology and Ray until a restart in place
+    # swaps one in for a node that died (launcher/injob/heal.py)
+    spare_nodes: int = 0
 
 
 @dataclass(frozen=True)

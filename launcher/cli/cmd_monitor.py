@@ -64,6 +64,8 @@ def _render_status(statuses: list[monitor.RunStatus], detail: bool) -> str:
             out.append(f"slurm reason: {s.reason}")
         for r in s.restarts_in_place:
             nodes = f", node {', '.join(r['nodes'])}" if r.get("nodes") else ""
+            if r.get("left_out"):
+                nodes += f" left out for spare {', '.join(r.get('spares_used') or [])}"
             out.append(f"restart in place {r['n']} (job {r['job_id']}, {_short_time(r.get('iso') or '')}): "
                        f"cause {r['cause']}{nodes}, resumed from step {r['resumed_from']}")
         if s.exit_reason:

@@ -255,7 +255,8 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
             errors.append(SpecError(field + ".gpus_per_node", f"{series_name} nodes have {series.gpus_per_node} GPUs, "
                                     f"the pool asks for {gpn}; lower gpus_per_node or add nodes"))
             gpn = series.gpus_per_node
-        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i))
+        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i,
+                          spare_nodes=int(entry.get("spare_nodes") or 0)))
     if not pools:
         return [], roles
     first = pools[0].name
@@ -266,7 +267,7 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     with_roles = []
     for p in pools:
         mine = tuple(r for r in ("actor", "rollout", "ref", "critic", "teacher", "reward") if roles.get(r) == p.name)
-        with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine))
+        with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine, p.spare_nodes))
     return with_roles, roles
 
 

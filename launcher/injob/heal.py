@@ -139,6 +139,20 @@ def wait_steps_gone(job_id: str) -> None:
     log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
 
 
+def swap_in_spares(pools, dead: list[str], head: str) -> dict[str, str]:
+    """Pure but for mutating `pools`: each dead node of a pool with a spare left is replaced,
+    in its place (its port slot), by the pool's next spare. {dead: spare}. The head stays:
+    the batch step, the driver and the GCS live there."""
+    swapped = {}
+    for pool in pools:
+        for node in dead:
+            if node in pool.hosts and node != head and pool.spares:
+                spare = pool.spares.pop(0)
+                pool.hosts[pool.hosts.index(node)] = spare
+                swapped[node] = spare
+    return swapped
+
+
 def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = None) -> bool:
     """Stop the driver and Ray, bring Ray up again on the same nodes and let the watch loop
     start the driver again (verl resumes from its last checkpoint), while the bound allows.
@@ -169,6 +183,11 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     sup.steps = []
     wait_steps_gone(sup.leader)
     sup.restarts_in_place = n
+    swapped = swap_in_spares(sup.pools, nodes or [], sup.head_node) if cause == "node" else {}
+    if swapped:
+        log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in swapped.items()))
+        sup.nodes = [h for p in sup.pools for h in p.hosts]
+        sup.job.update(pools=[p.to_dict() for p in sup.pools], nodes=sup.nodes)
     # a fresh start: node events from here on, the head's ports free again (or the next block)
     sup.wall0 = time.time()
     sup.port_block = sup.free_head_block()
@@ -181,7 +200,8 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     sup.env["SF_RESTART_IN_PLACE"] = str(n)
     sup.watchdog = None
     sup.record("restarted_in_place", cause=cause, restart_in_place=n, max_restarts_in_place=bound(sup),
-               nodes=nodes or None, resumed_from=checkpoint_step(sup.args.checkpoint_dir), reason=reason[:300],
+               nodes=nodes or None, left_out=list(swapped) or None, spares_used=list(swapped.values()) or None,
+               resumed_from=checkpoint_step(sup.args.checkpoint_dir), reason=reason[:300],
                stop_s=round(time.monotonic() - t0, 1))
     sup.start_ray()
     sup.local("barrier", [sup.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",

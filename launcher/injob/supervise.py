@@ -103,7 +103,8 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     ray = job["ray"]
     args.launcher, args.config_name = plan.launcher, plan.config_name
     args.pool = [topology.PoolHosts(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node,
-                                    het_group=p.het_group, roles=list(p.roles)) for p in plan.pools]
+                                    het_group=p.het_group, roles=list(p.roles), spare_nodes=p.spare_nodes)
+                 for p in plan.pools]
     args.checkpoint_dir, args.check_path = plan.checkpoint_dir or "", list(plan.paths_to_check)
     args.runtime = Runtime.from_dict(job["runtime"])
     args.address_method, args.address_prefix, args.interface = (ray["address_method"], ray["address_prefix"],
@@ -163,8 +164,11 @@ def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
         if not nodelist:
             raise RuntimeError(f"{key} is not set: is this a {'heterogeneous ' if hetjob else ''}Slurm job?")
         pool.hosts = slurm.hostnames(nodelist)
-        if len(pool.hosts) != pool.nodes:
-            log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes, Slurm gave {len(pool.hosts)}")
+        if len(pool.hosts) != pool.nodes + pool.spare_nodes:
+            log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes (+{pool.spare_nodes} spare), "
+                f"Slurm gave {len(pool.hosts)}")
+        if pool.spare_nodes and len(pool.hosts) > pool.nodes:  # the last ones wait, out of Ray (heal.py)
+            pool.hosts, pool.spares = pool.hosts[:pool.nodes], pool.hosts[pool.nodes:]
 
 
 def gpu_env_wrapper(argv: list[str]) -> list[str]:

@@ -83,7 +83,8 @@ class RunStatus:
 def restarts_in_place(phases: list[dict]) -> list[dict]:
     """The run's restarts in place, from its `restarted_in_place` phases (pure)."""
     return [{"n": e.get("restart_in_place"), "job_id": e.get("job_id"), "cause": e.get("cause"),
-             "nodes": e.get("nodes"), "resumed_from": e.get("resumed_from"), "iso": e.get("iso")}
+             "nodes": e.get("nodes"), "left_out": e.get("left_out"), "spares_used": e.get("spares_used"),
+             "resumed_from": e.get("resumed_from"), "iso": e.get("iso")}
             for e in phases if e.get("phase") == vocabulary.RESTARTED_IN_PLACE]
 
 

@@ -115,7 +115,9 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     d.append("--time=" + sbatch_values.time_limit(s.time or site.time, "slurm.time"))
     partition = s.partition or series.partition
     d.append("--partition=" + sbatch_values.account(partition, "slurm.partition"))
-    d.append(f"--nodes={sbatch_values.whole(pool.nodes, f'pools.{pool.name}.nodes', 1)}")
+    nodes = sbatch_values.whole(pool.nodes, f"pools.{pool.name}.nodes", 1)
+    spares = sbatch_values.whole(pool.spare_nodes, f"pools.{pool.name}.spare_nodes", 0)
+    d.append(f"--nodes={nodes + spares}")  # the spares are allocated too, kept out of Ray until needed
     d.append("--ntasks-per-node=1")
     gpus = sbatch_values.whole(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
     if gpus:

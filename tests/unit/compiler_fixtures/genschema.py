@@ -54,7 +54,11 @@ def build() -> dict:
                     "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,15}$"},
                     "series": {"type": "string", "description": "GPU series of the site file (default: the site's default_series)"},
                     "nodes": {"type": "integer", "minimum": 1},
-                    "gpus_per_node": {"type": "integer", "minimum": 1}}}},
+                    "gpus_per_node": {"type": "integer", "minimum": 1},
+                    "spare_nodes": {"type": "integer", "minimum": 0,
+                                    "description": "nodes allocated beside `nodes` and kept out of training; a restart "
+                                                   "in place (slurm.max_restarts_in_place) swaps one in for a node "
+                                                   "that died"}}}},
                 "roles": {"type": "object", "additionalProperties": False, "properties": {
                     r: {"type": "string"} for r in ("actor", "rollout", "ref", "critic", "teacher", "reward")}}}}}},
         "slurm": {"type": "object", "additionalProperties": False, "properties": {
