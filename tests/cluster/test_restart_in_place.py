@@ -10,6 +10,8 @@ times, ends.
     no Slurm requeue), the restarted driver resumes from step 2 and the job completes; the
     restart is an event and a line of `sf status`;
   - the same in a 1+1 node distillation hetjob: both het groups' Ray nodes come up again;
+  - a worker killed in a pool with a spare node: the job goes on on the spare (same job
+    id, no requeue) and completes, the dead node left out;
   - a worker node killed twice with max_restarts_in_place=1: the first death restarts in
     place, the second ends the job, its reason naming the node and the bound.
 The time from the fault to the driver running again is printed (pytest -s).
@@ -128,6 +130,39 @@ def test_hetjob_restarts_in_place_across_its_groups(tmp_path):
         assert len(joined) == 2 and all(len(e["pools"]) == 2 for e in joined), joined  # train and teach, twice
         assert restarts(job) == 0 and steps_logged(run_dir, "attempt-0.1.jsonl") == [3, 4]
         print(f"\nhetjob: restarted in place across both groups ({joined[1]['pools']})")
+    finally:
+        cleanup(job)
+
+
+def test_killed_worker_is_replaced_by_the_spare_node(tmp_path):
+    import yaml
+
+    exp = experiment(tmp_path, "spare", nodes=2, max_restarts_in_place=1)
+    config = yaml.safe_load(Path(exp, "config.yaml").read_text())
+    config["spec"]["resources"]["pools"][0]["spare_nodes"] = 1
+    Path(exp, "config.yaml").write_text(yaml.safe_dump(config))
+    run, run_dir, job = submit(exp, finish_in_place=1)
+    try:
+        wait_file(run_dir / "driver-0.json")
+        wait_steps(run_dir, "attempt-0.jsonl", 2)
+        allocated = next(e for e in phases(run_dir) if e["phase"] == "allocated")
+        head, worker = allocated["pools"]["train"]
+        joined = next(e for e in phases(run_dir) if e["phase"] == "all_joined")
+        assert sorted(joined["pools"]["train"]) == sorted([head, worker]) and joined["ray_nodes"] == 2
+        killed = [e for e in phases(run_dir) if e["phase"] == "node_started" and e["node"] == worker][-1]
+        os.kill(killed["pid"], signal.SIGKILL)
+        event = wait_event(run_dir, "restarted_in_place", timeout=60)
+        assert event["cause"] == "node" and event["left_out"] == [worker], event
+        spare = event["spares_used"][0]
+        assert spare not in (head, worker)
+        wait_file(run_dir / "driver-1.json", timeout=120)
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        again = [e for e in phases(run_dir) if e["phase"] == "all_joined"][-1]
+        assert sorted(again["pools"]["train"]) == sorted([head, spare]), again  # the dead node left out
+        assert restarts(job) == 0 and steps_logged(run_dir, "attempt-0.1.jsonl") == [3, 4]
+        text = sf("status", run).stdout
+        assert f"node {worker} left out for spare {spare}" in text, text
+        print(f"\nspare: {worker} died, {spare} took its place in job {job}; completed")
     finally:
         cleanup(job)
 
