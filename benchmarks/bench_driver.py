@@ -25,11 +25,17 @@ MODE = globals().get("MODE", "exit")
 now = time.time()
 entry = {"driver_start": now, "batch_start": procstart.batch_start_epoch(),
          "job_id": os.environ.get("SLURM_JOB_ID"), "restart": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
-         "nnodes": os.environ.get("FORGE_CLUSTER_TOTAL_NODES"), "mode": MODE}
+         "nnodes": os.environ.get("FORGE_CLUSTER_TOTAL_NODES"), "mode": MODE, "pid": os.getpid(),
+         "in_place": int(os.environ.get("SF_RESTART_IN_PLACE") or 0)}
 run_dir = os.environ.get("FORGE_CLUSTER_RUN_DIR") or os.environ.get("SF_RUN_DIR") or "."
 with open(os.path.join(run_dir, "bench_driver.jsonl"), "a") as handle:
     handle.write(json.dumps(entry) + "\n")
 print(f"bench driver ({MODE}) started on {os.environ.get('SLURMD_NODENAME')}: {entry}", flush=True)
+if MODE == "block" and os.environ.get("VERL_FILE_LOGGER_PATH"):
+    # one training step record, as verl's file logger writes it: a driver that has trained
+    # (sf restarts in place only a driver that failed after its first step)
+    with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as handle:
+        handle.write(json.dumps({"step": 1, "data": {"actor/pg_loss": 0.0}}) + "\n")
 if MODE == "block":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     deadline = time.monotonic() + 3600

@@ -1,6 +1,6 @@
 """Run every benchmark in one session and write benchmarks/RESULTS.md (run by run_all).
 
-    python benchmarks/suite.py [--reps 3] [--quick] [--only login,cpu,bringup,monitor,requeue]
+    python benchmarks/suite.py [--reps 3] [--quick] [--only login,cpu,bringup,monitor,requeue,inplace]
                                [--results DIR] [--md FILE]
 
 Order: login-node cost, CPU cost of one node start, bring-up (the long one), monitoring
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH, REPO, log  # noqa: E402
 
-ALL = ("login", "cpu", "bringup", "monitor", "requeue", "fix")
+ALL = ("login", "cpu", "bringup", "monitor", "requeue", "inplace", "fix")
 
 
 def utc() -> str:
@@ -104,6 +104,9 @@ def main(argv: list[str]) -> int:
                      *(["--extra-reps", args.extra_reps] if args.extra_reps else [])], 600 + 900 * reps),
         "monitor": ([py, BENCH / "monitor_cost.py", "--polls", "2" if args.quick else "5"], 600),
         "requeue": ([py, BENCH / "requeue.py", "--reps", "1" if args.quick else "3"], 900),
+        # restart in place against the requeue figures above (measured first when they are missing)
+        "inplace": ([py, BENCH / "inplace.py", "--reps", "1" if args.quick else "3",
+                     "--requeue-from", results / "requeue.json"], 1200),
         # not a target: sf before the barrier fix (HEAD minus barrier_fix.patch), a before/after
         "fix": ([py, BENCH / "bringup.py", "--methods", "sf_prefix", "--reps", "1",
                  "--nodes", "1,2" if args.quick else "1,2,4,8"], 600),

@@ -24,6 +24,9 @@ class Pool:
     gpus_per_node: int
     het_group: int
     roles: tuple[str, ...] = ()  # e.g. ("actor", "rollout") or ("teacher",)
+    # allocated beside `nodes`, kept out of verl's topology and Ray until a restart in place
+    # swaps one in for a node that died (launcher/injob/heal.py)
+    spare_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,14 @@ class SlurmOptions:
     requeue: bool = True
     max_requeues: int = 3
     signal_lead_s: int = 300  # --signal=B:USR1@<lead>
+    # the progress watchdog (launcher/injob/heal.py): a hang after hang_timeout_s without a
+    # training step (or 5 x the median step time when longer; 0: off), first_step_timeout_s
+    # before the first one
+    hang_timeout_s: int = 1800
+    first_step_timeout_s: int = 3600
+    # restarts of Ray and the driver inside the allocation (a hang, a node's or the driver's
+    # death) before the job is requeued or fails; 0: none (launcher/injob/heal.py)
+    max_restarts_in_place: int = 0
     # scheduler options (launcher.compile.scheduler_options), checked when compiled and rendered
     reservation: str | None = None
     mail_type: str | None = None

@@ -192,6 +192,15 @@ def show_job(job_id) -> dict:
     return parse_show_job(proc.stdout)
 
 
+def numbered_steps(job_id) -> list[str]:
+    """The job's srun steps slurmctld still holds (`123.4`, `123+1.0`; not batch or extern):
+    a step that has ended keeps its memory until slurmctld has seen it go, and a new step
+    asked for meanwhile fails ("Memory required by task is not available")."""
+    proc = _run(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i"], check=False)
+    steps = [s.strip() for s in proc.stdout.split()]
+    return [s for s in steps if s.rpartition(".")[2].isdigit()]
+
+
 def hostnames(nodelist: str) -> list[str]:
     if not nodelist:
         return []

@@ -81,6 +81,11 @@ ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
 HEALTH_CHECKED = "health_checked"  # site ray.health_check: always, before the driver
+# launcher/injob/heal.py: the progress watchdog found no training step within its limit
+HANG = "hang"  # last_step, seconds_since, limit_s, stacks (the dir under the run)
+STACKS_SAVED = "stacks_saved"  # every node's Python stacks written (dir, nodes)
+# Ray and the driver started again inside the allocation (cause: hang | node | driver)
+RESTARTED_IN_PLACE = "restarted_in_place"
 # templates/job.sbatch.j2 (the USR1 trap)
 REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
@@ -101,6 +106,9 @@ PHASE_LABELS = {
     BARRIER_WAITING: "waiting for nodes",
     ALL_JOINED: "ray up",
     HEALTH_CHECKED: "nodes checked",
+    HANG: "hung (no training step)",
+    STACKS_SAVED: "hung: stacks saved",
+    RESTARTED_IN_PLACE: "restarting in place",
     DRIVER_STARTED: "driver started",
     ENDED: "ended",
     REQUEUED: "requeued",

@@ -62,6 +62,12 @@ def _render_status(statuses: list[monitor.RunStatus], detail: bool) -> str:
             out.append("components: " + ", ".join(f"{k} {s.jobs[k]['state'].lower()}" for k in parts))
         if s.reason and s.reason != "None" and not s.done:
             out.append(f"slurm reason: {s.reason}")
+        for r in s.restarts_in_place:
+            nodes = f", node {', '.join(r['nodes'])}" if r.get("nodes") else ""
+            if r.get("left_out"):
+                nodes += f" left out for spare {', '.join(r.get('spares_used') or [])}"
+            out.append(f"restart in place {r['n']} (job {r['job_id']}, {_short_time(r.get('iso') or '')}): "
+                       f"cause {r['cause']}{nodes}, resumed from step {r['resumed_from']}")
         if s.exit_reason:
             out.append(f"exit reason: {s.exit_reason}")
     if source:
@@ -226,6 +232,9 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
 @click.option("--ray", "ray_logs", is_flag=True,
               help="Ray's own logs (raylet, GCS, process exits), kept under RUN/logs/ray/ as each node "
                    "stopped; with --node, that node's.")
+@click.option("--stacks", "stacks", is_flag=True,
+              help="The Python stacks of every node saved when the watchdog found a hang (RUN/stacks/); "
+                   "with --node, that node's.")
 @click.option("--list", "list_only", is_flag=True, help="List the log files and exit.")
 @click.option("--interval", default=0.5, show_default=True, type=click.FloatRange(min=0.05),
               help="Seconds between reads with -f.")
@@ -233,15 +242,17 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
               help="Seconds between job-state checks with -f (one sacct call each).")
 @json_option
 @runs_options
-def logs(run_id, follow, node, role, tail_n, task, ray_logs, list_only, interval, check_every, as_json, site_path,
-         runs_dir):
+def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, interval, check_every, as_json,
+         site_path, runs_dir):
     """Print or follow a run's logs (files under RUN/logs/).
 
-    With --json: one document {"run", "logs": [{"file", "text"}]} (--list: {"run", "files"});
-    with -f, one JSON object {"file", "text"} per line as the text arrives."""
+    With --json: one document {"run", "logs": [{"file", "text"}]} (--list: {"run", "files"};
+    --stacks: {"run", "stacks"}); with -f, one JSON object {"file", "text"} per line."""
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)
+    if stacks:
+        return _print_stacks(run, node, as_json)
     if list_only:
         return _list_logs(run, as_json)
     tail_n = 50 if tail_n is None and follow else tail_n
@@ -323,6 +334,27 @@ def _log_emitter(as_json: bool, follow: bool, collected: list[dict]):
         elif text:
             collected.append({"file": name, "text": text})
     return emit
+
+
+def stack_files(run_dir: Path, node: str | None = None) -> list[Path]:
+    """RUN/stacks/<job>-<restart>/<node>.txt, oldest hang first (pure but for the listing)."""
+    dirs = sorted((d for d in (run_dir / "stacks").glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    return [f for d in dirs for f in sorted(d.glob("*.txt")) if node is None or f.stem == node]
+
+
+def _print_stacks(run: runs.Run, node: str | None, as_json: bool = False) -> None:
+    files = stack_files(run.dir, node)
+    if not files:
+        raise SpecError("--stacks", f"no stacks saved for {run.id}{' on ' + node if node else ''}: the watchdog "
+                                    "saves them in RUN/stacks/ when it finds a hang")
+    if as_json:
+        print_json({"ok": True, "run": run.id, "stacks": [
+            {"file": str(path.relative_to(run.dir)), "text": path.read_text(errors="replace")} for path in files]})
+        return
+    for path in files:
+        click.echo(f"==> {path.relative_to(run.dir)} <==")
+        click.echo(path.read_text(errors="replace").rstrip("\n"))
+        click.echo("")
 
 
 def _log_target(root, run_id: str, task: int | None):

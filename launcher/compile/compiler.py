@@ -287,7 +287,8 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
             errors.append(SpecError(field + ".gpus_per_node", f"{series_name} nodes have {series.gpus_per_node} GPUs, "
                                     f"the pool asks for {gpn}; lower gpus_per_node or add nodes"))
             gpn = series.gpus_per_node
-        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i))
+        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i,
+                          spare_nodes=int(entry.get("spare_nodes") or 0)))
     if not pools:
         return [], roles
     first = pools[0].name
@@ -300,7 +301,7 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     with_roles = []
     for p in pools:
         mine = tuple(r for r in ("actor", "rollout", "ref", "critic", "teacher", "reward") if roles.get(r) == p.name)
-        with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine))
+        with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine, p.spare_nodes))
     return with_roles, roles
 
 
@@ -322,6 +323,9 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
         requeue=bool(s.get("requeue", True)),
         max_requeues=int(s.get("max_requeues", site.max_requeues)),
         signal_lead_s=int(s.get("signal_lead_s", site.signal_lead_s)),
+        hang_timeout_s=int(s.get("hang_timeout_s", site.hang_timeout_s)),
+        first_step_timeout_s=int(s.get("first_step_timeout_s", site.first_step_timeout_s)),
+        max_restarts_in_place=int(s.get("max_restarts_in_place", site.max_restarts_in_place)),
     )
 
 

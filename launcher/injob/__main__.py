@@ -5,6 +5,7 @@
   barrier                  wait for every pool's nodes and GPUs (runtime python)
   preflight                the preflight checks (runtime python)
   health                   object transfers between every pair of nodes (runtime python)
+  stacks --out DIR         py-spy dumps of this job's Python processes on this node (a hang)
   phase RUN_DIR NAME [k=v ...]   append a phase to the run's events (the requeue trap)
   reason RUN_DIR TEXT      write the run's reason file (the requeue trap, at the bound)
   point MANIFEST TASK      print the run dir of an array sweep's point TASK (the batch script)
@@ -40,6 +41,10 @@ def main(argv: list[str]) -> int:
         from launcher.injob import health
 
         return health.main()
+    if cmd == "stacks":
+        from launcher.injob import stacks
+
+        return stacks.main(rest)
     if cmd == "preflight":
         from launcher.injob import preflight
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, private, topology, verl_main
+from launcher.injob import auth, heal, private, topology, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -177,7 +177,8 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     ray = job["ray"]
     args.launcher, args.config_name = plan.launcher, plan.config_name
     args.pool = [topology.PoolHosts(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node,
-                                    het_group=p.het_group, roles=list(p.roles)) for p in plan.pools]
+                                    het_group=p.het_group, roles=list(p.roles), spare_nodes=p.spare_nodes)
+                 for p in plan.pools]
     args.checkpoint_dir, args.check_path = plan.checkpoint_dir or "", list(plan.paths_to_check)
     args.runtime = Runtime.from_dict(job["runtime"])
     args.address_method, args.address_prefix, args.interface = (ray["address_method"], ray["address_prefix"],
@@ -188,6 +189,7 @@ def read_plan(args: argparse.Namespace, path: Path) -> None:
     args.health_check = ray.get("health_check", "preflight")
     args.exclude_bad_nodes = bool(ray.get("exclude_bad_nodes"))
     args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
+    args.heal = job.get("heal") or {}  # hang limits, restarts in place (launcher/injob/heal.py)
 
 
 def load_point(manifest: str, task: int) -> dict:
@@ -236,8 +238,11 @@ def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
         if not nodelist:
             raise RuntimeError(f"{key} is not set: is this a {'heterogeneous ' if hetjob else ''}Slurm job?")
         pool.hosts = slurm.hostnames(nodelist)
-        if len(pool.hosts) != pool.nodes:
-            log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes, Slurm gave {len(pool.hosts)}")
+        if len(pool.hosts) != pool.nodes + pool.spare_nodes:
+            log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes (+{pool.spare_nodes} spare), "
+                f"Slurm gave {len(pool.hosts)}")
+        if pool.spare_nodes and len(pool.hosts) > pool.nodes:  # the last ones wait, out of Ray (heal.py)
+            pool.hosts, pool.spares = pool.hosts[:pool.nodes], pool.hosts[pool.nodes:]
 
 
 def gpu_env_wrapper(argv: list[str]) -> list[str]:
@@ -761,10 +766,12 @@ class Supervisor:
                     ending = self.ending_by_slurm()
                     if ending:
                         return self.end_by_slurm(ending)
-                    return self.fail(
-                        f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                        f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
-                        + self.exit_hint(named), rc=1)
+                    reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
+                              f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
+                              + self.exit_hint(named))
+                    if self.phase == "driver" and heal.restart_in_place(self, "node", reason, named):
+                        break
+                    return self.fail(reason + heal.after(self), rc=1)
                 if step["kind"] == "barrier" and not step.get("seen"):
                     step["seen"] = True
                     result = last_json(step["popen"], rc)
@@ -817,10 +824,16 @@ class Supervisor:
                     cause = self.driver_failure(what) if rc != 0 else None
                     if cause:
                         reason += f": {cause}"
+                    if rc != 0 and heal.restart_in_place(self, "driver", reason):
+                        break
                     if rc != 0:
+                        reason += heal.after(self)
                         self.write_reason(reason)
                     self.finish(rc, reason)
                     return rc
+            hang = heal.check(self)  # the progress watchdog, while the driver trains
+            if hang and (ended := heal.on_hang(self, hang)) is not None:
+                return ended
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
                 self.record("head_up", seconds=self.elapsed(), address=self.gcs)

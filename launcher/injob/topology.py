@@ -40,6 +40,8 @@ class PoolHosts:
     het_group: int
     roles: list = field(default_factory=list)
     hosts: list = field(default_factory=list)
+    spare_nodes: int = 0
+    spares: list = field(default_factory=list)  # allocated, kept out of Ray until swapped in
 
     @property
     def resource(self) -> str:

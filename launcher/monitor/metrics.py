@@ -85,8 +85,11 @@ class Metrics:
 
 
 def _attempt_order(path: Path) -> tuple:
-    match = re.search(r"(\d+)", path.stem)
-    return (int(match.group(1)) if match else -1, path.name)
+    """attempt-N.jsonl, then its restarts in place attempt-N.K.jsonl (K = 1, 2, ...)."""
+    match = re.search(r"(\d+)(?:\.(\d+))?", path.stem)
+    if not match:
+        return (-1, 0, path.name)
+    return (int(match.group(1)), int(match.group(2) or 0), path.name)
 
 
 def metrics_files(run_dir: str | Path) -> list[Path]:

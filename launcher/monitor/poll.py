@@ -64,6 +64,9 @@ class RunStatus:
     step: int | None = None
     total_steps: int | None = None
     requeue_count: int = 0
+    # each restart of Ray and the driver inside the allocation (launcher/injob/heal.py):
+    # {"n", "job_id", "cause", "nodes", "resumed_from", "iso"}
+    restarts_in_place: list[dict] = field(default_factory=list)
     exit_reason: str | None = None
     sweep: dict | None = None
     created: str = ""
@@ -75,6 +78,14 @@ class RunStatus:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def restarts_in_place(phases: list[dict]) -> list[dict]:
+    """The run's restarts in place, from its `restarted_in_place` phases (pure)."""
+    return [{"n": e.get("restart_in_place"), "job_id": e.get("job_id"), "cause": e.get("cause"),
+             "nodes": e.get("nodes"), "left_out": e.get("left_out"), "spares_used": e.get("spares_used"),
+             "resumed_from": e.get("resumed_from"), "iso": e.get("iso")}
+            for e in phases if e.get("phase") == vocabulary.RESTARTED_IN_PLACE]
 
 
 # --- progress from files -------------------------------------------------------------------
@@ -241,6 +252,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         elapsed=job.elapsed if job is not None else (final or {}).get("elapsed", ""),
         exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
         phase=phase, step=step, total_steps=total, requeue_count=int(rec.get("requeue_count") or 0),
+        restarts_in_place=restarts_in_place(phases),
         exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
         jobs=jobs, done=run_ended(state) or not job_ids,
         source=states.source if states is not None else None,

@@ -115,7 +115,9 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     d.append("--time=" + sbatch_values.time_limit(s.time or site.time, "slurm.time"))
     partition = s.partition or series.partition
     d.append("--partition=" + sbatch_values.account(partition, "slurm.partition"))
-    d.append(f"--nodes={sbatch_values.whole(pool.nodes, f'pools.{pool.name}.nodes', 1)}")
+    nodes = sbatch_values.whole(pool.nodes, f"pools.{pool.name}.nodes", 1)
+    spares = sbatch_values.whole(pool.spare_nodes, f"pools.{pool.name}.spare_nodes", 0)
+    d.append(f"--nodes={nodes + spares}")  # the spares are allocated too, kept out of Ray until needed
     d.append("--ntasks-per-node=1")
     gpus = sbatch_values.whole(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
     if gpus:
@@ -205,6 +207,12 @@ def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
         # the USR1 can come up to ~30 s before its lead (slurmctld's timer tick); 0: never requeued
         "requeue_lead": sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1) + 30
         if plan.slurm.requeue else 0,
+        # the progress watchdog (launcher/injob/watchdog.py; 0: off) and restarts in place (heal.py)
+        "heal": {"hang_timeout_s": sbatch_values.whole(plan.slurm.hang_timeout_s, "slurm.hang_timeout_s", 0),
+                 "first_step_timeout_s": sbatch_values.whole(plan.slurm.first_step_timeout_s,
+                                                             "slurm.first_step_timeout_s", 1),
+                 "max_restarts_in_place": sbatch_values.whole(plan.slurm.max_restarts_in_place,
+                                                              "slurm.max_restarts_in_place", 0)},
     }
 
 

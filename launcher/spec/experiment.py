@@ -158,6 +158,9 @@ def _site_layer(site: Site) -> dict:
         "time": site.time,
         "max_requeues": site.max_requeues,
         "signal_lead_s": site.signal_lead_s,
+        "hang_timeout_s": site.hang_timeout_s,
+        "first_step_timeout_s": site.first_step_timeout_s,
+        "max_restarts_in_place": site.max_restarts_in_place,
     }
     # scheduler options as site defaults (launcher.compile.scheduler_options checks them when compiled)
     site_slurm = (site.raw or {}).get("slurm") or {}

@@ -125,7 +125,7 @@ def test_sf_new_then_validate_json(root, monkeypatch):
     out = json.loads(r.stdout)
     assert out["valid"] and out["entry"] == ["python3", "-m", "verl.trainer.main_ppo"]
     assert out["pools"] == [{"name": "train", "series": "fake", "nodes": 2, "gpus_per_node": 4, "het_group": 0,
-                             "roles": ["actor", "rollout", "ref"]}]
+                             "roles": ["actor", "rollout", "ref"], "spare_nodes": 0}]
     assert "trainer.default_local_dir=/tmp/sf-unit-runs/g-XXXXX/checkpoints" in out["overrides"]
     assert out["provenance"]["model"] == "--model"
     r = runner.invoke(main, ["validate", "g", "--json"])

@@ -54,7 +54,11 @@ def build() -> dict:
                     "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,15}$"},
                     "series": {"type": "string", "description": "GPU series of the site file (default: the site's default_series)"},
                     "nodes": {"type": "integer", "minimum": 1},
-                    "gpus_per_node": {"type": "integer", "minimum": 1}}}},
+                    "gpus_per_node": {"type": "integer", "minimum": 1},
+                    "spare_nodes": {"type": "integer", "minimum": 0,
+                                    "description": "nodes allocated beside `nodes` and kept out of training; a restart "
+                                                   "in place (slurm.max_restarts_in_place) swaps one in for a node "
+                                                   "that died"}}}},
                 "roles": {"type": "object", "additionalProperties": False, "properties": {
                     r: {"type": "string"} for r in ("actor", "rollout", "ref", "critic", "teacher", "reward")}}}}}},
         "slurm": {"type": "object", "additionalProperties": False, "properties": {
@@ -63,6 +67,19 @@ def build() -> dict:
             "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
             "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
             "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10},
+            # the progress watchdog (launcher/injob/watchdog.py)
+            "hang_timeout_s": {"type": "integer", "minimum": 0,
+                               "description": "seconds without a new training step before the job counts as hung "
+                                              "(stacks saved, requeued or failed); 5 x the median step time when "
+                                              "longer; 0 turns the watchdog off"},
+            "first_step_timeout_s": {"type": "integer", "minimum": 1,
+                                     "description": "seconds from the driver's start to the first training step "
+                                                    "before the job counts as hung"},
+            "max_restarts_in_place": {"type": "integer", "minimum": 0,
+                                      "description": "on a hang, a node's or the driver's death: stop Ray and the "
+                                                     "driver and start both again in the same allocation (verl "
+                                                     "resumes from its last checkpoint), at most this many times "
+                                                     "per attempt, before the job is requeued or fails"},
             **SCHEDULER_PROPERTIES}},
       },
     }

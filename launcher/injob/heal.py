@@ -1,0 +1,231 @@
+"""What the supervisor does about a hung driver (issue 23): the glue between its watch
+loop (launcher/injob/supervise.py, two calls) and the watchdog's pure decision
+(watchdog.py) and the stack dump (stacks.py).
+
+  check(sup)        once per watch-loop turn while the driver trains: a watchdog.Hang or None
+  on_hang(sup, h)   record `hang` (last step, seconds since, the limit), save every node's
+                    Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`), then
+                    end the attempt the way sf ends any failed attempt: a requeue when the job
+                    may still be requeued (requeue on, restarts below max_requeues), else fail;
+                    the reason says "hang: no training step for N s after step S".
+
+The watchdog runs only for a driver that writes step records (trainer.logger names `file`;
+otherwise nothing would ever arrive and the first-step allowance would end a healthy run)
+and not for a preflight. `hang_timeout_s: 0` turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from launcher import slurm
+from launcher.checkpoints import TRACKER
+from launcher.injob import auth, stacks, watchdog
+from launcher.injob import ports as ports_mod
+
+
+def log(msg: str) -> None:
+    print(f"[sf {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _limits(sup) -> watchdog.Limits | None:
+    raw = getattr(sup.args, "heal", None) or {}
+    limits = watchdog.Limits.from_dict(raw)
+    if limits.hang_timeout_s <= 0:
+        return None
+    return limits
+
+
+def metrics_path(sup) -> str:
+    """The step records of this attempt (the batch script exports VERL_FILE_LOGGER_PATH; a
+    restart in place sets its own in the driver's environment)."""
+    return sup.env.get("VERL_FILE_LOGGER_PATH") or str(
+        Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.jsonl")
+
+
+def check(sup) -> watchdog.Hang | None:
+    if sup.phase != "driver" or sup.args.preflight:
+        return None
+    dog = getattr(sup, "watchdog", None)
+    if dog is None:
+        limits = _limits(sup)
+        if limits is None or not watchdog.file_logger_on(sup.args.overrides):
+            why = "hang_timeout_s is 0" if limits is None else "trainer.logger has no `file` (no step records)"
+            log(f"watchdog: off ({why})")
+            sup.watchdog = dog = False
+        else:
+            path = metrics_path(sup)
+            sup.watchdog = dog = watchdog.Watchdog(path, limits, time.monotonic())
+            log(f"watchdog: following {path}: a hang after {limits.hang_timeout_s:g} s without a step "
+                         f"(or {limits.factor:g} x the median step time, when longer); "
+                         f"{limits.first_step_timeout_s:g} s for the first step")
+    if not dog:
+        return None
+    return dog.poll(time.monotonic())
+
+
+def on_hang(sup, hang: watchdog.Hang) -> int | None:
+    """Record the hang, save the stacks, kill the driver; restart in place (None: the watch
+    goes on) or end the attempt (its exit code)."""
+    reason = hang.reason()
+    rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}" + (f".{in_place(sup)}" if in_place(sup) else "")
+    sup.record("hang", last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
+               first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
+    t0 = time.monotonic()
+    saved = stacks.save(sup, Path(sup.run_dir) / rel)
+    sup.record("stacks_saved", dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
+    reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
+    # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
+    # kill it now, so ending the attempt does not wait out the grace times for it.
+    for step in sup.steps:
+        if step["kind"] == "driver" and step["popen"].poll() is None:
+            step["popen"].kill()
+    if restart_in_place(sup, "hang", reason):
+        return None
+    if sup.may_requeue():
+        return requeue(sup, reason)
+    reason += after(sup)
+    if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
+        reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={sup.args.max_requeues})"
+    return sup.fail(reason, rc=1)
+
+
+# --- restart in place (issue 23, item 2) ----------------------------------------------------
+
+def in_place(sup) -> int:
+    """Restarts in place so far in this attempt."""
+    return int(getattr(sup, "restarts_in_place", 0))
+
+
+def bound(sup) -> int:
+    return int((getattr(sup.args, "heal", None) or {}).get("max_restarts_in_place", 0))
+
+
+def after(sup) -> str:
+    """What a failing attempt's reason adds when it had restarted in place."""
+    n = in_place(sup)
+    return f"; after {n} restart{'s' if n > 1 else ''} in place (max_restarts_in_place={bound(sup)})" if n else ""
+
+
+def checkpoint_step(checkpoint_dir: str) -> int:
+    """The step verl resumes from (resume_mode=auto): its tracker file, else 0."""
+    try:
+        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+STEPS_GONE_S = 30
+
+
+def wait_steps_gone(job_id: str) -> None:
+    """Until slurmctld holds none of the job's old srun steps (bounded): their memory is
+    released only then, and the new node steps need it (seen on the dev cluster: a restart
+    1.8 s after the stop failed with "Memory required by task is not available")."""
+    deadline = time.monotonic() + STEPS_GONE_S
+    while time.monotonic() < deadline:
+        try:
+            left = slurm.numbered_steps(job_id)
+        except Exception as exc:  # no squeue: go on, the new steps say what is wrong
+            log(f"cannot list the job's steps ({exc}); starting Ray again anyway")
+            return
+        if not left:
+            return
+        time.sleep(0.2)
+    log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
+
+
+def swap_in_spares(pools, dead: list[str], head: str) -> dict[str, str]:
+    """Pure but for mutating `pools`: each dead node of a pool with a spare left is replaced,
+    in its place (its port slot), by the pool's next spare. {dead: spare}. The head stays:
+    the batch step, the driver and the GCS live there."""
+    swapped = {}
+    for pool in pools:
+        for node in dead:
+            if node in pool.hosts and node != head and pool.spares:
+                spare = pool.spares.pop(0)
+                pool.hosts[pool.hosts.index(node)] = spare
+                swapped[node] = spare
+    return swapped
+
+
+def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = None) -> bool:
+    """Stop the driver and Ray, bring Ray up again on the same nodes and let the watch loop
+    start the driver again (verl resumes from its last checkpoint), while the bound allows.
+    False: not restarted (the caller ends the attempt as before).
+
+    A driver that failed before its first training step is not restarted: such a failure
+    (a config error, a missing file) repeats, and each try costs a whole verl start."""
+    if in_place(sup) >= bound(sup) or sup.args.preflight or sup.args.launcher != "ray":
+        if bound(sup) and in_place(sup) >= bound(sup):
+            log(f"not restarting in place: {in_place(sup)} restarts in place already (max_restarts_in_place="
+                f"{bound(sup)})")
+        return False
+    dog = getattr(sup, "watchdog", None)
+    if cause == "driver" and dog:
+        dog.checked = 0.0  # read what the driver logged up to its end, not a second ago
+        dog.poll(time.monotonic())
+    if cause == "driver" and dog and dog.progress.training_steps == 0:
+        log("not restarting in place: the driver failed before its first training step")
+        return False
+    n = in_place(sup) + 1
+    t0 = time.monotonic()
+    log(f"restarting in place ({n} of at most {bound(sup)}): {reason}")
+    for step in sup.steps:
+        if step["kind"] == "driver" and step["popen"].poll() is None:
+            step["popen"].kill()
+    sup.stop_nodes()  # each node stops Ray and keeps its logs, as at the end of a job
+    sup.terminate()
+    sup.steps = []
+    wait_steps_gone(sup.leader)
+    sup.restarts_in_place = n
+    swapped = swap_in_spares(sup.pools, nodes or [], sup.head_node) if cause == "node" else {}
+    if swapped:
+        log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in swapped.items()))
+        sup.nodes = [h for p in sup.pools for h in p.hosts]
+        sup.job.update(pools=[p.to_dict() for p in sup.pools], nodes=sup.nodes)
+    # a fresh start: node events from here on, the head's ports free again (or the next block)
+    sup.wall0 = time.time()
+    sup.port_block = sup.free_head_block()
+    sup.ports = ports_mod.block_ports(sup.port_block, 0, sup.args.port_range)
+    sup.gcs = f"{sup.head_addr}:{sup.ports.gcs}"
+    sup.job.update(head=sup.gcs, port_block=sup.port_block)
+    sup.env["SF_JOB"] = json.dumps(sup.job, separators=(",", ":"))
+    # verl's file logger opens its file with "wb": the restarted driver writes its own
+    sup.env["VERL_FILE_LOGGER_PATH"] = str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.{n}.jsonl")
+    sup.env["SF_RESTART_IN_PLACE"] = str(n)
+    sup.watchdog = None
+    sup.record("restarted_in_place", cause=cause, restart_in_place=n, max_restarts_in_place=bound(sup),
+               nodes=nodes or None, left_out=list(swapped) or None, spares_used=list(swapped.values()) or None,
+               resumed_from=checkpoint_step(sup.args.checkpoint_dir), reason=reason[:300],
+               stop_s=round(time.monotonic() - t0, 1))
+    sup.start_ray()
+    sup.local("barrier", [sup.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
+              stdout=subprocess.PIPE)
+    sup.phase = "bringup"
+    return True
+
+
+def requeue(sup, reason: str) -> int:
+    """The whole job back to the queue (the next attempt resumes from the last checkpoint),
+    as the supervisor's --exclude-bad-nodes requeue does, with nothing excluded."""
+    nxt = sup.restart + 1
+    log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
+    sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
+    sup.record("requeued", restart=nxt, cause="hang", reason=reason)
+    sup.ended = True
+    # the requeue sends this job SIGTERM: this process must still get the call out
+    on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        slurm.requeue(sup.leader)
+    except Exception as exc:  # the job fails with both causes named
+        signal.signal(signal.SIGTERM, on_term)
+        sup.ended = False
+        return sup.fail(f"{reason}; the requeue failed: {exc}", rc=1)
+    if getattr(sup, "token", None):
+        auth.remove_token(sup.token)
+    return 0

@@ -1,0 +1,192 @@
+"""Python stacks of every process of the job, node by node, with py-spy (issue 23, item 1).
+
+Why py-spy: it reads a live (or frozen) process's Python frames from outside, needing no
+hook in verl, Ray or the process, and it is what Ray itself uses (`ray stack` and the
+dashboard's traceback view shell out to it; `ray[default]` installs it). Ray 2.60 offers
+nothing that works without it: `ray stack` is a py-spy loop over `ray::` processes of the
+local machine (any job's), and the dashboard's /worker/traceback needs the dashboard,
+which sf jobs do not run by default. faulthandler needs a signal handler registered in
+the process beforehand and a process that can still run it: a SIGSTOPped or a
+GIL-deadlocked process never does. The dev runtime (verl-0.9.1) ships py-spy 0.4.3.
+
+`python -m launcher.injob stacks --out DIR` runs on one node (one srun task per node,
+--overlap, beside the Ray node step) and writes DIR/<node>.txt: for every Python process
+of this job on this node (its environment has this step's SLURM_JOB_ID and
+SLURMD_NODENAME: on a shared host, or with several emulated nodes on one machine, other
+jobs and other nodes are left out) except sf's own `launcher.injob` helpers and Ray's
+daemons, a header line and `py-spy dump`. py-spy first pauses the process for a
+consistent dump; a process that cannot be paused (SIGSTOPped: "Failed to suspend
+process") is read without pausing (--nonblocking). The Ray workers of the node and,
+on the head node, the driver are among them.
+
+The supervisor side (save) starts one such srun per het group and waits a bounded time.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+DUMP_TIMEOUT_S = 20  # one process; py-spy takes well under a second per process
+SAVE_TIMEOUT_S = 90  # the whole dump, every node (srun start included)
+STACKS_DIR = "stacks"
+# Ray's own Python processes: no user frames in them, and several a node (`ray start
+# --block` itself, the dashboard and its agent, the log monitor, the client server, the
+# runtime-env agent, idle pool workers). Left out so the file shows verl's processes.
+RAY_OWN_ARGS = ("ray.scripts.scripts", "ray.util.client", "/ray/dashboard/", "/ray/_private/",
+                "/ray/autoscaler/", "/ray/util/client/")
+RAY_OWN_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def find_py_spy() -> str | None:
+    """py-spy beside this Python (the runtime's bin/), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _is_python(pid: int, argv: list[str]) -> bool:
+    if argv and argv[0].startswith("ray::"):  # a Ray worker (setproctitle renamed it)
+        return True
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+    return exe.startswith("python")
+
+
+def wanted(argv: list[str]) -> bool:
+    """Pure: a process whose stacks matter (not sf's helpers, not Ray's daemons)."""
+    if not argv:
+        return False
+    if argv[0].startswith("ray::"):  # a Ray worker, named after its actor or task
+        return argv[0].split()[0] not in RAY_OWN_WORKERS
+    if len(argv) > 2 and argv[1] == "-m" and argv[2] == "launcher.injob":
+        return False  # the supervisor, node wrappers, barrier, this dump
+    joined = " ".join(argv)
+    return not any(d in joined for d in RAY_OWN_ARGS)
+
+
+def job_processes(job_id: str, node: str, skip: set[int]) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of this job's Python processes on this node, oldest first."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        pid = int(entry)
+        argv = _cmdline(pid)
+        if not wanted(argv) or not _is_python(pid, argv):
+            continue
+        env = _environ(pid)
+        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME", node) == node:
+            found.append((pid, argv))
+    return sorted(found)
+
+
+def dump(py_spy: str, pid: int) -> str:
+    """py-spy's dump of one process: paused first, else (a stopped process) without pausing."""
+    text = ""
+    for extra in ([], ["--nonblocking"]):
+        try:
+            proc = subprocess.run([py_spy, "dump", *extra, "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=DUMP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            text = f"py-spy dump {' '.join(extra)} timed out after {DUMP_TIMEOUT_S} s"
+            continue
+        if proc.returncode == 0:
+            return (f"(could not pause it ({text or 'no reason given'}): read without pausing)\n"
+                    if extra else "") + proc.stdout
+        text = (proc.stderr or proc.stdout).strip().splitlines()[0:1]
+        text = text[0] if text else f"py-spy exited {proc.returncode}"
+    return f"no stacks: {text}\n"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m launcher.injob stacks")
+    p.add_argument("--out", required=True, help="the directory for <node>.txt")
+    args = p.parse_args(argv)
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    skip = {os.getpid(), os.getppid()}
+    py_spy = find_py_spy()
+    procs = job_processes(job_id, node, skip)
+    lines = [f"# Python stacks on {node} (job {job_id}), {time.strftime('%Y-%m-%d %H:%M:%S')}, "
+             f"{len(procs)} processes, by {py_spy or 'nothing: py-spy is not in the runtime'}"]
+    if py_spy:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            dumps = list(pool.map(lambda item: dump(py_spy, item[0]), procs))
+    else:
+        missing = "no stacks: py-spy is not installed in the runtime (pip install py-spy, or ray[default])\n"
+        dumps = [missing] * len(procs)
+    for (pid, cmd), text in zip(procs, dumps, strict=True):
+        lines.append(f"\n=== pid {pid}: {' '.join(cmd)[:300]}")
+        lines.append(text.rstrip())
+    (out / f"{node}.txt").write_text("\n".join(lines) + "\n")
+    print(f"[sf] stacks of {len(procs)} processes on {node} -> {out / (node + '.txt')}", flush=True)
+    return 0
+
+
+def save(sup, out_dir: Path) -> dict:
+    """Supervisor side: one srun per het group over all its nodes, each task writing its
+    node's file; waits at most SAVE_TIMEOUT_S. Returns {"dir", "nodes" (files written)}."""
+    from launcher import slurm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    py = sup.runtime.runtime_python()
+    env = dict(sup.env)
+    env.pop("SLURM_CPU_BIND", None)
+    steps = []
+    for pool in sup.pools:
+        hosts = list(pool.hosts)
+        if not hosts:
+            continue
+        argv = sup.runtime.wrap([py, "-m", "launcher.injob", "stacks", "--out", str(out_dir)])
+        try:
+            steps.append(slurm.srun_popen(argv, het_group=pool.het_group if sup.hetjob else None,
+                                          nodes=len(hosts), ntasks=len(hosts), ntasks_per_node=1,
+                                          nodelist=hosts, overlap=True, kill_on_bad_exit=False,
+                                          extra=sup.runtime.srun_flags(), env=env))
+        except Exception as exc:  # no srun: the reason still says what happened
+            print(f"[sf] stacks: cannot start the dump on pool {pool.name}: {exc}", flush=True)
+    deadline = time.monotonic() + SAVE_TIMEOUT_S
+    for step in steps:
+        try:
+            step.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            step.kill()
+    written = sorted(p.stem for p in out_dir.glob("*.txt"))
+    return {"dir": str(out_dir), "nodes": written}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

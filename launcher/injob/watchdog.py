@@ -1,0 +1,192 @@
+"""The progress watchdog: is training still making steps? (issue 23, item 1)
+
+verl's file logger appends one JSON line per step to $VERL_FILE_LOGGER_PATH
+(<run>/metrics/attempt-N.jsonl, the file `sf metrics` reads): `{"step": S, "data": {...}}`.
+The supervisor follows that file while the driver runs (Follower: a tail, no parsing of
+anything but new complete lines) and asks `decide` once a second whether the driver hangs.
+
+The decision (pure, unit-tested in tests/unit/test_watchdog.py):
+
+  - before the first training step: a hang when nothing trained for first_step_timeout_s
+    since the driver started (model load, vLLM start, validation before training: minutes);
+  - after it: a hang when no record arrived for limit_s = max(hang_timeout_s,
+    factor x the median time between steps of this attempt): a run whose steps take 20 min
+    is not declared hung after the 10 min a run of 1 min steps is allowed.
+
+A validation-only record (verl's val_before_train logs `val-core/...` keys at the resume
+step) is progress (it resets the idle clock) but not a training step: the first-step
+allowance still holds after it, as the first step proper follows.
+
+Time is the supervisor's monotonic clock at the moment a line was first seen, not verl's
+`timing_s/step`: what matters is what reaches the file (validation and checkpoint saves
+included), and the poll is once a second, so arrival times are good to about a second.
+
+Standard library only (the job side).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from dataclasses import dataclass, field
+
+# Defaults when neither the spec nor the site says (launcher/spec/site.py documents them).
+HANG_TIMEOUT_S = 1800  # NeMo-RL's heartbeat is 450 s; RL steps with long rollouts take minutes
+FIRST_STEP_TIMEOUT_S = 3600  # verl's start on 8 x H200 took about 200 s to the first step
+STEP_FACTOR = 5.0  # k x the median step time, when that is longer than hang_timeout_s
+MAX_INTERVALS = 50  # the median over the newest steps (a run's step time drifts)
+VALIDATION_PREFIXES = ("val-core/", "val-aux/", "val/", "val_")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The watchdog's settings (plan.json's job contract, "watchdog")."""
+
+    hang_timeout_s: float = HANG_TIMEOUT_S
+    first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
+    factor: float = STEP_FACTOR
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Limits:
+        return cls(hang_timeout_s=float(data.get("hang_timeout_s", HANG_TIMEOUT_S)),
+                   first_step_timeout_s=float(data.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
+                   factor=float(data.get("factor", STEP_FACTOR)))
+
+
+@dataclass
+class Progress:
+    """What the step records of this attempt showed, on the supervisor's clock."""
+
+    started: float  # the driver's start
+    last_record: float | None = None  # when the newest record (any) was seen
+    last_step: int | None = None  # the newest training step
+    last_step_at: float | None = None
+    training_steps: int = 0
+    intervals: list[float] = field(default_factory=list)  # seconds between training steps
+
+
+@dataclass(frozen=True)
+class Hang:
+    """A verdict: no progress for idle_s, more than limit_s allows."""
+
+    idle_s: float
+    limit_s: float
+    last_step: int | None
+    first_step: bool  # True: no training step yet (the first-step allowance ran out)
+
+    def reason(self) -> str:
+        if self.first_step:
+            return (f"hang: no training step for {self.idle_s:.0f} s after the driver started "
+                    f"(first_step_timeout_s={self.limit_s:g})")
+        return (f"hang: no training step for {self.idle_s:.0f} s after step {self.last_step} "
+                f"(limit {self.limit_s:g} s)")
+
+
+def is_training_record(record: dict) -> bool:
+    """A step record with training metrics (not only validation ones)."""
+    data = record.get("data")
+    if not isinstance(data, dict) or not data:
+        return False
+    return any(not str(key).startswith(VALIDATION_PREFIXES) for key in data)
+
+
+def observe(progress: Progress, record: dict, now: float) -> None:
+    """Fold one new record seen at `now` into `progress`."""
+    progress.last_record = now
+    if not is_training_record(record):
+        return
+    if progress.last_step_at is not None:
+        progress.intervals.append(max(0.0, now - progress.last_step_at))
+        del progress.intervals[:-MAX_INTERVALS]
+    step = record.get("step")
+    progress.last_step = step if isinstance(step, int) and not isinstance(step, bool) else progress.last_step
+    progress.last_step_at = now
+    progress.training_steps += 1
+
+
+def limit_s(limits: Limits, intervals: list[float]) -> float:
+    """How long a step may take: hang_timeout_s, or factor x the median step time when longer."""
+    if not intervals:
+        return limits.hang_timeout_s
+    return max(limits.hang_timeout_s, limits.factor * statistics.median(intervals))
+
+
+def decide(limits: Limits, progress: Progress, now: float) -> Hang | None:
+    """A Hang when training made no progress for longer than allowed, else None."""
+    if progress.training_steps == 0:
+        idle = now - progress.started
+        if idle > limits.first_step_timeout_s:
+            return Hang(round(idle, 1), limits.first_step_timeout_s, None, True)
+        return None
+    limit = limit_s(limits, progress.intervals)
+    idle = now - (progress.last_record or progress.started)
+    if idle > limit:
+        return Hang(round(idle, 1), round(limit, 1), progress.last_step, False)
+    return None
+
+
+def file_logger_on(overrides: list[str] | tuple[str, ...]) -> bool:
+    """Whether the driver writes step records: the last trainer.logger override names `file`
+    (verl's own default logger list has no file logger; sf's defaults add it)."""
+    value = None
+    for item in overrides:
+        key, _, rest = str(item).partition("=")
+        if key.lstrip("+") == "trainer.logger":
+            value = rest
+    return value is not None and "file" in re.findall(r"[A-Za-z_]+", value)
+
+
+class Follower:
+    """Tails one step-record file: new complete lines since the last call, parsed."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.inode = None
+
+    def new_records(self) -> list[dict]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset):
+            self.offset, self.partial = 0, b""  # verl opened it again ("wb"): read it from the start
+        self.inode = st.st_ino
+        if st.st_size == self.offset:
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        self.offset += len(chunk)
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        records = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+
+class Watchdog:
+    """The supervisor's handle: follow the file, say when it hangs."""
+
+    def __init__(self, path: str, limits: Limits, now: float):
+        self.follower = Follower(path)
+        self.limits = limits
+        self.progress = Progress(started=now)
+        self.checked = 0.0
+
+    def poll(self, now: float) -> Hang | None:
+        if now - self.checked < 1.0:  # a stat a second is plenty for limits of minutes
+            return None
+        self.checked = now
+        for record in self.follower.new_records():
+            observe(self.progress, record, now)
+        return decide(self.limits, self.progress, now)

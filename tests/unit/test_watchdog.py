@@ -1,0 +1,176 @@
+"""The progress watchdog's decision (launcher/injob/watchdog.py): pure functions of the step
+records seen and the clock, plus the tail that reads verl's file logger."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.injob import watchdog as wd
+from launcher.injob.watchdog import Limits, Progress
+
+TRAIN = {"step": 1, "data": {"actor/pg_loss": 0.1, "timing_s/step": 3.0}}
+VAL = {"step": 0, "data": {"val-core/openai/gsm8k/reward/mean@1": 0.2}}
+
+
+def steps(progress: Progress, times: list[float], first: int = 1) -> Progress:
+    for i, t in enumerate(times):
+        wd.observe(progress, {"step": first + i, "data": {"actor/pg_loss": 0.0}}, t)
+    return progress
+
+
+def test_no_hang_before_the_first_step_allowance_runs_out():
+    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    p = Progress(started=100.0)
+    assert wd.decide(limits, p, 100.0 + 600) is None
+    hang = wd.decide(limits, p, 100.0 + 601)
+    assert hang and hang.first_step and hang.last_step is None and hang.limit_s == 600
+    assert hang.reason().startswith("hang: no training step for 601 s after the driver started")
+
+
+def test_validation_before_training_is_progress_but_not_the_first_step():
+    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    p = Progress(started=0.0)
+    wd.observe(p, VAL, 50.0)
+    assert p.training_steps == 0 and p.last_record == 50.0
+    assert wd.decide(limits, p, 500.0) is None  # 450 s after the val record: still in the allowance
+    assert wd.decide(limits, p, 601.0).first_step
+
+
+def test_hang_after_the_limit_names_the_last_step():
+    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    p = steps(Progress(started=0.0), [100.0, 102.0, 104.0], first=7)
+    assert p.last_step == 9 and p.intervals == [2.0, 2.0]
+    assert wd.decide(limits, p, 164.0) is None
+    hang = wd.decide(limits, p, 164.5)
+    assert hang and not hang.first_step and hang.last_step == 9 and hang.limit_s == 60
+    assert hang.reason().startswith("hang: no training step for 60 s after step 9")
+
+
+def test_slow_steps_stretch_the_limit_to_k_times_the_median():
+    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600, factor=5)
+    p = steps(Progress(started=0.0), [100.0, 130.0, 160.0, 250.0])  # median of 30, 30, 90: 30
+    assert wd.limit_s(limits, p.intervals) == 150
+    assert wd.decide(limits, p, 250.0 + 149) is None
+    assert wd.decide(limits, p, 250.0 + 151).limit_s == 150
+    assert wd.limit_s(limits, []) == 60  # no interval yet: the floor
+
+
+def test_the_median_follows_the_newest_steps():
+    p = steps(Progress(started=0.0), [float(i) for i in range(0, 200)])
+    assert len(p.intervals) == wd.MAX_INTERVALS
+
+
+def test_a_new_record_resets_the_idle_clock():
+    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    p = steps(Progress(started=0.0), [10.0])
+    assert wd.decide(limits, p, 71.0)
+    wd.observe(p, VAL, 70.0)  # a validation record at the same step: still alive
+    assert wd.decide(limits, p, 100.0) is None
+
+
+@pytest.mark.parametrize("record, training", [
+    (TRAIN, True), (VAL, False), ({"step": 3, "data": {}}, False), ({"step": 3}, False),
+    ({"step": 3, "data": {"val-core/x": 1, "timing_s/testing": 2}}, True),
+])
+def test_training_records(record, training):
+    assert wd.is_training_record(record) is training
+
+
+@pytest.mark.parametrize("overrides, on", [
+    (["trainer.logger=[console,file]"], True),
+    (['trainer.logger=["console","file"]'], True),
+    (["trainer.logger=[console,wandb]"], False),
+    ([], False),  # verl's default logger list has no file logger
+    (["trainer.logger=[console,file]", "trainer.logger=[console]"], False),  # the last one wins
+    (["+trainer.logger=file"], True),
+    (["trainer.logger=[console,filesystem]"], False),
+])
+def test_file_logger_on(overrides, on):
+    assert wd.file_logger_on(overrides) is on
+
+
+def test_limits_from_the_job_contract():
+    limits = Limits.from_dict({"hang_timeout_s": 20, "first_step_timeout_s": 90})
+    assert (limits.hang_timeout_s, limits.first_step_timeout_s, limits.factor) == (20, 90, wd.STEP_FACTOR)
+    assert Limits.from_dict({}) == Limits()
+
+
+def test_follower_reads_whole_lines_once_and_survives_a_rewrite(tmp_path):
+    path = tmp_path / "attempt-0.jsonl"
+    f = wd.Follower(str(path))
+    assert f.new_records() == []  # not there yet
+    path.write_text(json.dumps(TRAIN) + "\n" + '{"step": 2, "da')
+    assert [r["step"] for r in f.new_records()] == [1]
+    with open(path, "a") as handle:
+        handle.write('ta": {"a": 1}}\nnot json\n')
+    assert [r["step"] for r in f.new_records()] == [2]
+    assert f.new_records() == []
+    path.write_text(json.dumps(VAL) + "\n")  # verl opens its file with "wb" when it starts again
+    assert [r["step"] for r in f.new_records()] == [0]
+
+
+def test_watchdog_polls_at_most_once_a_second(tmp_path):
+    path = tmp_path / "m.jsonl"
+    dog = wd.Watchdog(str(path), Limits(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
+    path.write_text(json.dumps(TRAIN) + "\n")
+    assert dog.poll(1.0) is None and dog.progress.training_steps == 1
+    assert dog.poll(7.0) is not None  # 6 s after step 1
+    assert dog.poll(7.5) is None  # within a second of the last look: not looked again
+
+
+@pytest.mark.parametrize("argv, dumped", [
+    (["ray::TaskRunner.run"], True),
+    (["ray::WorkerDict.actor_rollout_generate_sequences"], True),
+    (["ray::IDLE"], False),
+    (["ray::DashboardAgent"], False),
+    (["/rt/bin/python", "-m", "launcher.injob.verl_main", "trainer.total_epochs=1"], True),  # the driver
+    (["/rt/bin/python", "-m", "launcher.injob", "supervise", "--run-dir", "x"], False),
+    (["/rt/bin/python", "-m", "launcher.injob", "node", "--role", "head"], False),
+    (["/rt/bin/python", "-m", "ray.scripts.scripts", "start", "--block"], False),
+    (["/rt/bin/python", "-m", "ray.util.client.server", "--address=x"], False),
+    (["/rt/bin/python", "/rt/lib/python3.11/site-packages/ray/_private/log_monitor.py"], False),
+    (["python3", "/exp/main.py"], True),
+    ([], False),
+])
+def test_which_processes_are_dumped(argv, dumped):
+    from launcher.injob import stacks
+
+    assert stacks.wanted(argv) is dumped
+
+
+def test_restarts_in_place_for_sf_status():
+    from launcher.monitor.poll import restarts_in_place
+
+    phases = [{"phase": "driver_started", "job_id": "7"},
+              {"phase": "restarted_in_place", "job_id": "7", "cause": "hang", "restart_in_place": 1,
+               "resumed_from": 20, "nodes": None, "iso": "2026-12-01T16:31:38.1Z"},
+              {"phase": "restarted_in_place", "job_id": "7", "cause": "node", "restart_in_place": 2,
+               "resumed_from": 30, "nodes": ["dev4"], "iso": "2026-12-01T16:40:00.0Z"}]
+    assert [(r["n"], r["cause"], r["resumed_from"], r["nodes"]) for r in restarts_in_place(phases)] == \
+        [(1, "hang", 20, None), (2, "node", 30, ["dev4"])]
+
+
+def test_metrics_of_a_restart_in_place_come_after_their_attempt(tmp_path):
+    from launcher.monitor.metrics import metrics_files
+
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    for name in ("attempt-1.jsonl", "attempt-0.2.jsonl", "attempt-0.jsonl", "attempt-0.1.jsonl", "attempt-10.jsonl"):
+        (folder / name).write_text("")
+    assert [p.name for p in metrics_files(tmp_path)] == [
+        "attempt-0.jsonl", "attempt-0.1.jsonl", "attempt-0.2.jsonl", "attempt-1.jsonl", "attempt-10.jsonl"]
+
+
+def test_a_failed_attempt_says_how_often_it_restarted_in_place(tmp_path):
+    from types import SimpleNamespace
+
+    from launcher.injob import heal
+
+    sup = SimpleNamespace(args=SimpleNamespace(heal={"max_restarts_in_place": 2}), restarts_in_place=0)
+    assert heal.after(sup) == ""
+    sup.restarts_in_place = 2
+    assert heal.after(sup) == "; after 2 restarts in place (max_restarts_in_place=2)"
+    assert heal.checkpoint_step(str(tmp_path)) == 0  # no checkpoint yet: verl starts at step 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("40\n")
+    assert heal.checkpoint_step(str(tmp_path)) == 40
