@@ -137,6 +137,9 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
     return argv
 
 
+# One Ray node's whole life in the order it happens (signals, private dir, port lock, start with
+# retries, watch, stop, copy logs, clean up); the steps share the node's state.
+# long: they must run in this order on every ending, which one function keeps visible.
 def main(role: str) -> int:
     # The supervisor's "job done" may come before Ray runs (a quick preflight): end cleanly.
     signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
@@ -281,6 +284,8 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
                   f"(last tried: {busy}); widen ray.port_range")
 
 
+# A start attempt and its watch share the child's state (pid, port slot, deadline).
+# long: split, the retry decision would need that state passed back and forth.
 def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_range, first_block, temp_root,
                     locks, address, head, cpus, gpus, env, identity, nofile, retries, deadline, state,
                     t_start, held) -> int:

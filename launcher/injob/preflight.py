@@ -74,9 +74,9 @@ def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, di
                       "address": by_name[h]["NodeManagerAddress"]}
                   for h in pool["hosts"] if h in by_name and pool["resource"] in by_name[h]["Resources"]}
         ok = len(joined) == pool["nodes"] and all(j["gpus"] >= pool["gpus_per_node"] for j in joined.values())
-        pool_report[pool["name"]] = {"ok": ok, "compiled": {"nodes": pool["nodes"], "gpus_per_node": pool["gpus_per_node"],
-                                                            "het_group": pool["het_group"]},
-                                     "joined": joined, "missing": [h for h in pool["hosts"] if h not in joined]}
+        compiled = {"nodes": pool["nodes"], "gpus_per_node": pool["gpus_per_node"], "het_group": pool["het_group"]}
+        pool_report[pool["name"]] = {"ok": ok, "compiled": compiled, "joined": joined,
+                                     "missing": [h for h in pool["hosts"] if h not in joined]}
     pool_report["_cluster"] = {"ok": True, "ray_nodes": len(nodes),
                                "gpus": sum(int(n["Resources"].get("GPU", 0)) for n in nodes)}
     place = {}
@@ -137,6 +137,7 @@ def health_gpu_text(gpu: dict) -> str:
     return figures + ("" if gpu.get("ok") else "; " + "; ".join(gpu.get("failed", [])[:3]))
 
 
+# long: the report is built in the order the checks run (Ray, placement, roles, overrides, paths, GPUs).
 def main() -> int:
     job = topology.job_from_env()
     pools = job["pools"]
@@ -170,8 +171,9 @@ def main() -> int:
         report["roles"] = placement.role_report(pools, place, entry)
         for entry_ in report["roles"]:
             if not entry_["ok"]:
-                report["failures"].append(f"role {entry_['role']}: its workers land on pool {entry_['placed_on_pool']}"
-                                          f" ({', '.join(entry_['nodes']) or 'no nodes'}), not on pool {entry_['pool']}")
+                nodes = ", ".join(entry_["nodes"]) or "no nodes"
+                report["failures"].append(f"role {entry_['role']}: its workers land on pool "
+                                          f"{entry_['placed_on_pool']} ({nodes}), not on pool {entry_['pool']}")
     for name, entry_ in pool_report.items():
         if not entry_.get("ok", True):
             report["failures"].append(f"pool {name}: nodes/GPUs joined differ from what was compiled")
@@ -179,7 +181,8 @@ def main() -> int:
         if entry_.get("warning"):
             report["warnings"].append(entry_["warning"])
         if not entry_.get("ok"):
-            report["failures"].append(f"placement of pool {name}: {entry_.get('error') or 'bundles off the pool nodes'}")
+            why = entry_.get("error") or "bundles off the pool nodes"
+            report["failures"].append(f"placement of pool {name}: {why}")
     report["overrides"] = check_overrides(job.get("config_name") or "ppo_trainer", overrides)
     if not report["overrides"]["ok"]:
         report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]

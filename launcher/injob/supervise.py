@@ -252,7 +252,8 @@ def gpu_env_wrapper(argv: list[str]) -> list[str]:
     CUDA_VISIBLE_DEVICES in every GPU step, and verl's Worker refuses to start with both
     ("Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set"; seen
     on the H200). slurmstepd sets them per step, so srun's environment cannot drop it."""
-    script = 'if [ -n "${CUDA_VISIBLE_DEVICES:-}${HIP_VISIBLE_DEVICES:-}" ]; then unset ROCR_VISIBLE_DEVICES; fi; exec "$@"'
+    script = ('if [ -n "${CUDA_VISIBLE_DEVICES:-}${HIP_VISIBLE_DEVICES:-}" ]; then unset ROCR_VISIBLE_DEVICES; fi; '
+              'exec "$@"')
     return ["sh", "-c", script, "sf-gpu-env", *argv]
 
 
@@ -747,6 +748,8 @@ class Supervisor:
         self.phase = "bringup"
         return self.watch(barrier=barrier)
 
+    # The supervisor's one loop that decides: node steps, barrier, driver, watchdog, Slurm's endings.
+    # long: each branch is short; keeping them in one loop keeps their order of precedence visible.
     def watch(self, barrier) -> int:
         head_up = self.args.launcher != "ray"
         while True:
