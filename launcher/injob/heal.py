@@ -190,10 +190,14 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
         sup.job.update(pools=[p.to_dict() for p in sup.pools], nodes=sup.nodes)
     # a fresh start: node events from here on, the head's ports free again (or the next block)
     sup.wall0 = time.time()
-    sup.port_block = sup.free_head_block()
-    sup.ports = ports_mod.block_ports(sup.port_block, 0, sup.args.port_range)
+    # the head's slot reserved again (the stopped head's lock released first, so the same slot
+    # is taken back unless another job holds it now: launcher.injob.private.reserve)
+    if getattr(sup, "port_reservation", None) is not None:
+        sup.port_reservation.release()
+    sup.port_block, sup.head_slot = sup.free_head_slot()
+    sup.ports = ports_mod.block_ports(sup.port_block, sup.head_slot, sup.args.port_range)
     sup.gcs = f"{sup.head_addr}:{sup.ports.gcs}"
-    sup.job.update(head=sup.gcs, port_block=sup.port_block)
+    sup.job.update(head=sup.gcs, port_block=sup.port_block, head_slot=sup.head_slot)
     sup.env["SF_JOB"] = json.dumps(sup.job, separators=(",", ":"))
     # verl's file logger opens its file with "wb": the restarted driver writes its own
     sup.env["VERL_FILE_LOGGER_PATH"] = str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.{n}.jsonl")
