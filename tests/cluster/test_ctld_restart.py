@@ -64,6 +64,12 @@ def nodes_up() -> bool:
     return len(states) == 8 and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "comp") for s in states)
 
 
+def sacct_running(array_id: str, count: int) -> bool:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", array_id, "-o", "JobID,State"], capture_output=True,
+                         text=True, timeout=15).stdout
+    return sum(1 for line in out.splitlines() if line.endswith("|RUNNING")) >= count
+
+
 def test_status_survives_slurmctld_restart(tmp_path):
     exp = experiment(tmp_path, "ctld", [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}])
     out = sweep(exp, "--grid", "rollout_n=2,4", "--max-parallel", "2", env={"SF_TEST_SLEEP": "35"})
@@ -77,6 +83,11 @@ def test_status_survives_slurmctld_restart(tmp_path):
             if all((d / "driver-args.txt").exists() for d in dirs):
                 break
             assert time.monotonic() < deadline, "points did not start"
+            time.sleep(1)
+        # slurmdbd lags slurmctld on a loaded host: with slurmctld down sacct is the only
+        # source, so stop it only once sacct itself holds both tasks as RUNNING
+        while not sacct_running(array_id, 2):
+            assert time.monotonic() < deadline, "sacct never showed both points RUNNING"
             time.sleep(1)
         t0 = time.monotonic()
         stop_ctld()
