@@ -17,15 +17,14 @@ and not for a preflight. `hang_timeout_s: 0` turns it off.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from launcher import slurm
 from launcher.checkpoints import TRACKER
-from launcher.injob import auth, stacks, watchdog
 from launcher.injob import ports as ports_mod
+from launcher.injob import stacks, watchdog
 
 
 def log(msg: str) -> None:
@@ -221,15 +220,4 @@ def requeue(sup, reason: str) -> int:
     log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
     sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
     sup.record("requeued", restart=nxt, cause="hang", reason=reason)
-    sup.ended = True
-    # the requeue sends this job SIGTERM: this process must still get the call out
-    on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        slurm.requeue(sup.leader)
-    except Exception as exc:  # the job fails with both causes named
-        signal.signal(signal.SIGTERM, on_term)
-        sup.ended = False
-        return sup.fail(f"{reason}; the requeue failed: {exc}", rc=1)
-    if getattr(sup, "token", None):
-        auth.remove_token(sup.token)
-    return 0
+    return sup.requeue_now(lambda: slurm.requeue(sup.leader), f"{reason}; the requeue failed")

@@ -675,16 +675,23 @@ class Supervisor:
                 components.setdefault(key, []).extend(mine)
         log(f"excluding {', '.join(bad)} and requeueing: {reason}")
         self.record("requeued", restart=restarts + 1, cause="bad nodes", excluded=bad, reason=reason)
+        # the exclusion after the requeue (Slurm takes ExcNodeList only while a job is
+        # pending) must still be written, by children that ignore SIGTERM too
+        return self.requeue_now(lambda: slurm.requeue_excluding(self.leader, components),
+                                f"{reason}; requeue without them failed")
+
+    def requeue_now(self, call, failed: str) -> int:
+        """Run `call` (a Slurm requeue of this job) with SIGTERM ignored: the requeue sends this
+        job SIGTERM and this process must still get the call out. A failed requeue fails the
+        job with both causes named (`failed`: the first)."""
         self.ended = True
-        # the requeue sends this job SIGTERM; the exclusion after it (Slurm takes ExcNodeList
-        # only while a job is pending) must still be written, by children that ignore it too
         on_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            slurm.requeue_excluding(self.leader, components)
-        except Exception as exc:  # the job goes on to fail with both causes named
+            call()
+        except Exception as exc:
             signal.signal(signal.SIGTERM, on_term)
             self.ended = False
-            return self.fail(f"{reason}; requeue without them failed: {exc}", rc=1)
+            return self.fail(f"{failed}: {exc}", rc=1)
         if getattr(self, "token", None):
             auth.remove_token(self.token)
         return 0
