@@ -79,6 +79,8 @@ class Plan:
     slurm: SlurmOptions = SlurmOptions()
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the driver
     paths_to_check: tuple[str, ...] = ()  # model/data paths preflight reads on the nodes
+    # what the method needs importable in the runtime (catalog `needs`; launcher/injob/capabilities.py)
+    runtime_needs: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # provenance of each override, parallel to `overrides`
     # the one resolved map (launcher.compile.resolve): verl key -> {value, op, layer, source,
@@ -128,7 +130,7 @@ class Plan:
         slurm = dict(data.get("slurm", {}))
         slurm["sbatch"] = tuple(tuple(kv) for kv in slurm.get("sbatch", ()))
         data["slurm"] = SlurmOptions(**slurm)
-        for key in ("entry", "overrides", "paths_to_check", "warnings", "sources"):
+        for key in ("entry", "overrides", "paths_to_check", "warnings", "sources", "runtime_needs"):
             data[key] = tuple(data.get(key, ()))
         data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))
         return cls(**data)

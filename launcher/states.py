@@ -81,6 +81,8 @@ ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
 HEALTH_CHECKED = "health_checked"  # site ray.health_check: always, before the driver
+# launcher/injob/capabilities.py: what the method needs from the runtime, before Ray starts
+CAPABILITIES_CHECKED = "capabilities_checked"
 # launcher/injob/heal.py: the progress watchdog found no training step within its limit
 HANG = "hang"  # last_step, seconds_since, limit_s, stacks (the dir under the run)
 STACKS_SAVED = "stacks_saved"  # every node's Python stacks written (dir, nodes)
@@ -106,6 +108,7 @@ PHASE_LABELS = {
     BARRIER_WAITING: "waiting for nodes",
     ALL_JOINED: "ray up",
     HEALTH_CHECKED: "nodes checked",
+    CAPABILITIES_CHECKED: "runtime checked",
     HANG: "hung (no training step)",
     STACKS_SAVED: "hung: stacks saved",
     RESTARTED_IN_PLACE: "restarting in place",

@@ -4,7 +4,8 @@ another's is named in configs/methods/verl/aliases.yaml instead of copying the f
 
 Each recipe pins what makes the method itself (the advantage estimator, DAPO's dynamic
 sampling and reward manager), carries overridable knob defaults, the Hydra config name,
-the entry command and the launcher (ray or torchrun). Only versions with a folder here
+the entry command and the launcher (ray or torchrun), and names what it needs from the
+runtime (`needs`: capabilities such as flash_attn, checked in the job). Only versions with a folder here
 exist: older runtimes are refused with the reason.
 """
 
@@ -39,6 +40,10 @@ class Method:
     pins: dict = field(default_factory=dict)  # Hydra key -> value, owned by the method
     defaults: dict = field(default_factory=dict)  # knob -> value, overridable
     critic: bool = False
+    # what the method needs from the runtime beyond verl itself, by capability name
+    # (launcher/injob/capabilities.py says how each is checked): the preflight checks them,
+    # and a real job refuses before Ray starts when one is missing
+    needs: tuple[str, ...] = ()
     rollout_n_min: int | None = None
     rollout_n_max: int | None = None
     # "actor": verl's main_ppo runs the rollout inside the actor's resource pool (hybrid
@@ -132,6 +137,7 @@ def get_method(version: str, name: str) -> Method:
         pins=dict(data.get("pins") or {}),
         defaults=dict(data.get("defaults") or {}),
         critic=bool(data.get("critic", False)),
+        needs=tuple(str(n) for n in data.get("needs") or ()),
         rollout_n_min=n.get("min"),
         rollout_n_max=n.get("max"),
         rollout_pool=str(data.get("rollout_pool", "actor")),

@@ -386,7 +386,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         checkpoint_dir=ctx.checkpoint_dir,
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
-        paths_to_check=tuple(paths),
+        paths_to_check=tuple(paths), runtime_needs=method.needs,
         warnings=tuple(ctx.warnings),
     )
 

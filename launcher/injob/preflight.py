@@ -7,6 +7,7 @@ Runs with the runtime's python on the head after the barrier (Ray) or on the bat
   overrides    the overrides compose against this runtime's verl (launcher.compile.verlcheck)
   paths        model/data paths readable from every compute node (a Ray task pinned to each)
   checkpoint   the checkpoint a resume would start from (or none)
+  capabilities what the method needs importable in the runtime (launcher.injob.capabilities)
 Prints a summary to the job log; exits 1 when any check fails.
 """
 
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from launcher import runs
-from launcher.injob import health, placement, topology
+from launcher.injob import capabilities, health, placement, topology
 
 
 def check_paths_here(paths: list[str]) -> dict:
@@ -186,6 +187,8 @@ def main() -> int:
     report["overrides"] = check_overrides(job.get("config_name") or "ppo_trainer", overrides)
     if not report["overrides"]["ok"]:
         report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]
+    report["capabilities"], missing = capabilities.preflight(job["run_dir"], sys.executable)
+    report["failures"] += missing
     report["paths"] = path_report
     all_hosts = [h for p in pools for h in p["hosts"]]
     for host in all_hosts:
@@ -228,6 +231,7 @@ def summary(report: dict) -> str:
                      f" {'ok' if role['ok'] else 'WRONG (lands on pool ' + role['placed_on_pool'] + ')'}")
     o = report.get("overrides", {})
     lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
+    lines.append(capabilities.summary(report.get("capabilities") or {}))
     paths = report.get("paths", {})
     lines.append(f"paths: checked on {len(paths)} nodes")
     health = report.get("health")

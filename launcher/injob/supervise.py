@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, heal, private, topology, verl_main
+from launcher.injob import auth, capabilities, heal, private, topology, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -746,6 +746,8 @@ class Supervisor:
             except OSError as exc:
                 log(f"warning: cannot clear the earlier attempt's reason: {exc}")
         self.record_wall_time()
+        if (refused := capabilities.refuse_early(self)) is not None:  # before Ray: a missing flash-attn, ...
+            return refused
         if self.args.launcher == "torchrun":
             self.start_torchrun()
             return self.watch(barrier=None)

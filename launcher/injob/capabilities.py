@@ -1,0 +1,175 @@
+"""What a method needs from the runtime beyond verl itself, checked in the runtime's own
+interpreter before it can cost a run (issue 22, item 5).
+
+The method catalog names the needs (configs/methods/verl/<version>/<method>.yaml `needs:`);
+the compiler copies them into the Plan (plan.json `runtime_needs`). Each name is a
+capability below: the module that must import in the runtime, why the method needs it, and
+the fix. The check imports the modules in a fresh runtime python (`-c`), not here: the
+supervisor may run on the host's python (a container runtime), and a broken build (a
+flash-attn compiled for another torch) fails only on import, not on find_spec.
+
+  - `--preflight`: preflight.py reports every capability (preflight.json "capabilities") and
+    fails with one line per missing one;
+  - a real job: the supervisor refuses before Ray starts (refuse_early), with the same line,
+    instead of failing minutes into verl with a misleading last line.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Capability:
+    module: str  # what must import in the runtime
+    package: str  # what to install
+    why: str  # the verl code that needs it
+
+
+CAPABILITIES = {
+    "flash_attn": Capability(
+        module="flash_attn", package="flash-attn",
+        why="verl 0.9.1 loads the critic's value-head model with attn_implementation=flash_attention_2 "
+            "hard-coded (verl/utils/model.py load_valuehead_model), whatever the attention overrides say"),
+}
+
+# Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
+WITHOUT_CRITIC = ("verl/grpo", "verl/rloo", "verl/reinforce-baseline", "verl/remax", "verl/dapo")
+CHECKED = "capabilities_checked"  # the phase (launcher/states.py CAPABILITIES_CHECKED)
+PROBE_TIMEOUT_S = 180  # importing torch and flash-attn on a loaded node takes seconds, not minutes
+
+# Runs in the runtime's python: every module imported, each one's error (or null) as one JSON line.
+PROBE = """import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        out[name] = None
+    except BaseException as exc:
+        out[name] = (exc.__class__.__name__ + ': ' + str(exc)).splitlines()[0][:200]
+print('SF_CAPABILITIES ' + json.dumps(out), flush=True)
+"""
+
+
+def needs_of(run_dir: str) -> tuple[str, str, list[str]]:
+    """(method label, runtime label, needs) from the run's plan.json."""
+    try:
+        data = json.loads((Path(run_dir) / "plan.json").read_text())
+    except (OSError, ValueError):  # no plan (a run rendered by an older sf): nothing is known to be needed
+        return "?", "the runtime", []
+    method = f"{data.get('framework', 'verl')}/{data.get('method', '?')}"
+    runtime = (data.get("job") or {}).get("runtime") or {}
+    label = runtime.get("path") or runtime.get("image") or runtime.get("python") or "the runtime"
+    return method, label, [str(n) for n in data.get("runtime_needs") or ()]
+
+
+def probe_argv(python_argv: list[str], needs: list[str]) -> list[str]:
+    modules = [CAPABILITIES[n].module for n in needs if n in CAPABILITIES]
+    return [*python_argv, "-c", PROBE, *modules]
+
+
+def parse_probe(output: str) -> dict | None:
+    for line in reversed(output.splitlines()):
+        if line.startswith("SF_CAPABILITIES "):
+            try:
+                return json.loads(line.split(" ", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def report(needs: list[str], imported: dict | None, probe_error: str = "") -> dict:
+    """{capability: {"ok", "module", "error"}} from the probe's answer (None: it gave none)."""
+    out = {}
+    for name in needs:
+        cap = CAPABILITIES.get(name)
+        if cap is None:
+            out[name] = {"ok": False, "module": None, "error": f"unknown capability {name!r} (sf knows: "
+                                                                 f"{', '.join(sorted(CAPABILITIES))})"}
+        elif imported is None:
+            out[name] = {"ok": False, "module": cap.module,
+                         "error": f"the runtime's python did not answer the import check: {probe_error or '?'}"}
+        else:
+            error = imported.get(cap.module, "not checked")
+            out[name] = {"ok": error is None, "module": cap.module, "error": error}
+    return out
+
+
+def reasons(result: dict, method: str, runtime: str) -> list[str]:
+    """One line per missing capability: what, which method, why, and the fix."""
+    lines = []
+    for name, entry in result.items():
+        if entry["ok"]:
+            continue
+        cap = CAPABILITIES.get(name)
+        if cap is None:
+            lines.append(f"runtime capability {name}: {entry['error']}")
+            continue
+        lines.append(f"runtime capability {name} missing: {method} needs `import {cap.module}` to work in the "
+                     f"runtime ({runtime}) and it fails there: {entry['error']}; {cap.why}. Fix: install "
+                     f"{cap.package} in the runtime, or pick a method without a critic "
+                     f"({', '.join(WITHOUT_CRITIC)})")
+    return lines
+
+
+def check(python_argv: list[str], needs: list[str], *, popen=subprocess.Popen, env=None) -> dict:
+    """Run the probe with `python_argv` (the runtime's python, however it is entered)."""
+    if not needs:
+        return {}
+    try:
+        proc = popen(probe_argv(python_argv, needs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     stdin=subprocess.DEVNULL, env=env)
+        out, _ = proc.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return report(needs, None, f"no answer within {PROBE_TIMEOUT_S}s")
+    except OSError as exc:
+        return report(needs, None, f"{exc.__class__.__name__}: {exc}")
+    text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+    imported = parse_probe(text)
+    tail = " | ".join(line for line in text.splitlines()[-3:] if line.strip())[-300:]
+    return report(needs, imported, tail)
+
+
+def preflight(run_dir: str, python: str) -> tuple[dict, list[str]]:
+    """The preflight's check (it runs in the runtime's python already): (report, failures)."""
+    method, runtime, needs = needs_of(run_dir)
+    result = check([python], needs)
+    return result, reasons(result, method, runtime)
+
+
+def summary(result: dict) -> str:
+    return "capabilities: " + (", ".join(f"{name} {'ok' if e['ok'] else 'MISSING'}" for name, e in result.items())
+                               or "none needed")
+
+
+def refuse_early(sup) -> int | None:
+    """The supervisor's hook before Ray starts: a real job whose method needs a capability
+    the runtime lacks ends now, with the reason (None: go on). --preflight reports it
+    itself, beside its other checks."""
+    if sup.args.preflight:
+        return None
+    method, runtime, needs = needs_of(sup.run_dir)
+    if not needs:
+        return None
+    from launcher import slurm  # only here: the probe of a container runtime is an srun step
+
+    python = [sup.runtime.runtime_python()]
+    local = sup.runtime.local_argv(python)
+    if local is not None:
+        result = check(local, needs, env=sup.env)
+    else:
+        result = check(sup.runtime.wrap(python), needs, env=sup.env, popen=lambda argv, **kw: slurm.srun_popen(
+            argv, nodes=1, ntasks=1, nodelist=sup.head_node, overlap=True, extra=sup.runtime.srun_flags(),
+            het_group=0 if sup.hetjob else None, **kw))
+    sup.record(CHECKED, capabilities=result)
+    missing = reasons(result, method, runtime)
+    if not missing:
+        return None
+    return sup.fail("; ".join(missing) + " (checked before Ray started; nothing else ran)", rc=1)

@@ -1,0 +1,139 @@
+"""What a method needs from the runtime (issue 22, item 5): the catalog names it, the Plan
+carries it, the job checks it in the runtime's python before Ray starts (a real job) or
+beside the other checks (--preflight), and the reason names the capability, the method
+and the fix."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
+from sfc_helpers import base, compile_values  # noqa: E402
+
+from launcher.compile import catalog  # noqa: E402
+from launcher.injob import capabilities  # noqa: E402
+from launcher.plan import Plan  # noqa: E402
+
+MISSING_MODULE = "sf_test_no_such_module_9f3"
+
+
+@pytest.fixture
+def flash_attn_missing(monkeypatch):
+    """flash_attn checked as a module no Python has (the test venv may or may not have flash-attn)."""
+    cap = capabilities.CAPABILITIES["flash_attn"]
+    monkeypatch.setitem(capabilities.CAPABILITIES, "flash_attn",
+                        capabilities.Capability(module=MISSING_MODULE, package=cap.package, why=cap.why))
+
+
+@pytest.mark.parametrize("version", ["0.9.1", "0.9.0"])
+def test_every_critic_method_needs_flash_attn_and_no_other_method_does(version):
+    for name in catalog.methods(version):
+        method = catalog.get_method(version, name)
+        assert ("flash_attn" in method.needs) == method.critic, name
+        assert set(method.needs) <= set(capabilities.CAPABILITIES), f"{name}: unknown capability in needs"
+    assert catalog.get_method(version, "ppo").needs == ("flash_attn",)
+
+
+def test_every_method_named_as_the_way_out_has_no_critic():
+    for label in capabilities.WITHOUT_CRITIC:
+        method = catalog.get_method("0.9.1", catalog.parse_method(label))
+        assert not method.critic and not method.needs
+
+
+def test_the_plan_carries_the_needs_through_plan_json():
+    ppo = compile_values(base("ppo"))
+    assert ppo.runtime_needs == ("flash_attn",)
+    assert Plan.from_dict(json.loads(json.dumps(ppo.to_dict()))) == ppo
+    assert compile_values(base("grpo")).runtime_needs == ()
+    # a plan.json written before the field existed reads as needing nothing
+    old = {k: v for k, v in ppo.to_dict().items() if k != "runtime_needs"}
+    assert Plan.from_dict(old).runtime_needs == ()
+
+
+def write_plan(tmp_path: Path, method="ppo", needs=("flash_attn",)) -> str:
+    (tmp_path / "plan.json").write_text(json.dumps({
+        "framework": "verl", "method": method, "runtime_needs": list(needs),
+        "job": {"runtime": {"kind": "venv", "path": "/opt/verl-0.9.1"}}}))
+    return str(tmp_path)
+
+
+def test_a_missing_capability_is_one_line_naming_it_the_method_and_the_fix(tmp_path, flash_attn_missing):
+    result, failures = capabilities.preflight(write_plan(tmp_path), sys.executable)
+    assert result["flash_attn"]["ok"] is False
+    assert "ModuleNotFoundError" in result["flash_attn"]["error"]
+    [line] = failures
+    assert "\n" not in line
+    for part in ("runtime capability flash_attn missing", "verl/ppo", "/opt/verl-0.9.1", "ModuleNotFoundError",
+                 "load_valuehead_model", "install flash-attn in the runtime", "pick a method without a critic",
+                 "verl/grpo"):
+        assert part in line, part
+    assert capabilities.summary(result) == "capabilities: flash_attn MISSING"
+
+
+def test_an_importable_capability_passes(tmp_path, monkeypatch):
+    monkeypatch.setitem(capabilities.CAPABILITIES, "flash_attn",
+                        capabilities.Capability(module="json", package="flash-attn", why="test"))
+    result, failures = capabilities.preflight(write_plan(tmp_path), sys.executable)
+    assert failures == [] and result == {"flash_attn": {"ok": True, "module": "json", "error": None}}
+    assert capabilities.summary(result) == "capabilities: flash_attn ok"
+
+
+def test_a_method_without_needs_runs_nothing(tmp_path):
+    def no_popen(*_a, **_k):
+        raise AssertionError("no probe for a method without needs")
+
+    assert capabilities.check([sys.executable], [], popen=no_popen) == {}
+    result, failures = capabilities.preflight(write_plan(tmp_path, "grpo", ()), sys.executable)
+    assert result == {} and failures == [] and capabilities.summary(result) == "capabilities: none needed"
+
+
+def test_no_plan_json_means_nothing_is_known_to_be_needed(tmp_path):
+    assert capabilities.needs_of(str(tmp_path)) == ("?", "the runtime", [])
+
+
+def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tmp_path):
+    line = capabilities.reasons(capabilities.report(["warp_drive"], {}), "verl/x", "rt")[0]
+    assert "unknown capability 'warp_drive'" in line
+    result = capabilities.check(["/bin/sh", "-c", "echo broken runtime; exit 3", "sh"], ["flash_attn"])
+    assert result["flash_attn"]["ok"] is False
+    assert "did not answer the import check" in result["flash_attn"]["error"]
+    assert "broken runtime" in result["flash_attn"]["error"]
+    result = capabilities.check(["/nonexistent/python"], ["flash_attn"])
+    assert "FileNotFoundError" in result["flash_attn"]["error"]
+
+
+class FakeSupervisor:
+    def __init__(self, run_dir, preflight=False):
+        self.run_dir = run_dir
+        self.args = SimpleNamespace(preflight=preflight)
+        self.runtime = SimpleNamespace(runtime_python=lambda: sys.executable, local_argv=lambda argv: argv)
+        self.env = None
+        self.recorded, self.failed = [], []
+
+    def record(self, phase, **info):
+        self.recorded.append((phase, info))
+
+    def fail(self, reason, rc=1):
+        self.failed.append(reason)
+        return rc
+
+
+def test_a_real_job_refuses_before_ray_with_the_reason(tmp_path, flash_attn_missing):
+    sup = FakeSupervisor(write_plan(tmp_path))
+    assert capabilities.refuse_early(sup) == 1
+    assert sup.recorded[0][0] == capabilities.CHECKED == "capabilities_checked"
+    [reason] = sup.failed
+    assert reason.startswith("runtime capability flash_attn missing: verl/ppo needs `import ")
+    assert "checked before Ray started" in reason
+
+
+def test_preflight_and_methods_without_needs_are_not_refused_early(tmp_path, flash_attn_missing):
+    assert capabilities.refuse_early(FakeSupervisor(write_plan(tmp_path), preflight=True)) is None
+    other = tmp_path / "grpo"
+    other.mkdir()
+    plain = FakeSupervisor(write_plan(other, "grpo", ()))
+    assert capabilities.refuse_early(plain) is None and plain.recorded == []
