@@ -110,10 +110,10 @@ def reasons(result: dict, method: str, runtime: str) -> list[str]:
         if cap is None:
             lines.append(f"runtime capability {name}: {entry['error']}")
             continue
-        lines.append(f"runtime capability {name} missing: {method} needs `import {cap.module}` to work in the "
-                     f"runtime ({runtime}) and it fails there: {entry['error']}; {cap.why}. Fix: install "
-                     f"{cap.package} in the runtime, or pick a method without a critic "
-                     f"({', '.join(WITHOUT_CRITIC)})")
+        # the fix first: the supervisor's reason keeps the first 300 characters of a preflight failure
+        lines.append(f"runtime capability {name} missing: {method} needs it. Fix: install {cap.package} in the "
+                     f"runtime ({runtime}), or pick a method without a critic ({', '.join(WITHOUT_CRITIC)}). "
+                     f"`import {cap.module}` there: {entry['error']}. Why: {cap.why}")
     return lines
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from launcher import runs
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, private, topology
+from launcher.injob import auth, private, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 
@@ -202,7 +202,9 @@ def main(role: str) -> int:
                         "ask your site admin for a newer runtime")
     identity = gpus_mod.identify(node)
     nofile = raise_nofile()
-    env = ray_env(os.environ)
+    if warning := ray_tuning.nofile_warning(nofile, len(job["nodes"])):
+        print(f"[sf node {node}] {warning}", flush=True)
+    env = ray_tuning.apply(ray_env(os.environ), len(job["nodes"]), os.cpu_count() or 1)  # by cluster size
     # A start that fails before Ray says it runs (registration timed out on a loaded host, a
     # port taken meanwhile) is started again, while the barrier still waits for it: a worker
     # with fresh ports, the head on its own ports (workers dial them; they wait for it).
@@ -437,13 +439,10 @@ def raise_nofile() -> int | None:
 
 
 def ray_env(environ) -> dict:
-    """Ray's environment: usage stats off; GPU variables verl accepts; registration timeouts
-    fit for a loaded host unless the site's env sets them (Ray 2.60's RAY_<config> names:
-    gcs_rpc_server_connect_timeout_s defaults to 5 s, which a busy node can miss)."""
+    """Ray's environment: usage stats off; GPU variables verl accepts (the GCS and RPC
+    settings by cluster size are ray_tuning's)."""
     env = dict(environ)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    for name, value in RAY_TIMEOUT_DEFAULTS.items():
-        env.setdefault(name, value)
     if env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"):
         # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
         # verl's workers, which inherit the raylet's environment, refuse to start with both.
@@ -455,12 +454,6 @@ def ray_port_env(env: dict, ports) -> dict:
     """The head's two metrics servers on the slot's own ports instead of Ray's fixed ones."""
     return {**env, "DASHBOARD_METRIC_PORT": str(ports.dashboard_metrics),
             "AUTOSCALER_METRIC_PORT": str(ports.autoscaler_metrics)}
-
-
-RAY_TIMEOUT_DEFAULTS = {
-    "RAY_gcs_rpc_server_connect_timeout_s": "30",  # Ray's default 5
-    "RAY_gcs_rpc_server_reconnect_timeout_s": "120",  # Ray's default 60
-}
 
 
 def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str) -> None:

@@ -127,7 +127,7 @@ def test_a_real_job_refuses_before_ray_with_the_reason(tmp_path, flash_attn_miss
     assert capabilities.refuse_early(sup) == 1
     assert sup.recorded[0][0] == capabilities.CHECKED == "capabilities_checked"
     [reason] = sup.failed
-    assert reason.startswith("runtime capability flash_attn missing: verl/ppo needs `import ")
+    assert reason.startswith("runtime capability flash_attn missing: verl/ppo needs it. Fix: install flash-attn")
     assert "checked before Ray started" in reason
 
 
