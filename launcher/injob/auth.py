@@ -8,6 +8,15 @@ process on a shared node) can submit work that runs as you.
 The supervisor makes one token per attempt of the job, in a file only the job's user can
 read (a 0700 folder in the run dir, which every node reaches), and hands the two variables
 to every srun step (ray start on each node) and to the driver. Stdlib only.
+
+Nothing in the user's HOME or environment can change which token a job's Ray uses. Ray 2.60
+(src/ray/rpc/authentication/authentication_token_loader.cc) reads the token from, in order:
+RAY_AUTH_TOKEN (the token itself), RAY_AUTH_TOKEN_PATH, the Kubernetes service-account token
+(RAY_ENABLE_K8S_TOKEN_AUTH only), ~/.ray/auth_token. sf sets RAY_AUTH_TOKEN_PATH, so a
+~/.ray/auth_token (Ray 2.59+ `ray start --head` turns token auth on whenever that file exists
+and RAY_AUTH_MODE is unset; sf always sets it) is never read; and it removes a RAY_AUTH_TOKEN
+the user exported (sbatch passes the submit shell's environment on), which would otherwise win
+over sf's file for every Ray process of the job while `sf attach` used the file.
 """
 
 from __future__ import annotations
@@ -39,9 +48,21 @@ def make_token(run_dir: str, job_id: str) -> Path:
     return path
 
 
+# Token sources Ray reads before RAY_AUTH_TOKEN_PATH: never passed on to the job's Ray.
+SHADOWING = ("RAY_AUTH_TOKEN",)
+
+
 def env_for(path: Path) -> dict[str, str]:
     """What every Ray process of the job needs in its environment."""
     return {"RAY_AUTH_MODE": MODE, "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+def pin(env: dict, path: Path) -> dict:
+    """`env` with the job's token as the only source Ray reads (env_for, minus SHADOWING)."""
+    for name in SHADOWING:
+        env.pop(name, None)
+    env.update(env_for(path))
+    return env
 
 
 def remove_token(path: Path) -> None:

@@ -451,7 +451,7 @@ class Supervisor:
             # Every Ray process of the job (ray start on each node through srun's environment,
             # the barrier, the driver) carries the job's token; nothing else may use the cluster.
             self.token = auth.make_token(self.run_dir, self.leader)
-            self.env.update(auth.env_for(self.token))
+            auth.pin(self.env, self.token)  # a RAY_AUTH_TOKEN exported by the user cannot win over it
 
     def free_head_slot(self) -> tuple[int, int]:
         """(block, slot) of the head's ports: the job's block first, reserved on the head's

@@ -111,6 +111,7 @@ def setup_script(run_dir: str, w: Where, runtime, site_env=(), token_exists: boo
     if w.head_address:
         lines.append(f"export RAY_ADDRESS={quote(w.head_address)}")
     if token_exists:
+        lines += [f"unset {key}" for key in auth.SHADOWING]  # Ray would read it before the job's token file
         for key, value in auth.env_for(auth.token_path(run_dir, w.job_id)).items():
             lines.append(f"export {key}={quote(value)}")
     lines.append('if [ "$#" -gt 0 ]; then exec "$@"; fi')
@@ -128,6 +129,7 @@ def setup_script(run_dir: str, w: Where, runtime, site_env=(), token_exists: boo
 ATTACH_RC = """\
 if [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi
 PATH="$SF_RUNTIME_BIN:$PATH"
+unset RAY_AUTH_TOKEN
 exec 3<&-
 """
 

@@ -101,7 +101,8 @@ def test_shell_environment(tmp_path):
     w = attach.where(RECORD, PHASES, PLAN)
     run_dir = str(tmp_path / "distill-abcde")
     argv = attach.shell_argv(run_dir, w, _venv(tmp_path), "dev3", 0, ("env", "-0"), site_env=(("SITE_VAR", "s"),))
-    env = _run_setup(argv)
+    env = _run_setup(argv, {"RAY_AUTH_TOKEN": "the user's own"})
+    assert "RAY_AUTH_TOKEN" not in env  # Ray would read it before the job's token file
     assert env["RAY_ADDRESS"] == "127.0.0.13:20100" and env["SF_RUN_DIR"] == run_dir
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == str(auth.token_path(run_dir, "42"))
     assert env["RAY_AUTH_TOKEN_PATH"].endswith("/.ray-auth/42.token")

@@ -68,6 +68,15 @@ def test_token_file_is_private_and_fresh_per_attempt(tmp_path):
     assert not path.exists()
 
 
+def test_the_jobs_token_file_is_the_only_source_ray_reads(tmp_path):
+    """Ray 2.60 reads RAY_AUTH_TOKEN before RAY_AUTH_TOKEN_PATH and ~/.ray/auth_token after it:
+    a token the user exported is dropped, the job's file named (so HOME's is never read)."""
+    path = auth.make_token(str(tmp_path), "78")
+    env = auth.pin({"RAY_AUTH_TOKEN": "the user's", "RAY_AUTH_MODE": "disabled", "HOME": "/home/u"}, path)
+    assert env == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path), "HOME": "/home/u"}
+    assert auth.SHADOWING == ("RAY_AUTH_TOKEN",)
+
+
 def test_ray_versions_with_tokens():
     assert auth.ray_supports_tokens("2.60.0") and auth.ray_supports_tokens("2.52.0")
     assert not auth.ray_supports_tokens("2.51.1") and not auth.ray_supports_tokens("2.9.3")
