@@ -380,15 +380,25 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         entry=tuple(ctx.entry),
         overrides=ctx.override_list(),
         sources=ctx.source_list(),
-        resolved=resolved_values(ctx),
+        resolved=(resolved := resolved_values(ctx)),
         pools=tuple(ctx.pools),
         run_dir=run_dir,
         checkpoint_dir=ctx.checkpoint_dir,
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
-        paths_to_check=tuple(paths), runtime_needs=method.needs,
+        paths_to_check=tuple(paths), runtime_needs=runtime_needs(method, resolved),
         warnings=tuple(ctx.warnings),
     )
+
+
+def runtime_needs(method: catalog.Method, resolved: dict) -> tuple[str, ...]:
+    """What the job must find in the runtime: the method's `needs`, and what the catalog's
+    critic methods need when an override switches a critic on (verl runs one whenever
+    critic.enable is true, whatever the estimator: trainer/ppo/utils.py need_critic)."""
+    value = (resolved.get("critic.enable") or {}).get("value")
+    if method.critic or str(value).lower() != "true":
+        return method.needs
+    return method.needs + tuple(n for n in catalog.critic_needs(method.version) if n not in method.needs)
 
 
 def resolved_values(ctx: Ctx) -> dict:

@@ -54,6 +54,13 @@ def test_the_plan_carries_the_needs_through_plan_json():
     assert Plan.from_dict(old).runtime_needs == ()
 
 
+def test_a_critic_switched_on_by_an_override_needs_what_the_critic_methods_need():
+    assert catalog.critic_needs("0.9.1") == ("flash_attn",)
+    plan = compile_values(base("grpo", overrides=["critic.enable=true"]))
+    assert plan.runtime_needs == ("flash_attn",)
+    assert compile_values(base("grpo", overrides=["critic.enable=false"])).runtime_needs == ()
+
+
 def write_plan(tmp_path: Path, method="ppo", needs=("flash_attn",)) -> str:
     (tmp_path / "plan.json").write_text(json.dumps({
         "framework": "verl", "method": method, "runtime_needs": list(needs),
