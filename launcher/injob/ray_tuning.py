@@ -1,7 +1,9 @@
 """Ray's GCS and RPC settings by cluster size (issue 22, item 6): a pure function of the
-job's node count and the node's CPUs, applied to every `ray start` of the job through
-Ray's own environment convention: a `RAY_<name>` variable sets the `<name>` entry of
-ray_config_def.h in every Ray process (GCS, raylet, workers, agents) that inherits it.
+job's node count and the node's CPUs, applied by the supervisor to the job's environment
+(the barrier's and the driver's Ray clients connect to the GCS too) and by the node wrapper
+to every `ray start` of the job, through Ray's own environment convention: a `RAY_<name>`
+variable sets the `<name>` entry of ray_config_def.h in every Ray process (GCS, raylet,
+workers, agents) that inherits it.
 Every name below is in Ray 2.60's ray_config_def.h (and in the runtime's _raylet.so).
 
 Ray's defaults (2.60) and why sf raises them as the cluster grows:
@@ -17,6 +19,10 @@ Ray's defaults (2.60) and why sf raises them as the cluster grows:
   health_check_period_ms              3000   the GCS probes every raylet this often, and
   health_check_failure_threshold         5   declares it dead after this many misses
       (sf finds a dead node by its srun step ending, in seconds, whatever these say)
+  (not settable: `ray start` gives its raylet 30 s to appear in the GCS, a constant in Ray
+  2.60's ray/_private/node.py; a start that misses it fails and sf's start retries,
+  site ray.start_retries, are the remedy: on the 2-core dev host 16 nodes starting at once
+  missed it on 10 of 15 workers)
 
 The values for 64 nodes and more are those sf's render step exports for large jobs
 (launcher/spec/site.py LARGE_CLUSTER_ENV, from NeMo-RL's runs of hundreds of nodes); here

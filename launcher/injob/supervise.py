@@ -54,7 +54,7 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, topology, verl_main
+from launcher.injob import auth, capabilities, heal, private, ray_tuning, topology, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.spec.runtime import Runtime
@@ -444,7 +444,7 @@ class Supervisor:
             "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
             "check_paths": a.check_path, "launcher": a.launcher,
         }
-        self.env = dict(os.environ)
+        self.env = ray_tuning.apply(dict(os.environ), len(self.nodes), os.cpu_count() or 1)  # driver, barrier too
         self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
         self.env["PYTHONUNBUFFERED"] = "1"
         if a.launcher == "ray":
