@@ -168,7 +168,7 @@ def refuse_early(sup) -> int | None:
         result = check(sup.runtime.wrap(python), needs, env=sup.env, popen=lambda argv, **kw: slurm.srun_popen(
             argv, nodes=1, ntasks=1, nodelist=sup.head_node, overlap=True, extra=sup.runtime.srun_flags(),
             het_group=0 if sup.hetjob else None, **kw))
-    sup.record(CHECKED, capabilities=result)
+    sup.record("capabilities_checked", capabilities=result)  # CHECKED, literal: tests/unit/test_states.py finds it
     missing = reasons(result, method, runtime)
     if not missing:
         return None
