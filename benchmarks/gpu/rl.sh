@@ -335,6 +335,7 @@ if want heal; then
   sed -i -e 's#^slurm: .*#slurm: {time: "00:40:00", max_requeues: 2, hang_timeout_s: 60, first_step_timeout_s: 900, max_restarts_in_place: 2}#' \
     "$EXP/experiments/$exp/config.yaml"
   grep '^slurm:' "$EXP/experiments/$exp/config.yaml"
+  rm -f "$L/heal-run-dir.txt"  # an earlier chain's run dir is not this one's
   s0=$(date +%s)
   sf_submit heal "$exp" --profile h200:1 --set total_training_steps="$HSTEPS" &
   SFPID=$!
