@@ -398,7 +398,7 @@ def resolved_values(ctx: Ctx) -> dict:
     out = {}
     for key, entry in ctx.resolution.entries.items():
         item = resolve.as_dict(entry, rules.hydra_value)
-        if ctx.effective is not None and entry.write.op not in (resolve.DELETE, resolve.DEFAULT):
+        if ctx.effective is not None and entry.write.op != resolve.DELETE:  # verl's default: the value it has
             item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
         out[key] = item
     return out

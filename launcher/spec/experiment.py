@@ -393,6 +393,18 @@ def close_knobs(name: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, knob_names(), n=n, cutoff=0.5)
 
 
+def set_override_key(key: str) -> str:
+    """The Hydra key a --set (or sweep point) KEY stands for: the estimator's short names
+    (`adv_estimator`, `estimator`, with any +/~) are algorithm.adv_estimator."""
+    return "algorithm.adv_estimator" if key.lstrip("+~") in ("adv_estimator", "estimator") else key
+
+
+def set_field(key: str, flag: str = "--set") -> str:
+    """The field that names a --set (flag "sweep": a sweep point's) KEY=VALUE item in
+    errors and in the resolved map: `knobs.KEY` for a knob, else `FLAG KEY`."""
+    return f"knobs.{key}" if key in knob_names() else f"{flag} {set_override_key(key)}"
+
+
 def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
     """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
     KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
@@ -413,8 +425,8 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
                                         "keep one"))
             knobs[key] = value.strip()
             continue
-        if key.lstrip("+~") in ("adv_estimator", "estimator"):
-            key = "algorithm.adv_estimator"
+        if set_override_key(key) != key:
+            key = set_override_key(key)
             item = f"{key}={value}"
         try:
             split_override(item)
