@@ -353,6 +353,9 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
+    broken = typed.unresolved(ctx)
+    if broken:  # every rule reading these keys would judge a value verl never gets: stop here
+        raise SpecErrors(_dedupe(ctx.errors + [SpecError(field, message) for field, message in broken]))
     for rule in rules.JUDGES:
         rule(ctx)
     try:

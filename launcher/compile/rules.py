@@ -1139,6 +1139,8 @@ def rule_value_types(ctx) -> None:
             continue
         key = ctx.effective_key(key)
         bare = text.strip()
+        if "${" in bare:  # an interpolation: its text is no number; its composed value is typed and judged
+            continue
         if "_" in bare and _HYDRA_NUMBERISH.fullmatch(bare) and key not in knob_of:
             ctx.error(source, f"{key}={bare}: Hydra reads '_' as a digit separator ({bare} -> "
                       f"{bare.replace('_', '')}); write the number without '_', or quote a string: {key}='{bare}'")

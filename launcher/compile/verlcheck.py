@@ -300,6 +300,22 @@ class Effective:
     def get(self, key: str, default=None):
         return self._select(self.cfg, key, default)
 
+    def unresolved(self, key: str) -> str | None:
+        """Why verl could not read `key`: an interpolation in it that does not resolve (OmegaConf's
+        first line); None when it reads, is absent or is ???."""
+        from omegaconf import OmegaConf  # lazy: Hydra/OmegaConf import cost (~0.3 s)
+        from omegaconf.errors import InterpolationResolutionError  # lazy: as above
+
+        try:
+            value = OmegaConf.select(self.cfg, key, throw_on_missing=False)
+            if OmegaConf.is_config(value):
+                OmegaConf.to_container(value, resolve=True)
+        except InterpolationResolutionError as exc:
+            return str(exc).splitlines()[0]
+        except Exception:  # another failure is not an interpolation's: the rules and the type check say it
+            return None
+        return None
+
     def base(self, key: str, default=None):
         if isinstance(self.base_cfg, BaseSnapshot):
             return self.base_cfg.select(self.cfg, key, default)

@@ -241,6 +241,21 @@ def test_spelling_cannot_dodge_a_rule(method, override, needles):
     _one(errors_of(base(method, overrides=[override])), "overrides[0]", *needles)
 
 
+def test_an_interpolation_is_judged_by_what_it_resolves_to():
+    """`${...}` is read as verl reads it: its composed value meets the rules and the type
+    check (never the '_' digit-separator rule on its text), and one that does not resolve is
+    refused alone (the rules would judge a value verl never gets)."""
+    errors = errors_of(base("grpo", overrides=[f"{N}=${{trainer.critic_warmup}}"]))
+    assert len(errors) == 1 and "rollout_n must be >= 2 (got 0)" in errors[0], errors
+    gpus = "${trainer.n_gpus_per_node}"
+    assert overrides_of(base("grpo", overrides=[f"{N}={gpus}"]))[N] == gpus
+    errors = errors_of(base("grpo", overrides=[f"{N}=${{trainer.no_such_key}}"]))
+    assert len(errors) == 1, errors
+    _one(errors, "overrides[0]", "does not resolve", "trainer.no_such_key", "write the value")
+    errors = errors_of(base("grpo", overrides=["actor_rollout_ref.actor={clip_ratio:${nope.x}}"]))
+    assert len(errors) == 1 and "actor_rollout_ref.actor.clip_ratio=" in errors[0], errors
+
+
 def test_a_float_where_verl_takes_a_float_is_fine():
     # verl's YAML writes entropy_coeff: 0, its dataclass says float
     ov = overrides_of(base("grpo", overrides=["actor_rollout_ref.actor.entropy_coeff=0.01",
