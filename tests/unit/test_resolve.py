@@ -298,6 +298,8 @@ def test_plan_json_carries_the_map(env):
     ("grpo", "actor_rollout_ref.rollout.n_gpus_per_node=8", "GPUs Slurm never allocated"),
     ("grpo", "trainer.v1.trainer_mode=separate_async", "pool of its own"),
     ("grpo", "algorithm={adv_estimator:gae}", "pinned by the method"),
+    ("ppo", "critic.enable=false", "GAE needs its critic's values"),  # need_critic obeys critic.enable first
+    ("grpo", "critic={enable:true}", "critic model that verl/grpo does not have"),
 ])
 def test_pins_hold_on_every_path(method, override, needle):
     _one(errors_of(base(method, overrides=[override])), "overrides[0]", needle)
