@@ -294,8 +294,9 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     first = pools[0].name
     if method.separate_rollout and "rollout" not in roles and len(pools) >= 2:
         roles["rollout"] = pools[1].name  # these trainers' rollout runs on a pool of its own
+    roles.setdefault("actor", first)
     for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
-        roles.setdefault(role, first)
+        roles.setdefault(role, roles["actor"])  # verl keeps them in the actor's pool: they follow it
     if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:
         roles["teacher"] = pools[1].name
     with_roles = []

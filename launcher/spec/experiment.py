@@ -114,13 +114,16 @@ def _explain(err, sch) -> str:
     if v == "type":
         want = err.validator_value
         want = " or ".join(want) if isinstance(want, list) else want
-        return f"{err.instance!r} has the wrong type: expected {want}"
+        if err.instance is None:  # `key:` with nothing after it is YAML's null
+            return f"is empty (null), expected {want}; give it a value or remove the key"
+        return f"{err.instance!r} has the wrong type: expected {want}; write a value of that type (see `sf schema`)"
     if v == "enum":
         allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
-        return f"{err.instance!r} is not one of {allowed}"
+        return f"{err.instance!r} is not one of {allowed}; use one of these"
     if v == "pattern":
         desc = err.schema.get("description", "")
-        return f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
+        return (f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
+                + "; rename it to match")
     if v in ("minimum", "minItems", "minLength", "maxItems"):
         return f"{err.message}; fix the value"
     if v == "oneOf":
