@@ -175,7 +175,8 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     """NAME -> experiments/NAME; a path to a folder holding config.yaml is taken as is."""
     candidate = Path(name_or_dir).expanduser()
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
-    if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
+    here = os.path.lexists(candidate / CONFIG_FILE)  # a folder here holds one (even a broken one: say why)
+    if looks_like_path or here and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
             blocked_path(candidate / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop: say which
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method "

@@ -143,6 +143,32 @@ def test_runs_dir_that_is_a_file(env, monkeypatch):
     _refused(_run("list"), str(env / "runs"), "is a file where sf needs a folder")
 
 
+def test_config_yaml_dangling_symlink_named_as_such(env):
+    (env / "exp").mkdir()
+    os.symlink(env / "gone.yaml", env / "exp" / "config.yaml")
+    _refused(_run("validate", "exp"), "exp/config.yaml is a symlink to", "which does not exist", "fix or remove")
+    _refused(_run("validate", "./exp"), "is a symlink to", "fix or remove")
+
+
+def test_site_file_empty_or_not_a_mapping(env, monkeypatch):
+    write_exp(env, "exp", GOOD)
+    (env / "empty.yaml").write_text("")
+    monkeypatch.setenv("SF_SITE", str(env / "empty.yaml"))
+    _refused(_run("validate", "exp"), "site", "empty.yaml is empty", "see site/dev.yaml")
+    (env / "list.yaml").write_text("- a\n")
+    monkeypatch.setenv("SF_SITE", str(env / "list.yaml"))
+    _refused(_run("validate", "exp"), "list.yaml must be a mapping", "fix the file")
+
+
+def test_dry_run_refuses_a_runs_dir_under_a_file(env):
+    """The dry run says what its submit would trip on: a file where the runs dir must be a folder."""
+    write_exp(env, "exp", GOOD)
+    (env / "blocker").write_text("")
+    r = _run("submit", "exp", "--dry-run", "--runs-dir", str(env / "blocker" / "runs"))
+    _refused(r, "runs_dir", f"{env / 'blocker'} is a file where sf needs a folder", "--runs-dir")
+    assert (env / "blocker").is_file()
+
+
 def test_output_path_under_a_file(env):
     write_exp(env, "exp", GOOD)
     venv = env / "verl-venv"
