@@ -18,6 +18,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from launcher import sbatch_values
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
 from launcher.compile.slurm_time import check_signal_lead, time_seconds
 from launcher.errors import SpecError, SpecErrors
@@ -309,6 +310,11 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     s = spec.values.get("slurm") or {}
     scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
+    for key in ("account", "qos", "partition"):  # what render writes on an #SBATCH line, refused by sf validate too
+        if s.get(key) is not None:
+            sbatch_values.account(s[key], f"slurm.{key}")
+        elif getattr(site, key, None):
+            sbatch_values.account(getattr(site, key), f"site slurm.{key}")
     time = str(s.get("time") or site.time)
     limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
     lead = s.get("signal_lead_s", site.signal_lead_s)

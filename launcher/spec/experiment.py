@@ -116,6 +116,8 @@ def _explain(err, sch) -> str:
         want = " or ".join(want) if isinstance(want, list) else want
         if err.instance is None:  # `key:` with nothing after it is YAML's null
             return f"is empty (null), expected {want}; give it a value or remove the key"
+        if want == "string" and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
+            return f"{err.instance!r} is a number, expected a string; quote it: \"{err.instance}\""
         return f"{err.instance!r} has the wrong type: expected {want}; write a value of that type (see `sf schema`)"
     if v == "enum":
         allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
@@ -123,7 +125,7 @@ def _explain(err, sch) -> str:
     if v == "pattern":
         desc = err.schema.get("description", "")
         return (f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
-                + "; rename it to match")
+                + "; write it in that form")
     if v in ("minimum", "minItems", "minLength", "maxItems"):
         return f"{err.message}; fix the value"
     if v == "oneOf":

@@ -213,6 +213,18 @@ def test_time_refused_through_validate(env, time):
     _refused(_run("validate", "exp"), "slurm.time", "D-HH:MM:SS")
 
 
+@pytest.mark.parametrize("key,value", [("partition", "train\\n#SBATCH --x"), ("account", "a b"), ("qos", "q;rm")])
+def test_validate_refuses_what_cannot_go_on_an_sbatch_line(env, key, value):
+    # sf validate refuses what the render of sf submit would (it compiles, it renders nothing)
+    write_exp(env, "exp", GOOD + f'slurm: {{{key}: "{value}"}}\n')
+    _refused(_run("validate", "exp"), f"slurm.{key}", "cannot go into the batch script")
+
+
+def test_time_given_as_a_number_says_to_quote_it(env):
+    write_exp(env, "exp", GOOD + "slurm: {time: 30}\n")
+    _refused(_run("validate", "exp"), "slurm.time", 'quote it: "30"')
+
+
 def test_signal_lead_must_be_below_the_time_limit(env):
     write_exp(env, "exp", GOOD + 'slurm: {time: "5", signal_lead_s: 300}\n')
     _refused(_run("validate", "exp"), "slurm.signal_lead_s", "300 s is not below the time limit (300 s)")
