@@ -55,6 +55,10 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
             errors.append(SpecError(where, str(exc)))
     if errors:
         raise SpecErrors(errors)
+    errors = sweep_mod.same_jobs([(given, values, request.plan.overrides)
+                                  for given, (values, request) in zip(points, prepared, strict=True)])
+    if errors:
+        raise SpecErrors(errors)
     first = prepared[0][1]
     for index, (params, request) in enumerate(prepared):
         if request.plan.pools != first.plan.pools:

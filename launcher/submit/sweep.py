@@ -153,6 +153,21 @@ def point_flags(flags: dict, params: dict[str, str]) -> dict:
     return out
 
 
+def same_jobs(points: list[tuple[dict, dict, tuple[str, ...]]]) -> list[SpecError]:
+    """[(grid text, values, overrides)] of the compiled points: a SpecError for each point whose
+    job (its overrides, as verl gets them) is an earlier point's: `rollout_n=4,4.0`,
+    `actor_lr=1e-6,0.000001` or `save_freq=null,-1` spend GPU hours twice on one job. Pure."""
+    first: dict[tuple[str, ...], int] = {}
+    errors = []
+    for index, (given, values, overrides) in enumerate(points):
+        earlier = first.setdefault(tuple(overrides), index)
+        if earlier != index:
+            errors.append(SpecError(f"point {index} ({given_label(given)})",
+                                    f"runs the same job as point {earlier} (verl gets {label(values)} in both); "
+                                    "drop one of the values from --grid"))
+    return errors
+
+
 def check_max_parallel(value, n: int) -> int:
     if value is None:
         return n

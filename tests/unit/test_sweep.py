@@ -380,3 +380,26 @@ def test_cli_sweep_labels_are_the_values_verl_gets(tmp_path, monkeypatch):
     assert all(type(p["params"]["rollout_n"]) is int for p in points)
     assert points[0]["given"] == {"rollout_n": "2.0", "actor_rollout_ref.actor.optim.lr": "1e-6", "save_freq": "null"}
     assert "actor_rollout_ref.rollout.n=2" in points[0]["overrides"]
+
+
+def test_points_that_resolve_to_one_job_are_refused():
+    errors = sweep.same_jobs([({"rollout_n": "4"}, {"rollout_n": 4}, ("a.n=4",)),
+                              ({"rollout_n": "5"}, {"rollout_n": 5}, ("a.n=5",)),
+                              ({"rollout_n": "4.0"}, {"rollout_n": 4}, ("a.n=4",))])
+    assert [e.field for e in errors] == ["point 2 (rollout_n=4.0)"]
+    assert "same job as point 0 (verl gets rollout_n=4 in both)" in errors[0].message
+
+
+@pytest.mark.parametrize("grid", ["rollout_n=4,4.0", "actor_lr=1e-6,0.000001", "save_freq=null,~"])
+def test_cli_sweep_of_one_job_twice_is_refused_before_anything(tmp_path, monkeypatch, grid):
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site.yaml"
+    site.write_text((repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs")))
+    monkeypatch.chdir(repo)
+    res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site), "--grid", grid])
+    assert res.exit_code == 2 and "runs the same job as point 0" in res.stderr, res.output
+    assert not (tmp_path / "runs").exists()
