@@ -360,9 +360,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
-    broken = typed.unresolved(ctx)
-    if broken:  # every rule reading these keys would judge a value verl never gets: stop here
-        raise SpecErrors(_dedupe(ctx.errors + [SpecError(field, message) for field, message in broken]))
+    _stop_on_unresolved(ctx)
     for rule in rules.JUDGES:
         rule(ctx)
     try:
@@ -412,6 +410,15 @@ def resolved_values(ctx: Ctx) -> dict:
             item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
         out[key] = item
     return out
+
+
+def _stop_on_unresolved(ctx: Ctx) -> None:
+    """An interpolation of a user value that does not resolve in the composed config
+    (launcher.compile.typed.unresolved) ends the compile: every rule reading that key would
+    judge a fallback value verl never gets."""
+    broken = typed.unresolved(ctx)
+    if broken:
+        raise SpecErrors(_dedupe(ctx.errors + [SpecError(field, message) for field, message in broken]))
 
 
 def _resolution_errors(ctx: Ctx) -> None:

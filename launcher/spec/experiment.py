@@ -117,7 +117,7 @@ def _explain(err, sch) -> str:
         if err.instance is None:  # `key:` with nothing after it is YAML's null
             return f"is empty (null), expected {want}; give it a value or remove the key"
         if want == "string" and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
-            return f"{err.instance!r} is a number, expected a string; quote it: \"{err.instance}\""
+            return f"{err.instance!r} has the wrong type (a number, expected a string); quote it: \"{err.instance}\""
         return f"{err.instance!r} has the wrong type: expected {want}; write a value of that type (see `sf schema`)"
     if v == "enum":
         allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
