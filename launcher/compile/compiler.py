@@ -370,14 +370,6 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     if ctx.errors:
         raise SpecErrors(_dedupe(ctx.errors))
 
-    paths = []
-    model = spec.values.get("model")
-    for p in [model, *_files(((spec.values.get("data") or {}).get("train") or {}).get("files")),
-              *_files(((spec.values.get("data") or {}).get("validation") or {}).get("files")),
-              (spec.values.get("teacher") or {}).get("model"), (spec.values.get("reward") or {}).get("model"),
-              ((spec.values.get("reward") or {}).get("function") or {}).get("path"), spec.main_py]:
-        if p and os.path.isabs(str(p)) and str(p) not in paths:
-            paths.append(str(p))
     return Plan(
         experiment=spec.name,
         method=method.name,
@@ -394,7 +386,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         checkpoint_dir=ctx.checkpoint_dir,
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
-        paths_to_check=tuple(paths),
+        paths_to_check=_paths_to_check(spec),
         warnings=tuple(ctx.warnings),
     )
 
@@ -410,6 +402,19 @@ def resolved_values(ctx: Ctx) -> dict:
             item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
         out[key] = item
     return out
+
+
+def _paths_to_check(spec: MergedSpec) -> tuple[str, ...]:
+    """The model, data, teacher, reward and main.py paths preflight reads on the nodes."""
+    paths: list[str] = []
+    values = spec.values
+    for p in [values.get("model"), *_files(((values.get("data") or {}).get("train") or {}).get("files")),
+              *_files(((values.get("data") or {}).get("validation") or {}).get("files")),
+              (values.get("teacher") or {}).get("model"), (values.get("reward") or {}).get("model"),
+              ((values.get("reward") or {}).get("function") or {}).get("path"), spec.main_py]:
+        if p and os.path.isabs(str(p)) and str(p) not in paths:
+            paths.append(str(p))
+    return tuple(paths)
 
 
 def _stop_on_unresolved(ctx: Ctx) -> None:
