@@ -207,6 +207,14 @@ def test_time_values_slurm_refuses(text, needle):
     assert needle in str(exc.value) and "HH:MM:SS" in str(exc.value)
 
 
+@pytest.mark.parametrize("time", ["UNLIMITED", "2-0", "1-12:30", "90:30"])
+def test_every_form_slurm_takes_passes_validate(env, time):
+    # the schema leaves the forms to launcher.compile.slurm_time, which reads them as Slurm does
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    r = _run("validate", "exp")
+    assert r.exit_code == 0, r.stderr
+
+
 @pytest.mark.parametrize("time", ["25:61:00", "99:99:99", "0"])
 def test_time_refused_through_validate(env, time):
     write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
