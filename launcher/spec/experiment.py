@@ -416,7 +416,7 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
     KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
     errors = []
     for item in items or ():
-        if "=" not in item and item.strip().startswith("~") and "." in item:  # Hydra's delete: ~a.b
+        if "=" not in item and item.strip().startswith("~") and len(item.strip()) > 1:  # Hydra's delete: ~a.b, ~a
             overrides.append(item.strip())
             sources.append(f"{flag} {item.strip()}")
             continue

@@ -208,6 +208,12 @@ def test_delete_in_a_higher_layer_wins_and_is_shown(env):
     assert out["resolved"]["algorithm.filter_groups"]["op"] == "~"
 
 
+def test_a_top_level_delete_is_a_delete_the_owners_judge(env):
+    # `--set ~algorithm` (no dot) is Hydra's delete of a whole section, refused by the pin it would drop
+    r = _validate(env, "", "--set", "~algorithm")
+    assert r.exit_code == 2 and "--set ~algorithm: algorithm.adv_estimator is pinned" in r.stderr, r.stderr
+
+
 def test_knob_null_is_verls_default(env):
     out = _json(env, "knobs: {save_freq: null}\n")
     assert not any(o.startswith("trainer.save_freq=") for o in out["overrides"])
