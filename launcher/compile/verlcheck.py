@@ -210,12 +210,21 @@ def plain_override(text: str):
     return override
 
 
+@lru_cache(maxsize=None)
+def _grammar_is_known() -> bool:
+    """Whether the installed Hydra's override grammar is the one plain_override follows (1.3)."""
+    import hydra  # lazy: Hydra import cost (imported by the compose already when this runs)
+
+    return str(getattr(hydra, "__version__", "")).startswith("1.3.")
+
+
 def parse_overrides(overrides, parser_class) -> list:
-    """Hydra's parse of `overrides`: the plain ones here, the rest by `parser_class`
-    (Hydra's OverridesParser), in order."""
+    """Hydra's parse of `overrides`: the plain ones here (with the Hydra whose grammar that
+    follows), the rest by `parser_class` (Hydra's OverridesParser), in order."""
     parsed, hydra_parser = [], None
+    known = _grammar_is_known()
     for text in overrides:
-        override = plain_override(text)
+        override = plain_override(text) if known else None
         if override is None:
             hydra_parser = hydra_parser or parser_class.create()
             override = hydra_parser.parse_overrides([text])[0]
