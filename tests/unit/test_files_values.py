@@ -143,6 +143,32 @@ def test_runs_dir_that_is_a_file(env, monkeypatch):
     _refused(_run("list"), str(env / "runs"), "is a file where sf needs a folder")
 
 
+def test_config_yaml_dangling_symlink_named_as_such(env):
+    (env / "exp").mkdir()
+    os.symlink(env / "gone.yaml", env / "exp" / "config.yaml")
+    _refused(_run("validate", "exp"), "exp/config.yaml is a symlink to", "which does not exist", "fix or remove")
+    _refused(_run("validate", "./exp"), "is a symlink to", "fix or remove")
+
+
+def test_site_file_empty_or_not_a_mapping(env, monkeypatch):
+    write_exp(env, "exp", GOOD)
+    (env / "empty.yaml").write_text("")
+    monkeypatch.setenv("SF_SITE", str(env / "empty.yaml"))
+    _refused(_run("validate", "exp"), "site", "empty.yaml is empty", "see site/dev.yaml")
+    (env / "list.yaml").write_text("- a\n")
+    monkeypatch.setenv("SF_SITE", str(env / "list.yaml"))
+    _refused(_run("validate", "exp"), "list.yaml must be a mapping", "fix the file")
+
+
+def test_dry_run_refuses_a_runs_dir_under_a_file(env):
+    """The dry run says what its submit would trip on: a file where the runs dir must be a folder."""
+    write_exp(env, "exp", GOOD)
+    (env / "blocker").write_text("")
+    r = _run("submit", "exp", "--dry-run", "--runs-dir", str(env / "blocker" / "runs"))
+    _refused(r, "runs_dir", f"{env / 'blocker'} is a file where sf needs a folder", "--runs-dir")
+    assert (env / "blocker").is_file()
+
+
 def test_output_path_under_a_file(env):
     write_exp(env, "exp", GOOD)
     venv = env / "verl-venv"
@@ -181,10 +207,30 @@ def test_time_values_slurm_refuses(text, needle):
     assert needle in str(exc.value) and "HH:MM:SS" in str(exc.value)
 
 
+@pytest.mark.parametrize("time", ["UNLIMITED", "2-0", "1-12:30", "90:30"])
+def test_every_form_slurm_takes_passes_validate(env, time):
+    # the schema leaves the forms to launcher.compile.slurm_time, which reads them as Slurm does
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    r = _run("validate", "exp")
+    assert r.exit_code == 0, r.stderr
+
+
 @pytest.mark.parametrize("time", ["25:61:00", "99:99:99", "0"])
 def test_time_refused_through_validate(env, time):
     write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
     _refused(_run("validate", "exp"), "slurm.time", "D-HH:MM:SS")
+
+
+@pytest.mark.parametrize("key,value", [("partition", "train\\n#SBATCH --x"), ("account", "a b"), ("qos", "q;rm")])
+def test_validate_refuses_what_cannot_go_on_an_sbatch_line(env, key, value):
+    # sf validate refuses what the render of sf submit would (it compiles, it renders nothing)
+    write_exp(env, "exp", GOOD + f'slurm: {{{key}: "{value}"}}\n')
+    _refused(_run("validate", "exp"), f"slurm.{key}", "cannot go into the batch script")
+
+
+def test_time_given_as_a_number_says_to_quote_it(env):
+    write_exp(env, "exp", GOOD + "slurm: {time: 30}\n")
+    _refused(_run("validate", "exp"), "slurm.time", 'quote it: "30"')
 
 
 def test_signal_lead_must_be_below_the_time_limit(env):
