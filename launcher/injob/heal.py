@@ -5,9 +5,11 @@ loop (launcher/injob/supervise.py, two calls) and the watchdog's pure decision
   check(sup)        once per watch-loop turn while the driver trains: a watchdog.Hang or None
   on_hang(sup, h)   record `hang` (last step, seconds since, the limit), save every node's
                     Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`), then
-                    end the attempt the way sf ends any failed attempt: a requeue when the job
-                    may still be requeued (requeue on, restarts below max_requeues), else fail;
-                    the reason says "hang: no training step for N s after step S".
+                    restart in place, else end the attempt: a requeue when the job may still
+                    be requeued (requeue on, restarts below max_requeues), else fail; the
+                    reason says "hang: no training step for N s after step S".
+  on_node_death     a node step ended: restart in place (a spare for a node that went away),
+                    else requeue a job whose node went away, else fail.
 
 The watchdog runs only for a driver that writes step records (trainer.logger names `file`;
 otherwise nothing would ever arrive and the first-step allowance would end a healthy run)
@@ -85,8 +87,37 @@ def on_hang(sup, hang: watchdog.Hang) -> int | None:
             step["popen"].kill()
     if restart_in_place(sup, "hang", reason):
         return None
+    return requeue_or_fail(sup, reason, "hang")
+
+
+def on_node_death(sup, reason: str, nodes: list[str], lost: bool) -> int | None:
+    """A Ray node's step ended while the job lives (Slurm is not ending it). None: restarted
+    in place (the watch goes on); else the attempt's exit code.
+
+    `lost`: the node's wrapper never recorded its node_exit, so the node (or the job's
+    processes on it) went away, not just Ray. Starting Ray on such a node again is a gamble
+    a spare avoids; without a spare the job goes back to Slurm (a requeue: another
+    allocation, verl resumes from its checkpoint), bounded by max_requeues. Before the
+    driver runs, every node has not yet proved itself, so a death then fails as always: a
+    setup that cannot start a node fails the same way on every requeue."""
+    if sup.phase != "driver":
+        return sup.fail(reason + after(sup), rc=1)
+    if lost:
+        reason += "; its wrapper recorded no exit: the node, or the job's processes on it, went away"
+    if lost and not spares_cover(sup.pools, nodes, sup.head_node):
+        log(f"not restarting in place: {', '.join(nodes)} went away (no node_exit) and no spare can take its place")
+    elif restart_in_place(sup, "node", reason, nodes):
+        return None
+    if lost:
+        return requeue_or_fail(sup, reason, "node", nodes)
+    return sup.fail(reason + after(sup), rc=1)
+
+
+def requeue_or_fail(sup, reason: str, cause: str, nodes: list[str] | None = None) -> int:
+    """Today's path once a restart in place cannot help: the job back to Slurm while it may
+    still be requeued, else the attempt fails naming the bound that stopped it."""
     if sup.may_requeue():
-        return requeue(sup, reason)
+        return requeue(sup, reason, cause, nodes)
     reason += after(sup)
     if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
         reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={sup.args.max_requeues})"
@@ -136,6 +167,19 @@ def wait_steps_gone(job_id: str) -> None:
             return
         time.sleep(0.2)
     log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
+
+
+def spares_cover(pools, dead: list[str], head: str) -> bool:
+    """Whether swap_in_spares would leave every dead node out (none is the head, each
+    one's pool has a spare per dead node)."""
+    needed: dict[str, int] = {}
+    for pool in pools:
+        for node in dead:
+            if node in pool.hosts:
+                if node == head:
+                    return False
+                needed[pool.name] = needed.get(pool.name, 0) + 1
+    return bool(needed) and all(len(p.spares) >= needed.get(p.name, 0) for p in pools)
 
 
 def swap_in_spares(pools, dead: list[str], head: str) -> dict[str, str]:
@@ -213,11 +257,11 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     return True
 
 
-def requeue(sup, reason: str) -> int:
+def requeue(sup, reason: str, cause: str, nodes: list[str] | None = None) -> int:
     """The whole job back to the queue (the next attempt resumes from the last checkpoint),
     as the supervisor's --exclude-bad-nodes requeue does, with nothing excluded."""
     nxt = sup.restart + 1
     log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
     sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
-    sup.record("requeued", restart=nxt, cause="hang", reason=reason)
+    sup.record("requeued", restart=nxt, cause=cause, nodes=nodes, reason=reason)
     return sup.requeue_now(lambda: slurm.requeue(sup.leader), f"{reason}; the requeue failed")

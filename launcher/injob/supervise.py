@@ -772,6 +772,7 @@ class Supervisor:
                         named = [n for n in self.exited_nodes() if n in step["hosts"]]
                         if not named:
                             time.sleep(0.05)
+                    lost = not named  # no node_exit: the node's processes went away, not just Ray
                     named = named or step["hosts"]
                     ending = self.ending_by_slurm()
                     if ending:
@@ -779,9 +780,10 @@ class Supervisor:
                     reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                               f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
                               + self.exit_hint(named))
-                    if self.phase == "driver" and heal.restart_in_place(self, "node", reason, named):
+                    ended = heal.on_node_death(self, reason, named, lost)
+                    if ended is None:
                         break
-                    return self.fail(reason + heal.after(self), rc=1)
+                    return ended
                 if step["kind"] == "barrier" and not step.get("seen"):
                     step["seen"] = True
                     result = last_json(step["popen"], rc)
