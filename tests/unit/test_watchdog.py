@@ -166,8 +166,9 @@ def test_a_failed_attempt_says_how_often_it_restarted_in_place(tmp_path):
     from types import SimpleNamespace
 
     from launcher.injob import heal
+    from launcher.injob.contract import HealSettings
 
-    sup = SimpleNamespace(args=SimpleNamespace(heal={"max_restarts_in_place": 2}), restarts_in_place=0)
+    sup = SimpleNamespace(contract=SimpleNamespace(heal=HealSettings(max_restarts_in_place=2)), restarts_in_place=0)
     assert heal.after(sup) == ""
     sup.restarts_in_place = 2
     assert heal.after(sup) == "; after 2 restarts in place (max_restarts_in_place=2)"
