@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = ["supervise", "node", "barrier", "preflight", "health", "placement", "private", "ports", "auth",
-           "gpus", "topology", "address", "verl_main", "evaluate", "__main__"]
+           "gpus", "topology", "address", "verl_main", "evaluate", "contract", "heal", "__main__"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -155,13 +155,15 @@ def test_supervisor_takes_its_point_from_the_manifest(tmp_path):
         p["run_dir"] = str(tmp_path / p["run_id"])
         write_plan(p["run_dir"])
     (tmp_path / "manifest.json").write_text(json.dumps(sweep.manifest("s", pts)))
-    args = supervise.parse_args(["--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
-                                 "--task", "2", "--n-entry", "1", "--", "python3"])
-    assert args.overrides == pts[2]["overrides"] and args.checkpoint_dir == pts[2]["checkpoint_dir"]
-    assert args.check_path == ["/m"] and args.entry == ["python3"]
+    plan = supervise.read_contract(supervise.parse_args([
+        "--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"), "--task", "2", "--n-entry", "1",
+        "--", "python3"])).plan
+    assert list(plan.overrides) == pts[2]["overrides"] and plan.checkpoint_dir == pts[2]["checkpoint_dir"]
+    assert plan.paths_to_check == ("/m",) and plan.entry == ("python3",)
     with pytest.raises(SystemExit):  # a run dir that is not the task's point
-        supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
-                              "--task", "2", "--n-entry", "0"])
+        supervise.read_contract(supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest",
+                                                      str(tmp_path / "manifest.json"), "--task", "2",
+                                                      "--n-entry", "0"]))
     out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "1"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == pts[1]["run_dir"]
@@ -242,9 +244,9 @@ def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
     from launcher.plan import SlurmOptions
 
     write_plan(tmp_path, slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=1))
-    args = supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"])
-    assert args.requeue_lead == 90 and args.max_requeues == 1
-    sup = supervise.Supervisor(args)
+    contract = supervise.read_contract(supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"]))
+    assert contract.requeue_lead == 90 and contract.max_requeues == 1
+    sup = supervise.Supervisor(contract, str(tmp_path))
     sup.end_ts = 10_000.0
     sup.restart = 0
     assert sup.expiration() == 10_000.0 - 90  # verl saves before the USR1 requeue
