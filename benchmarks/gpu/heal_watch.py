@@ -79,8 +79,9 @@ def kill_worker() -> dict:
     for pattern in ("^ray::WorkerDict", "WorkerDict", "EngineCore"):
         pids = pids_of(pattern)
         if pids:
+            process = args_of(pids[0])  # before the kill: a dead process has no cmdline
             os.kill(pids[0], signal.SIGKILL)
-            return {"signal": "SIGKILL", "pid": pids[0], "process": args_of(pids[0]), "pattern": pattern}
+            return {"signal": "SIGKILL", "pid": pids[0], "process": process, "pattern": pattern}
     return {"error": "no WorkerDict or EngineCore process found"}
 
 
@@ -88,8 +89,9 @@ def stop_trainer() -> dict:
     pids = pids_of("^ray::TaskRunner")
     if not pids:
         return {"error": "no ray::TaskRunner process found"}
+    process = args_of(pids[0])
     os.kill(pids[0], signal.SIGSTOP)
-    return {"signal": "SIGSTOP", "pid": pids[0], "process": args_of(pids[0])}
+    return {"signal": "SIGSTOP", "pid": pids[0], "process": process}
 
 
 def requeue(run_dir: Path) -> dict:

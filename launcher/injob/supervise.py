@@ -94,6 +94,8 @@ ALLOCATED, BRINGUP, BARRIER, HEALTH, DRIVER, PREFLIGHT = ("allocated", "bringup"
 
 
 RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
+# Ray colours its errors ("\x1b[36mray::TaskRunnerV1.run()\x1b[39m"): a reason is plain text
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TRACEBACK = "Traceback (most recent call last):"
 CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
                "The above exception was the direct cause of the following exception:")
@@ -107,7 +109,7 @@ def first_cause(lines: list[str], limit: int = 400) -> str | None:
     ImportError of flash_attn). Returns the first exception line of the LAST chain in
     `lines`, with the last one after it when they differ; else the last error line; None
     when there is none. Ray's "(Actor pid=..)" prefixes are ignored. Pure."""
-    clean = [RAY_PREFIX.sub("", line.rstrip()) for line in lines]
+    clean = [RAY_PREFIX.sub("", ANSI_ESCAPE.sub("", line).rstrip()) for line in lines]
     chains: list[list[str]] = []  # each: the exception lines of one chain, in order
     linked = False
     i = 0

@@ -95,6 +95,9 @@ def script_text(c: dict) -> str:
         out.append(f"# Standalone: the overrides below are the whole verl command; `sbatch {name}`\n"
                    "# submits it again by hand. The run directory holds plan.json, overrides.txt and logs/.\n")
     out.append("set -uo pipefail\n\n")
+    if c["login_env_unset"]:
+        out.append("# the login node's Python and library paths stay out of the job (site: slurm.pass_login_env)\n"
+                   f"{c['login_env_unset']}\n")
     if array:
         out.append(f"SF_SWEEP_DIR={array['sweep_dir']}\nSF_MANIFEST=\"$SF_SWEEP_DIR/manifest.json\"\n")
     else:

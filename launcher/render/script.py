@@ -286,6 +286,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         run_dir=quote(plan.run_dir),
         max_requeues=sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),
         requeue=plan.slurm.requeue, signal_lead_s=plan.slurm.signal_lead_s,
+        login_env_unset=sbatch_values.login_env_unset(site.pass_sbatch_env),
         env_lines=_env_lines(plan, site, runtime),
         runtime_label=f"{runtime.framework} {runtime.version}, {runtime.kind}",
         activate_lines=_activate_lines(site, runtime),

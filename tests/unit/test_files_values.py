@@ -18,6 +18,7 @@ from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
 from launcher.compile.slurm_time import time_seconds  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
+from launcher.spec.site import site_from_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = """method: verl/grpo
@@ -271,21 +272,44 @@ def test_nul_in_site_file(env, monkeypatch):
 
 # ----------------------------------------------------------------------------- login-node environment
 
-def test_login_env_left_out_of_sbatch_unless_the_site_passes_it(monkeypatch):
+def test_sbatch_runs_with_the_login_env_and_the_job_unsets_it(monkeypatch):
+    # sbatch itself may need LD_LIBRARY_PATH (a module-loaded or unpacked Slurm: on the GPU kit
+    # sbatch failed "libslurmfull.so: cannot open shared object file" when sf removed it)
     from launcher import slurm
-    from launcher.spec.site import site_from_dict
+    from launcher.sbatch_values import login_env_unset
 
     monkeypatch.setenv("PYTHONPATH", "/home/me/verl-dev")
-    monkeypatch.setenv("VIRTUAL_ENV", "/home/me/venv")
     monkeypatch.setenv("LD_LIBRARY_PATH", "/home/me/lib")
+    monkeypatch.setenv("SBATCH_PARTITION", "other")
     env = slurm._sbatch_env(())
-    assert not {"PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH"} & set(env) and "PATH" in env
-    passing = dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["LD_LIBRARY_PATH"]})
-    site = site_from_dict(passing, "s.yaml")
-    env = slurm._sbatch_env(site.pass_sbatch_env)
-    assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and "PYTHONPATH" not in env
+    assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and env["PYTHONPATH"] == "/home/me/verl-dev"
+    assert "SBATCH_PARTITION" not in env
+    assert login_env_unset(()) == "unset PYTHONPATH LD_LIBRARY_PATH VIRTUAL_ENV PYTHONHOME"
+    assert login_env_unset(("LD_LIBRARY_PATH",)) == "unset PYTHONPATH VIRTUAL_ENV PYTHONHOME"
     with pytest.raises(SpecError):
         site_from_dict(dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["HOME"]}), "s.yaml")
+
+
+@pytest.mark.parametrize("passed, line", [
+    ((), "unset PYTHONPATH LD_LIBRARY_PATH VIRTUAL_ENV PYTHONHOME"),
+    (("LD_LIBRARY_PATH", "PYTHONPATH"), "unset VIRTUAL_ENV PYTHONHOME"),
+])
+def test_the_job_script_unsets_the_login_env_before_anything_runs(tmp_path, monkeypatch, passed, line):
+    monkeypatch.chdir(tmp_path)
+    slurm_block = {**SITE_DICT["slurm"], "pass_login_env": list(passed)} if passed else SITE_DICT["slurm"]
+    monkeypatch.setenv("SF_SITE", str(write_site(tmp_path, slurm=slurm_block)))
+    venv = tmp_path / "verl-venv"  # a runtime for the dry run
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    monkeypatch.setenv("FORGE_IMAGE_VERL", str(venv))
+    write_exp(tmp_path, "exp", GOOD)
+    r = _run("submit", "exp", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    lines = r.output.splitlines()
+    unsets = [i for i, x in enumerate(lines) if x.startswith("unset ")]
+    assert [lines[i] for i in unsets] == [line]
+    first_command = next(i for i, x in enumerate(lines) if x.startswith(("export ", "source ", "module ", "SF_")))
+    assert unsets[0] < first_command  # before the site's env, the runtime and sf's own PYTHONPATH
 
 
 def test_login_env_named_in_a_warning(env, monkeypatch):
