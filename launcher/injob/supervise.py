@@ -14,13 +14,13 @@ job as a Popen:
                 (or preflight instead, or torchrun over the train pool for SFT)
   ended         with rc and reason
 
-Requeue (the batch script's USR1 trap does the `scontrol requeue`; see templates/job.sbatch.j2):
+Requeue (the batch script's USR1 trap does the `scontrol requeue`; launcher/render/batch_text.py):
 on every start the supervisor records `restarted` (restart=SLURM_RESTART_COUNT) when the
-job is a requeued one, refuses to run a job restarted more than --max-requeues times
+job is a requeued one, refuses to run a job restarted more than max_requeues times (plan.json)
 (Slurm itself requeues --requeue jobs, e.g. on a node failure, without any bound), brings
 Ray up again, and exports the wall-time end again to the driver
 (MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, verl's save-before-expiry): the job's
-EndTime, less --requeue-lead seconds (the USR1 lead + 30 s, as the signal can come that
+EndTime, less the requeue lead (plan.json) (the USR1 lead + 30 s, as the signal can come that
 much early) while the job may still be requeued, so verl's forced save lands before the
 requeue; recorded in the `wall_time` phase. USR1 is ignored here (it is the trap's).
 
