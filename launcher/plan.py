@@ -4,9 +4,9 @@ compile.compile_plan(spec, site, run_dir) -> Plan is pure; render.render_script(
 -> str is pure. A plan is compiled once, against a placeholder run dir, and bound to its
 real run dir by `with_run_dir` once the run exists (launcher.submit.pipeline). It is written into
 the run directory (plan.json, with the job contract of launcher.render.script.job_contract under
-"job"), which the job itself reads (`launcher.injob supervise` -> Plan.from_dict: pools,
-launcher, checkpoint dir, paths; "job": runtime, Ray's address/ports/barrier, requeue
-bounds), and `sf status`, `sf eval` and `sf export` read too.
+"job"), which the job itself reads once (launcher.injob.contract.Contract: this Plan and
+"job": runtime, Ray's address/ports/barrier, requeue bounds), and `sf status`, `sf eval`
+and `sf export` read too.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ class Pool:
     # allocated beside `nodes`, kept out of verl's topology and Ray until a restart in place
     # swaps one in for a node that died (launcher/injob/heal.py)
     spare_nodes: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Pool":
+        """A pool as plan.json (and the job's SF_JOB) hold it: `dataclasses.asdict`'s dict."""
+        return cls(**{**data, "roles": tuple(data.get("roles", ()))})
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class Plan:
         the Plan's)."""
         names = {f.name for f in fields(cls)}
         data = {k: v for k, v in data.items() if k in names}
-        data["pools"] = tuple(Pool(**{**p, "roles": tuple(p.get("roles", ()))}) for p in data["pools"])
+        data["pools"] = tuple(Pool.from_dict(p) for p in data["pools"])
         slurm = dict(data.get("slurm", {}))
         slurm["sbatch"] = tuple(tuple(kv) for kv in slurm.get("sbatch", ()))
         data["slurm"] = SlurmOptions(**slurm)

@@ -302,7 +302,8 @@ def open_run(runs_dir, run_id: str) -> Run:
     if not close:
         close = [i for i in ids if run_id and run_id in i][:5]
     hint = f"; did you mean: {', '.join(close[:5])}" if close else (
-        "; `sf list` shows the runs" if ids else f"; there are no runs in {root}")
+        "; `sf list` shows the runs" if ids else
+        " (it holds no runs); pass the runs dir the run is in (--runs-dir, $SF_RUNS_DIR or the site's runs_dir)")
     what = "several runs start with" if len(prefixed) > 1 else "no run"
     raise SpecError("run", f"{what} {run_id!r} in {root}{hint}")
 

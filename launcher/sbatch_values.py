@@ -131,6 +131,15 @@ ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
 
 
 # Login-node variables that would carry another Python, verl or libraries into the job than the
-# runtime sf checked (sbatch exports the whole environment by default): launcher.slurm leaves
-# them out of sbatch's environment unless the site lets them through (slurm.pass_login_env).
+# runtime sf checked (sbatch exports the whole environment by default). sbatch itself runs with
+# them (a module-loaded or unpacked Slurm finds libslurmfull.so through LD_LIBRARY_PATH); the
+# job's scripts unset them first thing (login_env_unset), but those the site lets through
+# (slurm.pass_login_env).
 LOGIN_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
+def login_env_unset(passed=()) -> str | None:
+    """The scripts' line that keeps the login node's LOGIN_ENV out of the job, or None when
+    the site passes them all."""
+    names = [name for name in LOGIN_ENV if name not in passed]
+    return f"unset {' '.join(names)}" if names else None

@@ -105,8 +105,8 @@ def sbatch_input_variables(environ=None, passed=()) -> list[str]:
 
 
 def login_env_variables(environ=None, passed=()) -> list[str]:
-    """The LOGIN_ENV variables set in `environ` (default: ours) that sbatch would carry into
-    the job, less those the site passes on purpose."""
+    """The LOGIN_ENV variables set in `environ` (default: ours) that the job's script unsets,
+    less those the site passes on purpose (what sf tells the user it left out)."""
     environ = os.environ if environ is None else environ
     return [name for name in LOGIN_ENV if environ.get(name) and name not in passed]
 
@@ -121,7 +121,9 @@ def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIM
 
 
 def _sbatch_env(pass_env) -> dict:
-    left_out = set(sbatch_input_variables(passed=pass_env)) | set(login_env_variables(passed=pass_env))
+    """Our environment less the SBATCH_* variables. The LOGIN_ENV ones stay: sbatch may need
+    LD_LIBRARY_PATH to run at all; the job's script unsets them (sbatch_values.login_env_unset)."""
+    left_out = set(sbatch_input_variables(passed=pass_env))
     return {name: value for name, value in os.environ.items() if name not in left_out}
 
 

@@ -42,6 +42,7 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/results.json" "$OUT/results.json" 2>/dev/null
   cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
   cp "$L/results-disagg.json" "$OUT/results-disagg.json" 2>/dev/null
+  cp "$L/results-heal.json" "$OUT/results-heal.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
@@ -97,6 +98,9 @@ if want install; then
     rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
+    # py-spy: sf's hang watchdog saves every process's stacks with it (launcher/injob/stacks.py)
+    compgen -G "$W/kit/py_spy-*.whl" >/dev/null && $PY -m pip install -q --no-index --no-deps --no-compile \
+      --no-cache-dir --target /tmp/site "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
     touch /tmp/site/.sf-bundle-done
   fi
   echo "site: $(du -sh /tmp/site | cut -f1)"
@@ -110,6 +114,7 @@ chmod +x "$W/bin/sf"
 RT=$W/rt; mkdir -p "$RT/bin"
 printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RT/bin/python"; chmod +x "$RT/bin/python"
 printf 'export PATH=%s:%s:$PATH\n' "$RT/bin" "$(dirname "$PY")" >"$RT/bin/activate"
+[[ -x /tmp/site/bin/py-spy ]] && ln -sf /tmp/site/bin/py-spy "$RT/bin/py-spy"
 export PATH="$W/bin:$PATH"
 want install && { $PY -c "import sys; sys.path[:0]=['/tmp/site']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
   nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"; }
@@ -317,6 +322,44 @@ if want methods; then
   stage "methods: REINFORCE++-baseline and ReMax, $MSTEPS steps each on n1 (GPU 0)"
   method_run rpp verl/reinforce-baseline 4
   method_run remax verl/remax 1
+fi
+# -- session 5 (issue 23 item 4): healing on the GPU, ReMax with its trainer pin, PPO's refusal --
+# One GRPO run of HSTEPS steps on n1 (restarts in place allowed twice, the hang limit 60 s):
+# verl's training worker SIGKILLed after step HKILL, its trainer loop SIGSTOPped after step
+# HSTOP, then (HREQUEUE > 0) today's requeue path by USR1 after step HREQUEUE as the baseline.
+HSTEPS=${HSTEPS:-12}; HKILL=${HKILL:-3}; HSTOP=${HSTOP:-6}; HREQUEUE=${HREQUEUE:-9}
+if want heal; then
+  stage "heal: GRPO $HSTEPS steps; SIGKILL WorkerDict after step $HKILL, SIGSTOP TaskRunner after $HSTOP, USR1 after $HREQUEUE"
+  exp=tiny-heal
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  sed -i -e 's#^slurm: .*#slurm: {time: "00:40:00", max_requeues: 2, hang_timeout_s: 60, first_step_timeout_s: 900, max_restarts_in_place: 2}#' \
+    "$EXP/experiments/$exp/config.yaml"
+  grep '^slurm:' "$EXP/experiments/$exp/config.yaml"
+  rm -f "$L/heal-run-dir.txt"  # an earlier chain's run dir is not this one's
+  s0=$(date +%s)
+  sf_submit heal "$exp" --profile h200:1 --set total_training_steps="$HSTEPS" &
+  SFPID=$!
+  for _ in $(seq 240); do d=$(cat "$L/heal-run-dir.txt" 2>/dev/null); [[ -n "$d" ]] && break; sleep 0.5; done
+  D=$(cat "$L/heal-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && $PY "$HERE/heal_watch.py" "$D" "$L/results-heal.json" --kill-at "$HKILL" --stop-at "$HSTOP" \
+    --requeue-at "$HREQUEUE" --steps "$HSTEPS" --timeout 1700 2>&1 | tee "$L/heal-watch.log" &
+  WPID=$!
+  wait $SFPID; echo "heal: submit to end $(( $(date +%s) - s0 )) s"
+  wait $WPID
+  [[ -n "$D" ]] && { ls -la "$D/stacks" "$D"/stacks/* 2>&1 | head -20; (cd "$EXP" && sf logs "$(basename "$D")" --stacks 2>&1 | head -60) >"$L/heal-stacks.txt";
+    (cd "$EXP" && sf status "$(basename "$D")" 2>&1 | tail -20); (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -16); }
+fi
+if want remax; then
+  stage "remax: verl/remax (trainer.use_v1 pinned false), $MSTEPS steps on n1"
+  method_run remax verl/remax 1
+fi
+if want ppo; then
+  stage "ppo: verl/ppo --preflight: verl 0.9.1's critic needs flash-attn, which this runtime lacks"
+  exp=tiny-ppo
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  sed -i -e "s#^method: .*#method: verl/ppo#" -e "s#^  rollout_n: .*#  rollout_n: 1#" "$EXP/experiments/$exp/config.yaml"
+  $PY -c "import flash_attn" 2>&1 | tail -1
+  sf_submit ppo "$exp" --profile h200:1 --preflight
 fi
 # -- session 4 (issue 24 item 4): disaggregated RL on the two GPUs. Written while one H200 was
 # lent, NOT RUN YET. Needs kind nvidia-h200-x2:

@@ -47,7 +47,7 @@ rm -rf .rlb[0-9]* && split -b 52M -d -a 2 "$WORK/bundle.tar.xz" "$WORK/bundle.pa
 i=0; for part in "$WORK"/bundle.part.*; do mkdir -p ".rlb$i" && mv "$part" ".rlb$i/"; i=$((i + 1)); done
 sha256sum "$WORK/bundle.tar.xz" | sed 's#  .*#  /tmp/bundle.tar.xz#' >.rlk/bundle.sha256
 # 5. TransferQueue and Slurm
-"${DL[@]}" -d .rlk transferqueue==0.1.11
+"${DL[@]}" -d .rlk transferqueue==0.1.11 py-spy==0.4.3
 (cd .rlk/debs && apt-get download slurmd slurmctld slurm-client slurm-wlm-basic-plugins libslurm38 munge \
   libmunge2 libjson-c5 libyaml-0-2 libjwt0 libhttp-parser2.9 libpmix2 libnuma1 libhwloc15 libdbus-1-3 \
   liblz4-1 libevent-core-2.1-7 libevent-pthreads-2.1-7 liblua5.1-0 libreadline8 libgcrypt20)

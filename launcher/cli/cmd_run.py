@@ -23,11 +23,9 @@ import click
 from launcher import runs
 from launcher.cli.options import json_option, print_json, say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SpecError
-from launcher.monitor import poll as monitor
 from launcher.render.logger_env import after_submit
 from launcher.states import SLURM_COMPLETED
 from launcher.submit import pipeline
-from launcher.submit.live import verify
 from launcher.submit.pipeline import prepare_run
 
 
@@ -108,6 +106,8 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
 
 
     # a pool no partition can ever hold, an account or QOS Slurm would refuse: exit 2 here
+    from launcher.submit.live import verify  # lazy: asks Slurm, so never on a dry run's path (start-up cost)
+
     live_warnings = verify(plan, request.site, getattr(request.spec, "provenance", None))
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
@@ -164,6 +164,8 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
     """Follow the run with monitor.poll: print each new Slurm state and phase; at the end
     the reason / preflight report. 0 when the job completed, else 1."""
     echo = echo or (lambda text: click.echo(text, err=as_json))
+    from launcher.monitor import poll as monitor  # lazy: only --wait follows the job (start-up cost)
+
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S
     while True:
         polled = monitor.poll([run])

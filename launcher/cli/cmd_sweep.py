@@ -35,22 +35,28 @@ from launcher.submit.pipeline import placeholder_run_dir, run_files
 
 
 def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool):
-    """(site, [(params, request)], runtime, exports): every point prepared by the same
+    """(site, [(values, request)], runtime, exports): every point prepared by the same
     launcher.submit.pipeline.prepare_run as `sf submit` (load, compile once, the runtime's
-    default overrides, the verl compose check) with its grid values as the last --set, so a
+    default overrides, the verl compose check) with its grid values as the sweep point, so a
     point's job is the job `sf submit` would send for it; SpecErrors naming every bad point.
+    `values`: the point's grid keys with the values verl gets (sweep.point_values), which
+    every label, record and manifest shows: a label never disagrees with what ran.
     `exports`: {ChainExport: its Request}, the export `--model run:RUN` queues first when RUN
     has none yet (one per RUN, shared by every point: they all name its folder as their model)."""
     prepared, errors = [], []
     for index, params in enumerate(points):
-        where = f"point {index} ({sweep_mod.label(params)})"
+        where = f"point {index} ({sweep_mod.given_label(params)})"
         try:
-            point_flags = sweep_mod.point_flags(flags, params)
-            prepared.append((params, pipeline.prepare_run(name, point_flags, preflight=preflight)))
+            request = pipeline.prepare_run(name, sweep_mod.point_flags(flags, params), preflight=preflight)
+            prepared.append((sweep_mod.point_values(params, request.plan.resolved), request))
         except SpecErrors as exc:
             errors += [SpecError(where, str(e)) for e in exc.errors]
         except SpecError as exc:
             errors.append(SpecError(where, str(exc)))
+    if errors:
+        raise SpecErrors(errors)
+    errors = sweep_mod.same_jobs([(given, values, request.plan.overrides)
+                                  for given, (values, request) in zip(points, prepared, strict=True)])
     if errors:
         raise SpecErrors(errors)
     first = prepared[0][1]
@@ -110,8 +116,8 @@ def sweep(name, grid_items, max_parallel, preflight, dry_run, as_json, retry, **
     hetjob = compiled[0][1].plan.is_hetjob
     mode = "hetjobs" if hetjob else "array"
     if dry_run:
-        return _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports)
-    _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
+        return _dry_run(compiled, points, site, runtime, k, mode, preflight, as_json, exports)
+    _submit(compiled, points, site, runtime, grid, k, mode, preflight, as_json, exports)
 
 
 def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int, sweep_id: str,
@@ -121,7 +127,8 @@ def _array_script(request, plan, site, runtime, preflight: bool, n: int, k: int,
     return run_files(request.spec, plan, site, runtime, preflight=preflight, array=array).script
 
 
-def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
+def _dry_run(compiled, points, site, runtime, k, mode, preflight, as_json, exports):
+    """`points`: each point's grid text, shown beside the values verl gets ("given")."""
     first = compiled[0][1]
     n = len(compiled)
     if mode == "array":
@@ -130,9 +137,9 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
                                sweep_dir)
     else:
         script = first.script
-    pts = [{"index": i, "params": params, "overrides": list(request.plan.overrides),
+    pts = [{"index": i, "params": params, "given": given, "overrides": list(request.plan.overrides),
             "sources": list(request.plan.sources)}
-           for i, (params, request) in enumerate(compiled)]
+           for i, ((params, request), given) in enumerate(zip(compiled, points, strict=True))]
     if as_json:
         click.echo(json.dumps({"experiment": first.experiment, "mode": mode, "points": pts, "max_parallel": k,
                                "array": array_directive(n, k) if mode == "array" else None,
@@ -152,7 +159,7 @@ def _dry_run(compiled, site, runtime, k, mode, preflight, as_json, exports):
 
 
 # long: the sweep record, its members and the array/hetjob submission; issue 20 moves it into submit/
-def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports):
+def _submit(compiled, points, site, runtime, grid, k, mode, preflight, as_json, exports):
     first = compiled[0][1]
     n = len(compiled)
     # as sf submit: the pools against the partitions, the account/QOS where enforced (the
@@ -162,7 +169,8 @@ def _submit(compiled, site, runtime, grid, k, mode, preflight, as_json, exports)
         click.echo(f"sf: warning: {warning}", err=True)
     sweep_run = runs.create_run(first.runs_dir, first.experiment, kind="sweep", mode=mode,
                                 grid=[{"key": key, "values": values} for key, values in grid],
-                                points=[{"index": i, "params": params} for i, (params, _r) in enumerate(compiled)],
+                                points=[{"index": i, "params": params, "given": given}
+                                        for i, ((params, _r), given) in enumerate(zip(compiled, points, strict=True))],
                                 max_parallel=k, preflight=preflight, runtime=runtime.to_dict(), members=[],
                                 submissions=[])
     members, plans = [], []

@@ -143,13 +143,3 @@ def get_method(version: str, name: str) -> Method:
         rollout_pool=str(data.get("rollout_pool", "actor")),
     )
 
-
-def critic_needs(version: str) -> tuple[str, ...]:
-    """What the version's methods with a critic need from the runtime (a critic switched on
-    by an override loads the same value-head model)."""
-    out: list[str] = []
-    for name in methods(version):
-        method = get_method(version, name)
-        if method.critic:
-            out += [n for n in method.needs if n not in out]
-    return tuple(out)

@@ -18,6 +18,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from launcher import sbatch_values
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
 from launcher.compile.slurm_time import check_signal_lead, time_seconds
 from launcher.errors import SpecError, SpecErrors
@@ -294,8 +295,9 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     first = pools[0].name
     if method.separate_rollout and "rollout" not in roles and len(pools) >= 2:
         roles["rollout"] = pools[1].name  # these trainers' rollout runs on a pool of its own
+    roles.setdefault("actor", first)
     for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
-        roles.setdefault(role, first)
+        roles.setdefault(role, roles["actor"])  # verl keeps them in the actor's pool: they follow it
     if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:
         roles["teacher"] = pools[1].name
     with_roles = []
@@ -308,6 +310,11 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     s = spec.values.get("slurm") or {}
     scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
+    for key in ("account", "qos", "partition"):  # what render writes on an #SBATCH line, refused by sf validate too
+        if s.get(key) is not None:
+            sbatch_values.account(s[key], f"slurm.{key}")
+        elif getattr(site, key, None):
+            sbatch_values.account(getattr(site, key), f"site slurm.{key}")
     time = str(s.get("time") or site.time)
     limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
     lead = s.get("signal_lead_s", site.signal_lead_s)
@@ -353,6 +360,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     ctx.effective, why_not = verlcache.effective_config(method.config_name, ctx.override_list())
     if why_not:
         ctx.warn(why_not)
+    _stop_on_unresolved(ctx)
     for rule in rules.JUDGES:
         rule(ctx)
     try:
@@ -362,14 +370,6 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     if ctx.errors:
         raise SpecErrors(_dedupe(ctx.errors))
 
-    paths = []
-    model = spec.values.get("model")
-    for p in [model, *_files(((spec.values.get("data") or {}).get("train") or {}).get("files")),
-              *_files(((spec.values.get("data") or {}).get("validation") or {}).get("files")),
-              (spec.values.get("teacher") or {}).get("model"), (spec.values.get("reward") or {}).get("model"),
-              ((spec.values.get("reward") or {}).get("function") or {}).get("path"), spec.main_py]:
-        if p and os.path.isabs(str(p)) and str(p) not in paths:
-            paths.append(str(p))
     return Plan(
         experiment=spec.name,
         method=method.name,
@@ -380,25 +380,15 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         entry=tuple(ctx.entry),
         overrides=ctx.override_list(),
         sources=ctx.source_list(),
-        resolved=(resolved := resolved_values(ctx)),
+        resolved=resolved_values(ctx),
         pools=tuple(ctx.pools),
         run_dir=run_dir,
         checkpoint_dir=ctx.checkpoint_dir,
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
-        paths_to_check=tuple(paths), runtime_needs=runtime_needs(method, resolved),
+        paths_to_check=_paths_to_check(spec), runtime_needs=method.needs,
         warnings=tuple(ctx.warnings),
     )
-
-
-def runtime_needs(method: catalog.Method, resolved: dict) -> tuple[str, ...]:
-    """What the job must find in the runtime: the method's `needs`, and what the catalog's
-    critic methods need when an override switches a critic on (verl runs one whenever
-    critic.enable is true, whatever the estimator: trainer/ppo/utils.py need_critic)."""
-    value = (resolved.get("critic.enable") or {}).get("value")
-    if method.critic or str(value).lower() != "true":
-        return method.needs
-    return method.needs + tuple(n for n in catalog.critic_needs(method.version) if n not in method.needs)
 
 
 def resolved_values(ctx: Ctx) -> dict:
@@ -408,10 +398,32 @@ def resolved_values(ctx: Ctx) -> dict:
     out = {}
     for key, entry in ctx.resolution.entries.items():
         item = resolve.as_dict(entry, rules.hydra_value)
-        if ctx.effective is not None and entry.write.op not in (resolve.DELETE, resolve.DEFAULT):
+        if ctx.effective is not None and entry.write.op != resolve.DELETE:  # verl's default: the value it has
             item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
         out[key] = item
     return out
+
+
+def _paths_to_check(spec: MergedSpec) -> tuple[str, ...]:
+    """The model, data, teacher, reward and main.py paths preflight reads on the nodes."""
+    paths: list[str] = []
+    values = spec.values
+    for p in [values.get("model"), *_files(((values.get("data") or {}).get("train") or {}).get("files")),
+              *_files(((values.get("data") or {}).get("validation") or {}).get("files")),
+              (values.get("teacher") or {}).get("model"), (values.get("reward") or {}).get("model"),
+              ((values.get("reward") or {}).get("function") or {}).get("path"), spec.main_py]:
+        if p and os.path.isabs(str(p)) and str(p) not in paths:
+            paths.append(str(p))
+    return tuple(paths)
+
+
+def _stop_on_unresolved(ctx: Ctx) -> None:
+    """An interpolation of a user value that does not resolve in the composed config
+    (launcher.compile.typed.unresolved) ends the compile: every rule reading that key would
+    judge a fallback value verl never gets."""
+    broken = typed.unresolved(ctx)
+    if broken:
+        raise SpecErrors(_dedupe(ctx.errors + [SpecError(field, message) for field, message in broken]))
 
 
 def _resolution_errors(ctx: Ctx) -> None:

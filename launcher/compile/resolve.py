@@ -233,8 +233,8 @@ def shown_dict(item: dict, hydra_value: Callable[[Any], str]) -> str:
     def text(one: dict) -> str:
         if one["op"] == DELETE:
             return "<deleted>"
-        if one["op"] == DEFAULT:
-            return "<verl's default>"
+        if one["op"] == DEFAULT:  # compile fills in the value verl's default has, where it composed
+            return "<verl's default>" if one["value"] is None else f"{hydra_value(one['value'])} (verl's default)"
         return hydra_value(one["value"])
 
     out = f"{text(item)}    [{item['source']}]"

@@ -566,9 +566,10 @@ PIN_PATHS_DAPO = {
 def rule_pin_paths(ctx) -> None:
     """Pins hold on every path verl 0.9.1 offers. DAPO: a custom sampler
     (trainer.v1.sampler.custom_sampler) skips group filtering; reward.reward_manager.source
-    other than `register` replaces the dapo reward manager. Every RL method that does not pin
-    it: trainer.use_v1=false runs the deprecated main_ppo_v0 trainer (main_ppo.py:183); a
-    standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
+    other than `register` replaces the dapo reward manager. critic.enable decides over the
+    estimator whether verl trains a critic (need_critic): it must say what the method says.
+    Every RL method that does not pin it: trainer.use_v1=false runs the deprecated main_ppo_v0
+    trainer (main_ppo.py:183); a standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
     trainer.v1.trainer_mode=separate_async) or a rollout n_gpus_per_node other than the pool's
     asks Ray for GPUs Slurm never allocated."""
     if ctx.sft:
@@ -579,6 +580,14 @@ def rule_pin_paths(ctx) -> None:
             if value != want and not (want is None and value in ("", None)):
                 ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: {why}; verl/dapo pins it "
                           f"({'unset' if want is None else want}): remove it")
+    enable = ctx.get("critic.enable")
+    if enable is not None and bool(enable) != ctx.method.critic:
+        # verl 0.9.1's need_critic (trainer/ppo/utils.py:96) obeys critic.enable before the estimator
+        ctx.error(ctx.culprit("critic.enable"), f"critic.enable={hydra_value(enable)}: "
+                  + ("verl/ppo's GAE needs its critic's values, and verl 0.9.1 would train without one"
+                     if ctx.method.critic else
+                     f"verl 0.9.1 would load and train a critic model that verl/{ctx.method.name} does not have and "
+                     "sf's pools do not place") + "; remove it (the method decides, e.g. verl/ppo has a critic)")
     if "trainer.use_v1" not in ctx.method.pins and ctx.get("trainer.use_v1", True) is not True:
         # (a method that needs the v0 trainer pins it: verl/remax; the pin rules hold that)
         ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the "
@@ -1139,6 +1148,8 @@ def rule_value_types(ctx) -> None:
             continue
         key = ctx.effective_key(key)
         bare = text.strip()
+        if "${" in bare:  # an interpolation: its text is no number; its composed value is typed and judged
+            continue
         if "_" in bare and _HYDRA_NUMBERISH.fullmatch(bare) and key not in knob_of:
             ctx.error(source, f"{key}={bare}: Hydra reads '_' as a digit separator ({bare} -> "
                       f"{bare.replace('_', '')}); write the number without '_', or quote a string: {key}='{bare}'")

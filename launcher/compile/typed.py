@@ -138,3 +138,23 @@ def problems(ctx) -> list[tuple[str, str]]:
             out.append((w.field, f"{key}={rules.hydra_value(value)} is {got}, "
                                  f"but verl's {key} is {want}{dflt}; write e.g. {key}={example}"))
     return out
+
+
+def unresolved(ctx) -> list[tuple[str, str]]:
+    """(field, message) for each user-written key whose `${...}` interpolation does not resolve in
+    the composed config: verl fails reading it, and every rule would judge a value that never runs."""
+    out: list[tuple[str, str]] = []
+    if ctx.effective is None:
+        return out
+    for key, entry in ctx.resolution.entries.items():
+        w = entry.write
+        if w.layer not in resolve.INPUT_LAYERS or w.op in (resolve.DELETE, resolve.DEFAULT):
+            continue
+        text = w.text if w.text is not None else rules.hydra_value(w.value)
+        if "${" not in str(text):
+            continue
+        why = ctx.effective.unresolved(key)
+        if why:
+            out.append((w.field, f"{key}={text} does not resolve in verl's config ({why}); verl would fail reading it: "
+                                 "point the interpolation at a key verl has, or write the value"))
+    return out

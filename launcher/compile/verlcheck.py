@@ -13,6 +13,7 @@ import copy
 import difflib
 import importlib.util
 import os
+import re
 import warnings
 from functools import lru_cache
 
@@ -126,7 +127,7 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
     except ImportError:  # pragma: no cover
         return _compose(config_name, overrides), base_config(config_name)
     apply = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    parsed = parse_overrides(overrides, OverridesParser)
     groups = _groups(config_name)
     if apply is None or any(o.package is not None or o.key_or_group in groups or "/" in o.key_or_group
                             or o.is_sweep_override() for o in parsed):
@@ -151,6 +152,84 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
 
 
 _BASE_USED: frozenset = frozenset()
+
+# Hydra's override grammar (hydra/grammar/OverrideLexer.g4, hydra-core 1.3) for the plain
+# overrides sf writes: a dotted identifier key, no whitespace, and a value of the characters
+# [A-Za-z0-9_./-] (or a flat list of such values). Such a value is one INT, FLOAT, BOOL or
+# NULL token when it is that token whole, else a string of its own text (Hydra concatenates
+# a primitive of several tokens); anything else goes to Hydra's ANTLR parser, whose first
+# parse in a process costs ~15 ms of every cold dry run. tests/unit/test_verlcheck.py holds
+# the two parsers equal.
+_PLAIN_KEY = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./-]+")
+_PLAIN_LIST = re.compile(r"\[(?:[A-Za-z0-9_./-]+(?:,[A-Za-z0-9_./-]+)*)?\]")
+_INT_UNSIGNED = r"(?:0|[1-9](?:_?[0-9])*)"
+_POINT_FLOAT = rf"(?:{_INT_UNSIGNED}\.|{_INT_UNSIGNED}?\.[0-9](?:_?[0-9])*)"
+_HYDRA_INT = re.compile(rf"[+-]?{_INT_UNSIGNED}")
+_HYDRA_FLOAT = re.compile(rf"[+-]?(?:(?:{_INT_UNSIGNED}|{_POINT_FLOAT})[eE][+-]?[0-9](?:_?[0-9])*|{_POINT_FLOAT}"
+                          r"|[Ii][Nn][Ff]|[Nn][Aa][Nn])")
+
+
+def _plain_primitive(text: str):
+    """The value Hydra's parser gives a value of [A-Za-z0-9_./-] characters."""
+    if _HYDRA_INT.fullmatch(text):
+        return int(text)
+    if _HYDRA_FLOAT.fullmatch(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() == "null":
+        return None
+    return text
+
+
+def plain_override(text: str):
+    """Hydra's Override of `text` when it is a plain override (see above), else None."""
+    from hydra.core.override_parser.types import Override, OverrideType, ValueType  # lazy: Hydra import cost
+
+    key_text, eq, value = text.partition("=")
+    key = _PLAIN_KEY.fullmatch(key_text)
+    if key is None:
+        return None
+    prefix, dotted = key.group(1) or "", key.group(2)
+    kind = {"": OverrideType.CHANGE, "+": OverrideType.ADD, "++": OverrideType.FORCE_ADD, "~": OverrideType.DEL}[prefix]
+    if not eq:
+        if kind is not OverrideType.DEL:
+            return None
+        parsed, value_type = None, None
+    elif _PLAIN_VALUE.fullmatch(value):
+        parsed, value_type = _plain_primitive(value), ValueType.ELEMENT
+    elif _PLAIN_LIST.fullmatch(value):
+        items = value[1:-1]
+        parsed, value_type = [_plain_primitive(v) for v in items.split(",")] if items else [], ValueType.ELEMENT
+    else:
+        return None
+    override = Override(type=kind, key_or_group=dotted, _value=parsed, value_type=value_type, package=None)
+    override.input_line = text
+    override.validate()
+    return override
+
+
+@lru_cache(maxsize=None)
+def _grammar_is_known() -> bool:
+    """Whether the installed Hydra's override grammar is the one plain_override follows (1.3)."""
+    import hydra  # lazy: Hydra import cost (imported by the compose already when this runs)
+
+    return str(getattr(hydra, "__version__", "")).startswith("1.3.")
+
+
+def parse_overrides(overrides, parser_class) -> list:
+    """Hydra's parse of `overrides`: the plain ones here (with the Hydra whose grammar that
+    follows), the rest by `parser_class` (Hydra's OverridesParser), in order."""
+    parsed, hydra_parser = [], None
+    known = _grammar_is_known()
+    for text in overrides:
+        override = plain_override(text) if known else None
+        if override is None:
+            hydra_parser = hydra_parser or parser_class.create()
+            override = hydra_parser.parse_overrides([text])[0]
+        parsed.append(override)
+    return parsed
 
 
 class BaseSnapshot:
@@ -229,6 +308,22 @@ class Effective:
 
     def get(self, key: str, default=None):
         return self._select(self.cfg, key, default)
+
+    def unresolved(self, key: str) -> str | None:
+        """Why verl could not read `key`: an interpolation in it that does not resolve (OmegaConf's
+        first line); None when it reads, is absent or is ???."""
+        from omegaconf import OmegaConf  # lazy: Hydra/OmegaConf import cost (~0.3 s)
+        from omegaconf.errors import InterpolationResolutionError  # lazy: as above
+
+        try:
+            value = OmegaConf.select(self.cfg, key, throw_on_missing=False)
+            if OmegaConf.is_config(value):
+                OmegaConf.to_container(value, resolve=True)
+        except InterpolationResolutionError as exc:
+            return str(exc).splitlines()[0]
+        except Exception:  # another failure is not an interpolation's: the rules and the type check say it
+            return None
+        return None
 
     def base(self, key: str, default=None):
         if isinstance(self.base_cfg, BaseSnapshot):

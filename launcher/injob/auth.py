@@ -57,6 +57,11 @@ def env_for(path: Path) -> dict[str, str]:
     return {"RAY_AUTH_MODE": MODE, "RAY_AUTH_TOKEN_PATH": str(path)}
 
 
+def unshadowed(environ) -> dict:
+    """A copy of `environ` without the token sources Ray would read before the job's file."""
+    return {k: v for k, v in environ.items() if k not in SHADOWING}
+
+
 def pin(env: dict, path: Path) -> dict:
     """`env` with the job's token as the only source Ray reads (env_for, minus SHADOWING)."""
     for name in SHADOWING:

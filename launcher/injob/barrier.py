@@ -13,8 +13,9 @@ import json
 import os
 import time
 
-from launcher import runs
+from launcher import runs, states
 from launcher.injob import topology
+from launcher.injob.contract import Job
 
 POLL_S = 0.1  # one cheap GCS RPC; the barrier passes within this of the last node
 WAITING_AFTER_S = 5.0  # a normal bring-up joins within this: only a longer wait is recorded
@@ -62,7 +63,7 @@ class NodeTable:
                 for n in ray.nodes() if n.get("Alive")]
 
 
-def summarize(nodes: list[dict], pools: list[topology.PoolHosts]) -> dict:
+def summarize(nodes: list[dict], job: Job) -> dict:
     """Per pool: which expected hosts joined (with their GPUs), which are missing."""
     by_host = {}
     for node in nodes:
@@ -70,11 +71,11 @@ def summarize(nodes: list[dict], pools: list[topology.PoolHosts]) -> dict:
             if key.startswith(topology.NODE_PREFIX):
                 by_host[key] = node
     report = {}
-    for pool in pools:
+    for pool in job.pools:
         joined, missing, short = {}, [], []
-        for host in pool.hosts:
+        for host in job.hosts.get(pool.name, ()):
             node = by_host.get(topology.node_resource(host))
-            if node is None or pool.resource not in node["resources"]:
+            if node is None or topology.pool_resource(pool.name) not in node["resources"]:
                 missing.append(host)
                 continue
             gpus = int(node["resources"].get("GPU", 0))
@@ -92,16 +93,16 @@ def complete(report: dict) -> bool:
     return all(not p["missing"] and not p["short_of_gpus"] for p in report.values())
 
 
-def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S, on_waiting=None) -> dict:
+def wait(job: Job, poll: float = POLL_S, on_waiting=None) -> dict:
     """Poll until complete or `timeout`; `on_waiting(missing hosts)` is called whenever the set
     of hosts not yet joined changes, from WAITING_AFTER_S on (what `sf status` shows)."""
-    start = time.monotonic()
-    table = NodeTable(gcs_address)
+    start, timeout = time.monotonic(), job.ray.barrier_timeout_s
+    table = NodeTable(job.head)
     report, error = {}, None
     told = None
     while True:
         try:
-            report = summarize(table.nodes(), pools)
+            report = summarize(table.nodes(), job)
             error = None
             missing = sorted(h for p in report.values() for h in p["missing"] + p["short_of_gpus"])
             if on_waiting and missing and missing != told and time.monotonic() - start >= WAITING_AFTER_S:
@@ -114,7 +115,7 @@ def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S, on_waiti
             error = f"{exc.__class__.__name__}: {exc}"
         if time.monotonic() - start > timeout:
             missing = [h for p in report.values() for h in p["missing"]] if report else \
-                [h for p in pools for h in p.hosts]
+                job.nodes
             short = [h for p in report.values() for h in p["short_of_gpus"]]
             return {"ok": False, "seconds": round(time.monotonic() - start, 2), "pools": report,
                     "missing": missing, "short_of_gpus": short, "error": error}
@@ -122,18 +123,16 @@ def wait(gcs_address: str, pools, timeout: float, poll: float = POLL_S, on_waiti
 
 
 def main() -> int:
-    job = topology.job_from_env()
-    pools = topology.pools_from_job(job)
-    where = {h: p.name for p in pools for h in p.hosts}
+    job = Job.from_env()
 
     def waiting(missing: list[str]) -> None:
+        pools = {h: pool.name if (pool := job.pool_of(h)) else "?" for h in missing}
         try:
-            runs.record_phase(job["run_dir"], "barrier_waiting", missing=missing,
-                              pools={h: where.get(h, "?") for h in missing})
+            runs.record_phase(job.run_dir, states.BARRIER_WAITING, missing=missing, pools=pools)
         except OSError:
             pass
 
-    result = wait(job["head"], pools, float(job.get("barrier_timeout_s", 300)), on_waiting=waiting)
+    result = wait(job, on_waiting=waiting)
     print(json.dumps(result, separators=(",", ":")), flush=True)
     # Skip Ray's client teardown (0.1-0.2 s): the supervisor waits for this exit.
     os._exit(0 if result["ok"] else 3)

@@ -153,7 +153,7 @@ def refuse_early(sup) -> int | None:
     """The supervisor's hook before Ray starts: a real job whose method needs a capability
     the runtime lacks ends now, with the reason (None: go on). --preflight reports it
     itself, beside its other checks."""
-    if sup.args.preflight:
+    if sup.preflight:
         return None
     method, runtime, needs = needs_of(sup.run_dir)
     if not needs:
@@ -162,11 +162,12 @@ def refuse_early(sup) -> int | None:
 
     python = [sup.runtime.runtime_python()]
     local = sup.runtime.local_argv(python)
+    env = sup.child_env()
     if local is not None:
-        result = check(local, needs, env=sup.env)
+        result = check(local, needs, env=env)
     else:
-        result = check(sup.runtime.wrap(python), needs, env=sup.env, popen=lambda argv, **kw: slurm.srun_popen(
-            argv, nodes=1, ntasks=1, nodelist=sup.head_node, overlap=True, extra=sup.runtime.srun_flags(),
+        result = check(sup.runtime.wrap(python), needs, env=env, popen=lambda argv, **kw: slurm.srun_popen(
+            argv, nodes=1, ntasks=1, nodelist=sup.job.head_node, overlap=True, extra=sup.runtime.srun_flags(),
             het_group=0 if sup.hetjob else None, **kw))
     sup.record("capabilities_checked", capabilities=result)  # CHECKED, literal: tests/unit/test_states.py finds it
     missing = reasons(result, method, runtime)

@@ -5,9 +5,11 @@ loop (launcher/injob/supervise.py, two calls) and the watchdog's pure decision
   check(sup)        once per watch-loop turn while the driver trains: a watchdog.Hang or None
   on_hang(sup, h)   record `hang` (last step, seconds since, the limit), save every node's
                     Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`), then
-                    end the attempt the way sf ends any failed attempt: a requeue when the job
-                    may still be requeued (requeue on, restarts below max_requeues), else fail;
-                    the reason says "hang: no training step for N s after step S".
+                    restart in place, else end the attempt: a requeue when the job may still
+                    be requeued (requeue on, restarts below max_requeues), else fail; the
+                    reason says "hang: no training step for N s after step S".
+  on_node_death     a node step ended: restart in place (a spare for a node that went away),
+                    else requeue a job whose node went away, else fail.
 
 The watchdog runs only for a driver that writes step records (trainer.logger names `file`;
 otherwise nothing would ever arrive and the first-step allowance would end a healthy run)
@@ -16,14 +18,13 @@ and not for a preflight. `hang_timeout_s: 0` turns it off.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from launcher import slurm
+from launcher import slurm, states
 from launcher.checkpoints import TRACKER
-from launcher.injob import ports as ports_mod
 from launcher.injob import stacks, watchdog
 
 
@@ -32,27 +33,25 @@ def log(msg: str) -> None:
 
 
 def _limits(sup) -> watchdog.Limits | None:
-    raw = getattr(sup.args, "heal", None) or {}
-    limits = watchdog.Limits.from_dict(raw)
-    if limits.hang_timeout_s <= 0:
+    heal = sup.contract.heal
+    if heal.hang_timeout_s <= 0:
         return None
-    return limits
+    return watchdog.Limits(hang_timeout_s=heal.hang_timeout_s, first_step_timeout_s=heal.first_step_timeout_s)
 
 
 def metrics_path(sup) -> str:
     """The step records of this attempt (the batch script exports VERL_FILE_LOGGER_PATH; a
     restart in place sets its own in the driver's environment)."""
-    return sup.env.get("VERL_FILE_LOGGER_PATH") or str(
-        Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.jsonl")
+    return sup.metrics_path or str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.jsonl")
 
 
 def check(sup) -> watchdog.Hang | None:
-    if sup.phase != "driver" or sup.args.preflight:
+    if sup.stage != "driver" or sup.preflight:  # Supervisor.stage (supervise.DRIVER): verl trains
         return None
     dog = getattr(sup, "watchdog", None)
     if dog is None:
         limits = _limits(sup)
-        if limits is None or not watchdog.file_logger_on(sup.args.overrides):
+        if limits is None or not watchdog.file_logger_on(sup.plan.overrides):
             why = "hang_timeout_s is 0" if limits is None else "trainer.logger has no `file` (no step records)"
             log(f"watchdog: off ({why})")
             sup.watchdog = dog = False
@@ -72,11 +71,11 @@ def on_hang(sup, hang: watchdog.Hang) -> int | None:
     goes on) or end the attempt (its exit code)."""
     reason = hang.reason()
     rel = f"{stacks.STACKS_DIR}/{sup.job_id}-{sup.restart}" + (f".{in_place(sup)}" if in_place(sup) else "")
-    sup.record("hang", last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
+    sup.record(states.HANG, last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
                first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
     t0 = time.monotonic()
     saved = stacks.save(sup, Path(sup.run_dir) / rel)
-    sup.record("stacks_saved", dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
+    sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
     reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
     # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
     # kill it now, so ending the attempt does not wait out the grace times for it.
@@ -85,11 +84,41 @@ def on_hang(sup, hang: watchdog.Hang) -> int | None:
             step["popen"].kill()
     if restart_in_place(sup, "hang", reason):
         return None
+    return requeue_or_fail(sup, reason, "hang")
+
+
+def on_node_death(sup, reason: str, nodes: list[str], lost: bool) -> int | None:
+    """A Ray node's step ended while the job lives (Slurm is not ending it). None: restarted
+    in place (the watch goes on); else the attempt's exit code.
+
+    `lost`: the node's wrapper never recorded its node_exit, so the node (or the job's
+    processes on it) went away, not just Ray. Starting Ray on such a node again is a gamble
+    a spare avoids; without a spare the job goes back to Slurm (a requeue: another
+    allocation, verl resumes from its checkpoint), bounded by max_requeues. Before the
+    driver runs, every node has not yet proved itself, so a death then fails as always: a
+    setup that cannot start a node fails the same way on every requeue."""
+    if sup.stage != "driver":
+        return sup.fail(reason + after(sup), rc=1)
+    if lost:
+        reason += "; its wrapper recorded no exit: the node, or the job's processes on it, went away"
+    if lost and not spares_cover(sup.job, nodes):
+        log(f"not restarting in place: {', '.join(nodes)} went away (no node_exit) and no spare can take its place")
+    elif restart_in_place(sup, "node", reason, nodes):
+        return None
+    if lost:
+        return requeue_or_fail(sup, reason, "node", nodes)
+    return sup.fail(reason + after(sup), rc=1)
+
+
+def requeue_or_fail(sup, reason: str, cause: str, nodes: list[str] | None = None) -> int:
+    """Today's path once a restart in place cannot help: the job back to Slurm while it may
+    still be requeued, else the attempt fails naming the bound that stopped it."""
     if sup.may_requeue():
-        return requeue(sup, reason)
+        return requeue(sup, reason, cause, nodes)
     reason += after(sup)
-    if sup.args.max_requeues is not None and sup.restart >= sup.args.max_requeues and sup.args.requeue_lead:
-        reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={sup.args.max_requeues})"
+    bound_ = sup.contract.max_requeues
+    if bound_ is not None and sup.restart >= bound_ and sup.contract.requeue_lead:
+        reason += f"; not requeued: already requeued {sup.restart} times (max_requeues={bound_})"
     return sup.fail(reason, rc=1)
 
 
@@ -97,11 +126,11 @@ def on_hang(sup, hang: watchdog.Hang) -> int | None:
 
 def in_place(sup) -> int:
     """Restarts in place so far in this attempt."""
-    return int(getattr(sup, "restarts_in_place", 0))
+    return sup.restarts_in_place
 
 
 def bound(sup) -> int:
-    return int((getattr(sup.args, "heal", None) or {}).get("max_restarts_in_place", 0))
+    return sup.contract.heal.max_restarts_in_place
 
 
 def after(sup) -> str:
@@ -138,18 +167,33 @@ def wait_steps_gone(job_id: str) -> None:
     log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
 
 
-def swap_in_spares(pools, dead: list[str], head: str) -> dict[str, str]:
-    """Pure but for mutating `pools`: each dead node of a pool with a spare left is replaced,
-    in its place (its port slot), by the pool's next spare. {dead: spare}. The head stays:
-    the batch step, the driver and the GCS live there."""
+def spares_cover(job, dead: list[str]) -> bool:
+    """Whether swap_in_spares would leave every dead node out (none is the head, each
+    one's pool has a spare per dead node)."""
+    needed: dict[str, int] = {}
+    for node in dead:
+        pool = job.pool_of(node)
+        if pool is None or node == job.head_node:
+            return False
+        needed[pool.name] = needed.get(pool.name, 0) + 1
+    return bool(needed) and all(len(job.spares.get(name, ())) >= n for name, n in needed.items())
+
+
+def swap_in_spares(job, dead: list[str]) -> tuple[dict, dict, dict[str, str]]:
+    """Pure: each dead node of a pool with a spare left is replaced, in its place (its port
+    slot), by the pool's next spare. (hosts, spares, {dead: spare}), the first two as
+    contract.Job holds them. The head stays: the batch step, the driver and the GCS live there."""
+    hosts = {name: list(h) for name, h in job.hosts.items()}
+    spares = {name: list(s) for name, s in job.spares.items()}
     swapped = {}
-    for pool in pools:
-        for node in dead:
-            if node in pool.hosts and node != head and pool.spares:
-                spare = pool.spares.pop(0)
-                pool.hosts[pool.hosts.index(node)] = spare
-                swapped[node] = spare
-    return swapped
+    for node in dead:
+        pool = job.pool_of(node)
+        if pool is None or node == job.head_node or not spares.get(pool.name):
+            continue
+        spare = spares[pool.name].pop(0)
+        hosts[pool.name][hosts[pool.name].index(node)] = spare
+        swapped[node] = spare
+    return ({n: tuple(h) for n, h in hosts.items()}, {n: tuple(s) for n, s in spares.items()}, swapped)
 
 
 def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = None) -> bool:
@@ -159,7 +203,7 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
 
     A driver that failed before its first training step is not restarted: such a failure
     (a config error, a missing file) repeats, and each try costs a whole verl start."""
-    if in_place(sup) >= bound(sup) or sup.args.preflight or sup.args.launcher != "ray":
+    if in_place(sup) >= bound(sup) or sup.preflight or sup.plan.launcher != "ray":
         if bound(sup) and in_place(sup) >= bound(sup):
             log(f"not restarting in place: {in_place(sup)} restarts in place already (max_restarts_in_place="
                 f"{bound(sup)})")
@@ -182,42 +226,38 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     sup.steps = []
     wait_steps_gone(sup.leader)
     sup.restarts_in_place = n
-    swapped = swap_in_spares(sup.pools, nodes or [], sup.head_node) if cause == "node" else {}
+    swapped = {}
+    if cause == "node":
+        hosts, spares, swapped = swap_in_spares(sup.job, nodes or [])
+        sup.job = replace(sup.job, hosts=hosts, spares=spares)
     if swapped:
         log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in swapped.items()))
-        sup.nodes = [h for p in sup.pools for h in p.hosts]
-        sup.job.update(pools=[p.to_dict() for p in sup.pools], nodes=sup.nodes)
     # a fresh start: node events from here on, the head's ports free again (or the next block)
     sup.wall0 = time.time()
     # the head's slot reserved again (the stopped head's lock released first, so the same slot
     # is taken back unless another job holds it now: launcher.injob.private.reserve)
     if getattr(sup, "port_reservation", None) is not None:
         sup.port_reservation.release()
-    sup.port_block, sup.head_slot = sup.free_head_slot()
-    sup.ports = ports_mod.block_ports(sup.port_block, sup.head_slot, sup.args.port_range)
-    sup.gcs = f"{sup.head_addr}:{sup.ports.gcs}"
-    sup.job.update(head=sup.gcs, port_block=sup.port_block, head_slot=sup.head_slot)
-    sup.env["SF_JOB"] = json.dumps(sup.job, separators=(",", ":"))
+    sup.take_head_slot()
     # verl's file logger opens its file with "wb": the restarted driver writes its own
-    sup.env["VERL_FILE_LOGGER_PATH"] = str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.{n}.jsonl")
-    sup.env["SF_RESTART_IN_PLACE"] = str(n)
+    sup.metrics_path = str(Path(sup.run_dir) / "metrics" / f"attempt-{sup.restart}.{n}.jsonl")
     sup.watchdog = None
-    sup.record("restarted_in_place", cause=cause, restart_in_place=n, max_restarts_in_place=bound(sup),
+    sup.record(states.RESTARTED_IN_PLACE, cause=cause, restart_in_place=n, max_restarts_in_place=bound(sup),
                nodes=nodes or None, left_out=list(swapped) or None, spares_used=list(swapped.values()) or None,
-               resumed_from=checkpoint_step(sup.args.checkpoint_dir), reason=reason[:300],
+               resumed_from=checkpoint_step(sup.plan.checkpoint_dir), reason=reason[:300],
                stop_s=round(time.monotonic() - t0, 1))
     sup.start_ray()
     sup.local("barrier", [sup.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
               stdout=subprocess.PIPE)
-    sup.phase = "bringup"
+    sup.stage = "bringup"
     return True
 
 
-def requeue(sup, reason: str) -> int:
+def requeue(sup, reason: str, cause: str, nodes: list[str] | None = None) -> int:
     """The whole job back to the queue (the next attempt resumes from the last checkpoint),
     as the supervisor's --exclude-bad-nodes requeue does, with nothing excluded."""
     nxt = sup.restart + 1
-    log(f"requeueing (restart {nxt} of at most {sup.args.max_requeues}): {reason}")
-    sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.args.max_requeues})")
-    sup.record("requeued", restart=nxt, cause="hang", reason=reason)
+    log(f"requeueing (restart {nxt} of at most {sup.contract.max_requeues}): {reason}")
+    sup.write_reason(f"{reason}; requeued (restart {nxt} of at most {sup.contract.max_requeues})")
+    sup.record(states.REQUEUED, restart=nxt, cause=cause, nodes=nodes, reason=reason)
     return sup.requeue_now(lambda: slurm.requeue(sup.leader), f"{reason}; the requeue failed")

@@ -21,6 +21,7 @@ import statistics
 import time
 
 from launcher.injob import topology
+from launcher.injob.contract import Job
 
 PAYLOAD_BYTES = 4 << 20  # above Ray's inline limit: it travels through the object store
 MAX_ALL_PAIRS = 8
@@ -276,9 +277,9 @@ def gpu_checks(ray, gpus_by_node: dict[str, int]) -> dict | None:
             ray.kill(actor)
 
 
-def check(ray, job: dict) -> dict:
+def check(ray, job: Job) -> dict:
     """Objects between the job's nodes, then its GPUs: one report, `ok` only if both are."""
-    gpus_by_node = topology.gpus_by_host(topology.pools_from_job(job))
+    gpus_by_node = job.gpus_by_host()
     nodes = sorted(gpus_by_node)
     broken = None
     if os.environ.get(TEST_FAIL_ENV, "") == os.environ.get("SLURM_RESTART_COUNT", "0") and nodes:
@@ -299,8 +300,8 @@ def main() -> int:
     check passed, else 3."""
     import ray
 
-    job = topology.job_from_env()
-    ray.init(address=job["head"], logging_level="ERROR", log_to_driver=False)
+    job = Job.from_env()
+    ray.init(address=job.head, logging_level="ERROR", log_to_driver=False)
     result = check(ray, job)
     print(json.dumps(result, separators=(",", ":")), flush=True)
     os._exit(0 if result["ok"] else 3)  # no Ray client teardown: the supervisor waits for this exit

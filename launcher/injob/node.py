@@ -1,7 +1,8 @@
 """One Ray node: run by every task of the node sruns (`python -m launcher.injob node`).
 
-Reads SF_JOB, finds its Slurm node name (SLURMD_NODENAME, never the hostname: emulated
-nodes share one), its slot in the job, its ports, temp dir and address, then runs
+Reads the job (SF_JOB: launcher.injob.contract.Job), finds its Slurm node name
+(SLURMD_NODENAME, never the hostname: emulated nodes share one), its slot in the job, its
+ports, temp dir and address, then runs
 `ray start --block` as a child with the CPUs and GPUs Slurm gave this step, tagged with
 its pool and its node name. Ray is started through this very interpreter (the runtime's
 python, `python -m ray.scripts.scripts`), never a `ray` script found on PATH, whose
@@ -35,6 +36,7 @@ from launcher.injob import address as addr_mod
 from launcher.injob import auth, private, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
+from launcher.injob.contract import Job
 
 
 def port_free(host: str, port: int) -> bool:
@@ -143,11 +145,11 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
 def main(role: str) -> int:
     # The supervisor's "job done" may come before Ray runs (a quick preflight): end cleanly.
     signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
-    job = topology.job_from_env()
+    job = Job.from_env()
     node = topology.node_name()
-    run_dir = job["run_dir"]
-    job_id = job["job_id"]
-    pool = topology.pool_of_node(job, node)
+    run_dir = job.run_dir
+    job_id = job.job_id
+    pool = job.pool_of(node)
     pool_name = pool.name if pool else "?"
     redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
 
@@ -167,12 +169,10 @@ def main(role: str) -> int:
         return 1
 
     try:
-        slot = job["nodes"].index(node)
-        port_range = tuple(job["port_range"])
-        first_block = job.get("port_block", ports_mod.job_block(job_id, port_range))
-        temp_root = job["temp_root"]
-        address = addr_mod.node_address(node, job["address_method"], job["address_prefix"], job.get("interface"))
-    except (ValueError, KeyError) as exc:
+        slot = job.nodes.index(node)
+        port_range, first_block, temp_root = job.ray.port_range, job.port_block, job.ray.temp_root
+        address = addr_mod.node_address(node, job.ray.address_method, job.ray.address_prefix, job.ray.interface)
+    except ValueError as exc:
         return fail(f"cannot set up this node: {exc}")
     try:
         private.check_root(temp_root)
@@ -187,10 +187,10 @@ def main(role: str) -> int:
     if locks is None:
         print(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
               "against this user's other jobs (the bind check still runs)", flush=True)
-    head = job["head"]
+    head = job.head
     if role == "worker":
         host, _, port = head.rpartition(":")
-        if not wait_for_tcp(host, int(port), float(job.get("barrier_timeout_s", 300))):
+        if not wait_for_tcp(host, int(port), job.ray.barrier_timeout_s):
             return fail(f"the Ray head {head} never answered")
     gpus = topology.gpus_given()
     cpus = topology.cpus_given()
@@ -202,14 +202,14 @@ def main(role: str) -> int:
                         "ask your site admin for a newer runtime")
     identity = gpus_mod.identify(node)
     nofile = raise_nofile()
-    if warning := ray_tuning.nofile_warning(nofile, len(job["nodes"])):
+    if warning := ray_tuning.nofile_warning(nofile, len(job.nodes)):
         print(f"[sf node {node}] {warning}", flush=True)
-    env = ray_tuning.apply(ray_env(os.environ), len(job["nodes"]), os.cpu_count() or 1)  # by cluster size
+    env = ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1)  # by cluster size
     # A start that fails before Ray says it runs (registration timed out on a loaded host, a
     # port taken meanwhile) is started again, while the barrier still waits for it: a worker
     # with fresh ports, the head on its own ports (workers dial them; they wait for it).
-    retries = int(job.get("start_retries", START_RETRIES))
-    deadline = time.monotonic() + float(job.get("barrier_timeout_s", 300))
+    retries = job.ray.start_retries
+    deadline = time.monotonic() + job.ray.barrier_timeout_s
     state = {"child": None, "stopping": False, "signal": None}
     t_start = time.time()
 
@@ -299,7 +299,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
 
     for attempt in range(retries + 1):
         ports, why = pick_ports(role=role, slot=slot, port_range=port_range, first_block=first_block,
-                                head_slot=int(job.get("head_slot", 0)), locks=locks, address=address, held=held)
+                                head_slot=job.head_slot, locks=locks, address=address, held=held)
         if ports is None:
             return fail(why)
         if held["dir"]:  # an earlier try's
@@ -310,7 +310,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             return fail(f"cannot make a private Ray temp dir under {temp_root}: {exc}")
         temp = private.ray_temp_dir(held["dir"])
         argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
-                              temp=temp, cpus=cpus, gpus=gpus, dashboard=bool(job.get("dashboard")))
+                              temp=temp, cpus=cpus, gpus=gpus, dashboard=job.ray.dashboard)
         if role == "worker" and attempt < int(os.environ.get("SF_TEST_FAIL_STARTS") or 0):
             # Test hook: a worker's first N starts fail the way a start under load does.
             argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
@@ -372,7 +372,6 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
 PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(already )?in use", re.I)
 
 
-START_RETRIES = 2  # site ray.start_retries
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs

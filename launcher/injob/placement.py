@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from launcher.injob import topology
+from launcher.plan import Pool
 
 VERL_MAX_COLOCATE = 3
 
@@ -49,29 +50,29 @@ def role_of(verl_pool: str) -> str:
     return next((role for prefix, role in _ROLE_OF_VERL_POOL if (verl_pool or "").startswith(prefix)), "actor")
 
 
-def slurm_pool_for(verl_pool: str, pools: list[dict]) -> dict:
-    """The Slurm pool (dict with name, roles, resource) a verl resource pool must land on:
+def slurm_pool_for(verl_pool: str, pools: tuple[Pool, ...]) -> Pool:
+    """The Slurm pool a verl resource pool must land on:
     the pool that `roles:` gives its role, never a pool picked by its name (a training pool
     named `teach` stays a training pool). Roles without a pool of their own run with the
     actor, on het group 0."""
     role = role_of(verl_pool)
-    target = next((p for p in pools if role in (p.get("roles") or ())), None)
-    return target or next((p for p in pools if p.get("het_group", 0) == 0), pools[0])
+    target = next((p for p in pools if role in p.roles), None)
+    return target or next((p for p in pools if p.het_group == 0), pools[0])
 
 
-def role_report(pools: list[dict], placed: dict, entry=()) -> list[dict]:
+def role_report(pools: tuple[Pool, ...], placed: dict, entry=()) -> list[dict]:
     """Per role of every pool: the Slurm pool its verl resource pool (for this entry) is
     pinned to and the nodes that pool's bundles landed on (`placed`: pool name ->
     pin_report); ok when that is the pool `roles:` names."""
     out = []
     table = pool_of_role(entry)
     for pool in pools:
-        for role in pool.get("roles") or ():
+        for role in pool.roles:
             target = slurm_pool_for(table.get(role, "global_pool"), pools)
-            place = placed.get(target["name"]) or {}
-            out.append({"role": role, "pool": pool["name"], "placed_on_pool": target["name"],
+            place = placed.get(target.name) or {}
+            out.append({"role": role, "pool": pool.name, "placed_on_pool": target.name,
                         "nodes": list(place.get("nodes") or []),
-                        "ok": target["name"] == pool["name"] and bool(place.get("ok", True))})
+                        "ok": target.name == pool.name and bool(place.get("ok", True))})
     return out
 
 
@@ -84,33 +85,34 @@ def tag_bundles(bundles: list[dict], resource: str) -> list[dict]:
     return tagged
 
 
-def pool_bundles(pool: dict, cpus_per_bundle: float | None = None) -> list[list[dict]]:
+def pool_bundles(pool: Pool, cpus_per_bundle: float | None = None) -> list[list[dict]]:
     """verl's placement-group scheme for this pool (one PG per node), tagged."""
     bundle = {"CPU": verl_cpus(pool) if cpus_per_bundle is None else cpus_per_bundle, "GPU": 1}
-    return [tag_bundles([bundle] * pool["gpus_per_node"], topology.pool_resource(pool["name"]))
-            for _ in range(pool["nodes"])]
+    return [tag_bundles([bundle] * pool.gpus_per_node, topology.pool_resource(pool.name))
+            for _ in range(pool.nodes)]
 
 
-def verl_cpus(pool: dict) -> int:
+def verl_cpus(pool: Pool) -> int:
     """CPUs verl asks per GPU bundle on this pool: 3 (ResourcePoolManager's max_colocate_count),
     2 on a pool that holds only standalone rollout servers (replica.py:200-204)."""
-    return VERL_ROLLOUT_COLOCATE if tuple(pool.get("roles") or ()) == ("rollout",) else VERL_MAX_COLOCATE
+    return VERL_ROLLOUT_COLOCATE if tuple(pool.roles) == ("rollout",) else VERL_MAX_COLOCATE
 
 
-def fitting_cpus(pool: dict, node_cpus: int) -> tuple[float, str | None]:
+def fitting_cpus(pool: Pool, node_cpus: int) -> tuple[float, str | None]:
     """CPUs per bundle: verl's (verl_cpus) when the nodes hold them, else what fits (with a warning)."""
     per_bundle = verl_cpus(pool)
-    need = per_bundle * pool["gpus_per_node"]
+    need = per_bundle * pool.gpus_per_node
     if node_cpus >= need:
         return per_bundle, None
-    per = max(0.01, round(node_cpus / max(1, pool["gpus_per_node"]), 2))
-    return per, (f"pool {pool['name']}: verl reserves {per_bundle} CPUs per GPU bundle "
+    per = max(0.01, round(node_cpus / max(1, pool.gpus_per_node), 2))
+    return per, (f"pool {pool.name}: verl reserves {per_bundle} CPUs per GPU bundle "
                  f"({need} per node) but its nodes have {node_cpus}; verl's placement groups would not fit "
                  f"(placement checked with {per} CPUs per bundle)")
 
 
-def pin_report(pool: dict, node_cpus: int, timeout: float = 30) -> dict:
-    """Create the pool's tagged placement groups, report the node of every bundle, remove them."""
+def pin_report(pool: Pool, hosts: tuple[str, ...], node_cpus: int, timeout: float = 30) -> dict:
+    """Create the pool's tagged placement groups, report the node of every bundle (on `hosts`,
+    the pool's nodes, or not), remove them."""
     import ray  # noqa: PLC0415
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
@@ -122,26 +124,26 @@ def pin_report(pool: dict, node_cpus: int, timeout: float = 30) -> dict:
         for key in node["Resources"]:
             if key.startswith(topology.NODE_PREFIX):
                 node_names[node["NodeID"]] = key[len(topology.NODE_PREFIX):]
-    pgs = [placement_group(bundles, strategy="STRICT_PACK", name=f"sf_preflight_{pool['name']}_{i}")
+    pgs = [placement_group(bundles, strategy="STRICT_PACK", name=f"sf_preflight_{pool.name}_{i}")
            for i, bundles in enumerate(pool_bundles(pool, cpus))]
     bundles, ok, error = [], True, None
     try:
         ready = [pg.wait(timeout_seconds=timeout) for pg in pgs]
         if not all(ready):
-            ok, error = False, f"placement groups of pool {pool['name']} not placed within {timeout:g}s"
+            ok, error = False, f"placement groups of pool {pool.name} not placed within {timeout:g}s"
         for i, pg in enumerate(pgs):
             table = placement_group_table(pg)
             for index, node_id in sorted((table.get("bundles_to_node_id") or {}).items()):
                 node = node_names.get(node_id, node_id)
-                on_pool = node in pool["hosts"]
+                on_pool = node in hosts
                 ok = ok and on_pool
                 bundles.append({"pg": i, "bundle": index, "node": node, "on_pool_nodes": on_pool})
     finally:
         for pg in pgs:
             remove_placement_group(pg)
-    if len(bundles) != pool["nodes"] * pool["gpus_per_node"]:
+    if len(bundles) != pool.nodes * pool.gpus_per_node:
         ok = False
         error = error or "not every bundle was placed"
-    return {"pool": pool["name"], "resource": topology.pool_resource(pool["name"]), "cpus_per_bundle": cpus,
+    return {"pool": pool.name, "resource": topology.pool_resource(pool.name), "cpus_per_bundle": cpus,
             "bundles": bundles, "nodes": sorted({b["node"] for b in bundles}), "ok": ok,
             "error": error, "warning": warning, "time": time.time()}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from launcher import runs
 from launcher.injob import capabilities, health, placement, topology
+from launcher.injob.contract import Job
 
 
 def check_paths_here(paths: list[str]) -> dict:
@@ -58,10 +59,11 @@ def check_overrides(config_name: str, overrides: list[str]) -> dict:
     return {"ok": not errors, "errors": [str(e) for e in errors]}
 
 
-def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, dict, dict]:
+def ray_checks(job: Job) -> tuple[dict, dict, dict]:
     import ray
 
-    ray.init(address=job["head"], logging_level="ERROR", log_to_driver=False)
+    paths = list(job.paths_to_check)
+    ray.init(address=job.head, logging_level="ERROR", log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     by_name = {}
     for node in nodes:
@@ -69,24 +71,24 @@ def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, di
             if key.startswith(topology.NODE_PREFIX):
                 by_name[key[len(topology.NODE_PREFIX):]] = node
     pool_report = {}
-    for pool in pools:
+    for pool in job.pools:
+        hosts, resource = job.hosts.get(pool.name, ()), topology.pool_resource(pool.name)
         joined = {h: {"gpus": int(by_name[h]["Resources"].get("GPU", 0)),
                       "cpus": int(by_name[h]["Resources"].get("CPU", 0)),
                       "address": by_name[h]["NodeManagerAddress"]}
-                  for h in pool["hosts"] if h in by_name and pool["resource"] in by_name[h]["Resources"]}
-        ok = len(joined) == pool["nodes"] and all(j["gpus"] >= pool["gpus_per_node"] for j in joined.values())
-        compiled = {"nodes": pool["nodes"], "gpus_per_node": pool["gpus_per_node"], "het_group": pool["het_group"]}
-        pool_report[pool["name"]] = {"ok": ok, "compiled": compiled, "joined": joined,
-                                     "missing": [h for h in pool["hosts"] if h not in joined]}
+                  for h in hosts if h in by_name and resource in by_name[h]["Resources"]}
+        ok = len(joined) == pool.nodes and all(j["gpus"] >= pool.gpus_per_node for j in joined.values())
+        pool_report[pool.name] = {"ok": ok, "compiled": compiled(pool), "joined": joined,
+                                  "missing": [h for h in hosts if h not in joined]}
     pool_report["_cluster"] = {"ok": True, "ray_nodes": len(nodes),
                                "gpus": sum(int(n["Resources"].get("GPU", 0)) for n in nodes)}
     place = {}
-    for pool in pools:
-        cpus = min((j["cpus"] for j in pool_report[pool["name"]]["joined"].values()), default=0)
+    for pool in job.pools:
+        cpus = min((j["cpus"] for j in pool_report[pool.name]["joined"].values()), default=0)
         try:
-            place[pool["name"]] = placement.pin_report(pool, cpus)
+            place[pool.name] = placement.pin_report(pool, job.hosts.get(pool.name, ()), cpus)
         except Exception as exc:
-            place[pool["name"]] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+            place[pool.name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
 
     path_report = {}
     if paths:
@@ -107,18 +109,22 @@ def ray_checks(job: dict, pools: list[dict], paths: list[str]) -> tuple[dict, di
     return pool_report, place, path_report
 
 
-def srun_paths(job: dict, pools: list[dict], paths: list[str]) -> dict:
+def compiled(pool) -> dict:
+    return {"nodes": pool.nodes, "gpus_per_node": pool.gpus_per_node, "het_group": pool.het_group}
+
+
+def srun_paths(job: Job) -> dict:
     """torchrun jobs have no Ray: one srun task per node checks the paths."""
     from launcher import slurm
 
     report = {}
     code = ("import json,sys,os;from launcher.injob.preflight import check_paths_here as c;"
             "print(json.dumps({os.environ.get('SLURMD_NODENAME'): c(sys.argv[1:])}))")
-    for pool in pools:
-        proc = slurm.srun_popen([sys.executable, "-c", code, *paths],
-                                het_group=pool["het_group"] if len(pools) > 1 else None,
-                                nodes=pool["nodes"], ntasks=pool["nodes"], ntasks_per_node=1,
-                                nodelist=pool["hosts"], overlap=True, stdout=subprocess.PIPE)
+    for pool in job.pools:
+        proc = slurm.srun_popen([sys.executable, "-c", code, *job.paths_to_check],
+                                het_group=pool.het_group if job.hetjob else None,
+                                nodes=pool.nodes, ntasks=pool.nodes, ntasks_per_node=1,
+                                nodelist=list(job.hosts.get(pool.name, ())), overlap=True, stdout=subprocess.PIPE)
         out, _ = proc.communicate(timeout=120)
         for line in out.decode(errors="replace").splitlines():
             try:
@@ -140,26 +146,22 @@ def health_gpu_text(gpu: dict) -> str:
 
 # long: the report is built in the order the checks run (Ray, placement, roles, overrides, paths, GPUs).
 def main() -> int:
-    job = topology.job_from_env()
-    pools = job["pools"]
-    overrides = json.loads(os.environ.get("SF_PREFLIGHT_OVERRIDES", "[]"))
-    entry = json.loads(os.environ.get("SF_PREFLIGHT_ENTRY", "[]"))
-    paths = list(job.get("check_paths") or [])
+    job = Job.from_env()
+    entry, paths = list(job.entry), list(job.paths_to_check)
     t0 = time.time()
-    report = {"ok": False, "job_id": job["job_id"], "launcher": job["launcher"], "head": job["head"],
-              "entry": entry, "config_name": job.get("config_name"), "warnings": [], "failures": []}
-    if job["launcher"] == "ray":
+    report = {"ok": False, "job_id": job.job_id, "launcher": job.launcher, "head": job.head,
+              "entry": entry, "config_name": job.config_name, "warnings": [], "failures": []}
+    if job.launcher == "ray":
         try:
-            pool_report, place, path_report = ray_checks(job, pools, paths)
+            pool_report, place, path_report = ray_checks(job)
         except Exception as exc:
             pool_report, place, path_report = {}, {}, {}
             report["failures"].append(f"ray: {exc.__class__.__name__}: {exc}")
     else:
-        pool_report = {p["name"]: {"ok": len(p["hosts"]) == p["nodes"], "compiled": {
-            "nodes": p["nodes"], "gpus_per_node": p["gpus_per_node"], "het_group": p["het_group"]},
-            "hosts": p["hosts"]} for p in pools}
+        pool_report = {p.name: {"ok": len(job.hosts.get(p.name, ())) == p.nodes, "compiled": compiled(p),
+                                "hosts": list(job.hosts.get(p.name, ()))} for p in job.pools}
         place = {}
-        path_report = srun_paths(job, pools, paths) if paths else {}
+        path_report = srun_paths(job) if paths else {}
     report["health"] = pool_report.pop("_health", None)
     report["pools"] = pool_report
     report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
@@ -169,7 +171,7 @@ def main() -> int:
                                   + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
     if place:  # where each role's workers land: the pool roles: names, or a failure naming the role
-        report["roles"] = placement.role_report(pools, place, entry)
+        report["roles"] = placement.role_report(job.pools, place, entry)
         for entry_ in report["roles"]:
             if not entry_["ok"]:
                 nodes = ", ".join(entry_["nodes"]) or "no nodes"
@@ -184,14 +186,13 @@ def main() -> int:
         if not entry_.get("ok"):
             why = entry_.get("error") or "bundles off the pool nodes"
             report["failures"].append(f"placement of pool {name}: {why}")
-    report["overrides"] = check_overrides(job.get("config_name") or "ppo_trainer", overrides)
+    report["overrides"] = check_overrides(job.config_name or "ppo_trainer", list(job.overrides))
     if not report["overrides"]["ok"]:
         report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]
-    report["capabilities"], missing = capabilities.preflight(job["run_dir"], sys.executable)
+    report["capabilities"], missing = capabilities.preflight(job.run_dir, sys.executable)
     report["failures"] += missing
     report["paths"] = path_report
-    all_hosts = [h for p in pools for h in p["hosts"]]
-    for host in all_hosts:
+    for host in job.nodes:
         if paths and host not in path_report:
             report["failures"].append(f"paths: no answer from {host}")
     for host, checks in path_report.items():
@@ -203,11 +204,11 @@ def main() -> int:
                 report["failures"].append(f"paths: {path} is not readable on {host}")
     # The GPUs each node's step sees (UUIDs where nvidia-smi answers): the supervisor already
     # refused shared or missing ones before the preflight started.
-    report["gpu_ids"] = json.loads(os.environ.get("SF_PREFLIGHT_GPU_IDS") or "{}")
-    report["checkpoint"] = latest_checkpoint(job.get("checkpoint_dir") or "")
+    report["gpu_ids"] = dict(job.gpu_ids)
+    report["checkpoint"] = latest_checkpoint(job.checkpoint_dir or "")
     report["seconds"] = round(time.time() - t0, 2)
     report["ok"] = not report["failures"]
-    runs.Run(job["run_dir"]).write_json("preflight.json", report)
+    runs.Run(job.run_dir).write_json("preflight.json", report)
     print(summary(report), flush=True)
     return 0 if report["ok"] else 1
 

@@ -163,11 +163,11 @@ def save(sup, out_dir: Path) -> dict:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     py = sup.runtime.runtime_python()
-    env = dict(sup.env)
+    env = sup.child_env()
     env.pop("SLURM_CPU_BIND", None)
     steps = []
-    for pool in sup.pools:
-        hosts = list(pool.hosts)
+    for pool in sup.plan.pools:
+        hosts = list(sup.job.hosts[pool.name])
         if not hosts:
             continue
         argv = sup.runtime.wrap([py, "-m", "launcher.injob", "stacks", "--out", str(out_dir)])

@@ -14,13 +14,13 @@ job as a Popen:
                 (or preflight instead, or torchrun over the train pool for SFT)
   ended         with rc and reason
 
-Requeue (the batch script's USR1 trap does the `scontrol requeue`; see templates/job.sbatch.j2):
+Requeue (the batch script's USR1 trap does the `scontrol requeue`; launcher/render/batch_text.py):
 on every start the supervisor records `restarted` (restart=SLURM_RESTART_COUNT) when the
-job is a requeued one, refuses to run a job restarted more than --max-requeues times
+job is a requeued one, refuses to run a job restarted more than max_requeues times (plan.json)
 (Slurm itself requeues --requeue jobs, e.g. on a node failure, without any bound), brings
 Ray up again, and exports the wall-time end again to the driver
 (MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP, verl's save-before-expiry): the job's
-EndTime, less --requeue-lead seconds (the USR1 lead + 30 s, as the signal can come that
+EndTime, less the requeue lead (plan.json) (the USR1 lead + 30 s, as the signal can come that
 much early) while the job may still be requeued, so verl's forced save lands before the
 requeue; recorded in the `wall_time` phase. USR1 is ignored here (it is the trap's).
 
@@ -49,14 +49,16 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from launcher import runs, slurm
+from launcher import runs, slurm, states
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, ray_tuning, topology, verl_main
+from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_main
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
+from launcher.injob.contract import Contract, Job, child_env
 from launcher.spec.runtime import Runtime
 
 POLL_S = 0.5
@@ -85,9 +87,15 @@ SACCT_WAIT_S = 2.0  # sacct lags scontrol by about a second
 SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 PINNED_ENTRIES = verl_main.ENTRIES  # main_ppo and the disaggregated trainers' mains
+# What the supervisor is doing now (`Supervisor.stage`, the "during phase X" of a reason).
+# The events it records are another thing: launcher.states' phases.
+ALLOCATED, BRINGUP, BARRIER, HEALTH, DRIVER, PREFLIGHT = ("allocated", "bringup", "barrier", "health", "driver",
+                                                          "preflight")
 
 
 RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
+# Ray colours its errors ("\x1b[36mray::TaskRunnerV1.run()\x1b[39m"): a reason is plain text
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TRACEBACK = "Traceback (most recent call last):"
 CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
                "The above exception was the direct cause of the following exception:")
@@ -101,7 +109,7 @@ def first_cause(lines: list[str], limit: int = 400) -> str | None:
     ImportError of flash_attn). Returns the first exception line of the LAST chain in
     `lines`, with the last one after it when they differ; else the last error line; None
     when there is none. Ray's "(Actor pid=..)" prefixes are ignored. Pure."""
-    clean = [RAY_PREFIX.sub("", line.rstrip()) for line in lines]
+    clean = [RAY_PREFIX.sub("", ANSI_ESCAPE.sub("", line).rstrip()) for line in lines]
     chains: list[list[str]] = []  # each: the exception lines of one chain, in order
     linked = False
     i = 0
@@ -150,7 +158,7 @@ def log(msg: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The batch script passes the run dir (and an array task's manifest) and the entry and
-    overrides as arrays; everything else comes from the run's plan.json (read_plan)."""
+    overrides as arrays; everything else is the run's plan.json (read_contract)."""
     p = argparse.ArgumentParser(prog="python -m launcher.injob supervise")
     p.add_argument("--run-dir", required=True, help="the run dir; its plan.json is the job's contract")
     p.add_argument("--preflight", action="store_true")
@@ -161,35 +169,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     args.entry, args.overrides = rest[: args.n_entry], rest[args.n_entry:]
-    read_plan(args, Path(args.run_dir) / "plan.json")
-    if args.manifest:
-        apply_manifest(args)
     return args
 
 
-def read_plan(args: argparse.Namespace, path: Path) -> None:
-    """The job's settings from plan.json: the Plan (Plan.from_dict) and its "job" contract
-    (launcher.render.script.job_contract), onto `args`."""
-    from launcher.plan import Plan
-
-    data = json.loads(path.read_text())
-    plan, job = Plan.from_dict(data), data["job"]
-    ray = job["ray"]
-    args.launcher, args.config_name = plan.launcher, plan.config_name
-    args.pool = [topology.PoolHosts(name=p.name, nodes=p.nodes, gpus_per_node=p.gpus_per_node,
-                                    het_group=p.het_group, roles=list(p.roles), spare_nodes=p.spare_nodes)
-                 for p in plan.pools]
-    args.checkpoint_dir, args.check_path = plan.checkpoint_dir or "", list(plan.paths_to_check)
-    args.runtime = Runtime.from_dict(job["runtime"])
-    args.address_method, args.address_prefix, args.interface = (ray["address_method"], ray["address_prefix"],
-                                                                ray.get("interface"))
-    args.port_range = tuple(ray["port_range"])
-    args.temp_root, args.dashboard = ray["temp_root"], bool(ray.get("dashboard"))
-    args.barrier_timeout, args.start_retries = float(ray["barrier_timeout_s"]), int(ray["start_retries"])
-    args.health_check = ray.get("health_check", "preflight")
-    args.exclude_bad_nodes = bool(ray.get("exclude_bad_nodes"))
-    args.max_requeues, args.requeue_lead = job.get("max_requeues"), int(job.get("requeue_lead") or 0)
-    args.heal = job.get("heal") or {}  # hang limits, restarts in place (launcher/injob/heal.py)
+def read_contract(args: argparse.Namespace) -> Contract:
+    """plan.json, read once, with the batch script's entry and overrides and an array task's
+    point applied."""
+    contract = Contract.read(args.run_dir).with_argv(args.entry, args.overrides)
+    if not args.manifest:
+        return contract
+    if args.task is None:
+        raise SystemExit("--manifest needs --task (SLURM_ARRAY_TASK_ID)")
+    point = load_point(args.manifest, args.task)
+    if os.path.realpath(point["run_dir"]) != os.path.realpath(args.run_dir):
+        raise SystemExit(f"run dir {args.run_dir} is not point {args.task}'s ({point['run_dir']})")
+    return contract.at_point(point)
 
 
 def load_point(manifest: str, task: int) -> dict:
@@ -200,17 +194,6 @@ def load_point(manifest: str, task: int) -> dict:
         if int(point.get("index", -1)) == int(task):
             return point
     raise RuntimeError(f"sweep manifest {manifest} has no point {task}")
-
-
-def apply_manifest(args: argparse.Namespace) -> None:
-    if args.task is None:
-        raise SystemExit("--manifest needs --task (SLURM_ARRAY_TASK_ID)")
-    point = load_point(args.manifest, args.task)
-    if os.path.realpath(point["run_dir"]) != os.path.realpath(args.run_dir):
-        raise SystemExit(f"run dir {args.run_dir} is not point {args.task}'s ({point['run_dir']})")
-    args.overrides = [str(o) for o in point["overrides"]]
-    args.checkpoint_dir = point.get("checkpoint_dir") or ""
-    args.check_path = [str(p) for p in point.get("check_paths", ())]
 
 
 def job_end_timestamp(job_id: str) -> float | None:
@@ -231,18 +214,22 @@ def restart_count() -> int:
         return 0
 
 
-def pool_hosts(pools: list[topology.PoolHosts], hetjob: bool) -> None:
+def allocation(pools, hetjob: bool) -> tuple[dict, dict]:
+    """({pool: its hosts in Ray}, {pool: its spare hosts}) from Slurm's node lists: a pool's
+    last `spare_nodes` hosts wait out of Ray until a restart in place swaps one in (heal.py)."""
+    hosts, spares = {}, {}
     for pool in pools:
         key = f"SLURM_JOB_NODELIST_HET_GROUP_{pool.het_group}" if hetjob else "SLURM_JOB_NODELIST"
         nodelist = os.environ.get(key) or (os.environ.get("SLURM_JOB_NODELIST") if not hetjob else "")
         if not nodelist:
             raise RuntimeError(f"{key} is not set: is this a {'heterogeneous ' if hetjob else ''}Slurm job?")
-        pool.hosts = slurm.hostnames(nodelist)
-        if len(pool.hosts) != pool.nodes + pool.spare_nodes:
+        given = slurm.hostnames(nodelist)
+        if len(given) != pool.nodes + pool.spare_nodes:
             log(f"warning: pool {pool.name} was compiled for {pool.nodes} nodes (+{pool.spare_nodes} spare), "
-                f"Slurm gave {len(pool.hosts)}")
-        if pool.spare_nodes and len(pool.hosts) > pool.nodes:  # the last ones wait, out of Ray (heal.py)
-            pool.hosts, pool.spares = pool.hosts[:pool.nodes], pool.hosts[pool.nodes:]
+                f"Slurm gave {len(given)}")
+        cut = pool.nodes if pool.spare_nodes and len(given) > pool.nodes else len(given)
+        hosts[pool.name], spares[pool.name] = tuple(given[:cut]), tuple(given[cut:])
+    return hosts, spares
 
 
 def gpu_env_wrapper(argv: list[str]) -> list[str]:
@@ -293,24 +280,30 @@ def tcp_open(host: str, port: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, args: argparse.Namespace):
-        self.args = args
-        self.run_dir = args.run_dir
-        self.runtime: Runtime = args.runtime
+    def __init__(self, contract: Contract, run_dir: str, preflight: bool = False):
+        self.contract = contract
+        self.plan = contract.plan
+        self.ray = contract.ray  # its port range narrowed to the usable part in setup
+        self.preflight = preflight
+        self.run_dir = run_dir
+        self.runtime = Runtime.from_dict(contract.runtime)
         self.job_id = os.environ.get("SLURM_JOB_ID", "0")
         self.leader = os.environ.get("SLURM_HET_JOB_ID") or self.job_id
-        self.pools = args.pool
-        self.hetjob = len(self.pools) > 1
+        self.hetjob = self.plan.is_hetjob
+        self.job: Job | None = None  # what the job's processes share (setup; a restart in place renews it)
         self.steps: list[dict] = []  # {"name", "popen", "kind", "pool", "hosts"}
-        self.phase = "allocated"
+        self.stage = ALLOCATED
         self.t0 = time.monotonic()
         self.ended = False
         self.logs = Path(self.run_dir) / "logs"
-        self.gpu_ids: dict[str, list[str]] = {}  # node -> the GPUs its step sees (all_joined)
+        self.token = None  # the Ray token of this attempt (auth.py)
+        # this attempt's step records: the batch script's; a restart in place writes its own (heal.py)
+        self.metrics_path = os.environ.get("VERL_FILE_LOGGER_PATH")
+        self.restarts_in_place = 0
 
     # -- helpers ----------------------------------------------------------------------
     def record(self, phase: str, **info) -> None:
-        self.phase = phase
+        """Append a phase (a launcher.states constant) to the run's events."""
         try:
             runs.record_phase(self.run_dir, phase, **info)
         except OSError as exc:
@@ -320,8 +313,16 @@ class Supervisor:
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 2)
 
+    def child_env(self, driver: bool = False, job: Job | None = None) -> dict:
+        """The environment of a child (contract.child_env: the one place it is built)."""
+        job = job or self.job  # Ray's settings for the job's size; no token source that would win over its own
+        base = ray_tuning.apply(auth.unshadowed(os.environ), len(job.nodes), os.cpu_count() or 1)
+        return child_env(job, base, ray_auth=auth.env_for(self.token) if self.token else {},
+                         metrics_path=self.metrics_path, restart_in_place=self.restarts_in_place, driver=driver,
+                         expires=self.expires_ts)
+
     def srun(self, name, argv, *, kind, pool=None, hosts=(), stdout=None, **kw) -> subprocess.Popen:
-        env = kw.pop("env", None) or self.env
+        env = kw.pop("env", None) or self.child_env()
         flags = list(kw.pop("extra", ())) + self.runtime.srun_flags()
         popen = slurm.srun_popen(self.runtime.wrap(argv), env=env, extra=flags, stdout=stdout,
                                  stderr=subprocess.STDOUT if stdout else None, **kw)
@@ -333,9 +334,9 @@ class Supervisor:
         local = self.runtime.local_argv(argv)
         if local is None:
             return self.srun(name, argv, kind=kind, env=env, stdout=stdout, het_group=0 if self.hetjob else None,
-                             nodes=1, ntasks=1, nodelist=self.head_node, overlap=True)
-        popen = subprocess.Popen(local, env=env or self.env, stdout=stdout, stdin=subprocess.DEVNULL)
-        self.steps.append({"name": name, "popen": popen, "kind": kind, "pool": None, "hosts": [self.head_node]})
+                             nodes=1, ntasks=1, nodelist=self.job.head_node, overlap=True)
+        popen = subprocess.Popen(local, env=env or self.child_env(), stdout=stdout, stdin=subprocess.DEVNULL)
+        self.steps.append({"name": name, "popen": popen, "kind": kind, "pool": None, "hosts": [self.job.head_node]})
         return popen
 
     def write_reason(self, text: str) -> None:
@@ -367,7 +368,8 @@ class Supervisor:
         """What the nodes' node_exit said, and whether submitting again is likely to help."""
         last = {}
         for event in runs.read_phases(self.run_dir):
-            if event.get("phase") == "node_exit" and event.get("node") in nodes and event.get("time", 0) >= self.wall0:
+            if event.get("phase") == states.NODE_EXIT and event.get("node") in nodes \
+                    and event.get("time", 0) >= self.wall0:
                 last[event["node"]] = event
         if not last:
             return ""
@@ -386,7 +388,7 @@ class Supervisor:
         restart = os.environ.get("SLURM_RESTART_COUNT")
         names = []
         for event in runs.read_phases(self.run_dir):
-            if event.get("phase") in ("node_exit",) and str(event.get("job_id")) == self.job_id \
+            if event.get("phase") == states.NODE_EXIT and str(event.get("job_id")) == self.job_id \
                     and str(event.get("restart", "")) == str(restart or "") and event.get("time", 0) >= self.wall0:
                 if event.get("node") not in names:
                     names.append(event.get("node"))
@@ -396,62 +398,57 @@ class Supervisor:
         """The node health check before the driver: site ray.health_check: always or
         --exclude-bad-nodes (the preflight runs its own), on Ray jobs of more than one node
         or with GPUs."""
-        gpus = any(p.gpus_per_node for p in self.pools)
-        return self.args.health_check == "always" and not self.args.preflight and (len(self.nodes) > 1 or gpus)
+        gpus = any(p.gpus_per_node for p in self.plan.pools)
+        return self.ray.health_check == "always" and not self.preflight and (len(self.job.nodes) > 1 or gpus)
 
     def gpus_seen(self) -> dict[str, list[str]]:
         """{node: GPU ids} from this attempt's node_started phases (each node reports what its
         step sees before it starts Ray, so every joined node has reported)."""
         seen = {}
         for event in runs.read_phases(self.run_dir):
-            if event.get("phase") == "node_started" and event.get("time", 0) >= self.wall0 \
-                    and event.get("node") in self.nodes:
+            if event.get("phase") == states.NODE_STARTED and event.get("time", 0) >= self.wall0 \
+                    and event.get("node") in self.job.nodes:
                 seen[event["node"]] = list(event.get("gpu_ids") or [])
         return seen
 
     # -- the job ------------------------------------------------------------------------
     def setup(self) -> None:
         self.wall0 = time.time()
-        pool_hosts(self.pools, self.hetjob)
-        self.head_node = self.pools[0].hosts[0]
-        batch_node = os.environ.get("SLURMD_NODENAME", self.head_node)
-        if batch_node != self.head_node:
-            log(f"warning: batch host {batch_node} is not the first node of het group 0 ({self.head_node})")
-        self.nodes = [h for p in self.pools for h in p.hosts]
-        self.record("allocated", pools={p.name: p.hosts for p in self.pools}, nodes=len(self.nodes),
-                    leader=self.leader)
-        a = self.args
-        usable = ports_mod.usable_range(a.port_range)
-        if usable != tuple(a.port_range):
-            log(f"ports: using {usable[0]}-{usable[1]} of the site's {a.port_range[0]}-{a.port_range[1]} "
+        plan = self.plan
+        hosts, spares = allocation(plan.pools, self.hetjob)
+        head_node = hosts[plan.pools[0].name][0]
+        batch_node = os.environ.get("SLURMD_NODENAME", head_node)
+        if batch_node != head_node:
+            log(f"warning: batch host {batch_node} is not the first node of het group 0 ({head_node})")
+        self.record(states.ALLOCATED, pools={name: list(h) for name, h in hosts.items()},
+                    nodes=sum(len(h) for h in hosts.values()), leader=self.leader)
+        usable = ports_mod.usable_range(self.ray.port_range)
+        if usable != tuple(self.ray.port_range):
+            lo, hi = self.ray.port_range
+            log(f"ports: using {usable[0]}-{usable[1]} of the site's {lo}-{hi} "
                 "(the rest is the kernel's ephemeral range)")
-            a.port_range = usable
-        self.head_addr = addr_mod.node_address(self.head_node, a.address_method, a.address_prefix, a.interface)
-        self.port_block, self.head_slot = self.free_head_slot()
-        self.ports = ports_mod.block_ports(self.port_block, self.head_slot, a.port_range)
-        self.gcs = f"{self.head_addr}:{self.ports.gcs}"
+            self.ray = replace(self.ray, port_range=usable)
+        self.head_addr = addr_mod.node_address(head_node, self.ray.address_method, self.ray.address_prefix,
+                                               self.ray.interface)
         self.restart = restart_count()
         self.end_ts = job_end_timestamp(self.leader)
         self.expires_ts = self.expiration()
-        self.job = {
-            "run_dir": self.run_dir, "job_id": self.job_id, "leader": self.leader,
-            "pools": [p.to_dict() for p in self.pools], "nodes": self.nodes, "head": self.gcs,
-            "head_node": self.head_node, "address_method": a.address_method,
-            "address_prefix": a.address_prefix, "interface": a.interface,
-            "port_range": list(a.port_range), "port_block": self.port_block,
-            "head_slot": self.head_slot, "temp_root": a.temp_root,
-            "barrier_timeout_s": a.barrier_timeout, "start_retries": a.start_retries, "dashboard": a.dashboard,
-            "config_name": a.config_name, "checkpoint_dir": a.checkpoint_dir,
-            "check_paths": a.check_path, "launcher": a.launcher,
-        }
-        self.env = ray_tuning.apply(dict(os.environ), len(self.nodes), os.cpu_count() or 1)  # driver, barrier too
-        self.env["SF_JOB"] = json.dumps(self.job, separators=(",", ":"))
-        self.env["PYTHONUNBUFFERED"] = "1"
-        if a.launcher == "ray":
+        self.job = Job(run_dir=self.run_dir, job_id=self.job_id, leader=self.leader, launcher=plan.launcher,
+                       config_name=plan.config_name, pools=plan.pools, hosts=hosts, spares=spares,
+                       head_node=head_node, head="", port_block=0, head_slot=0, ray=self.ray,
+                       checkpoint_dir=plan.checkpoint_dir or "", paths_to_check=plan.paths_to_check,
+                       entry=plan.entry, overrides=plan.overrides)
+        self.take_head_slot()
+        if plan.launcher == "ray":
             # Every Ray process of the job (ray start on each node through srun's environment,
             # the barrier, the driver) carries the job's token; nothing else may use the cluster.
             self.token = auth.make_token(self.run_dir, self.leader)
-            auth.pin(self.env, self.token)  # a RAY_AUTH_TOKEN exported by the user cannot win over it
+
+    def take_head_slot(self) -> None:
+        """The head's ports (free_head_slot) into the job: at the start and at a restart in place."""
+        block, slot = self.free_head_slot()
+        self.ports = ports_mod.block_ports(block, slot, self.ray.port_range)
+        self.job = replace(self.job, head=f"{self.head_addr}:{self.ports.gcs}", port_block=block, head_slot=slot)
 
     def free_head_slot(self) -> tuple[int, int]:
         """(block, slot) of the head's ports: the job's block first, reserved on the head's
@@ -461,61 +458,42 @@ class Supervisor:
         check). Raises when the whole range is taken on this host."""
         from launcher.injob.node import busy_ports
 
-        locks = private.lock_dir(self.args.temp_root)
+        locks = private.lock_dir(self.ray.temp_root)
         if locks is None:
-            log(f"warning: no private lock dir under {self.args.temp_root}: the port block is not reserved")
-        first = ports_mod.job_block(self.job_id, self.args.port_range)
-        for block, slot in ports_mod.candidate_slots(first, 0, self.args.port_range):
+            log(f"warning: no private lock dir under {self.ray.temp_root}: the port block is not reserved")
+        first = ports_mod.job_block(self.job_id, self.ray.port_range)
+        for block, slot in ports_mod.candidate_slots(first, 0, self.ray.port_range):
             reservation = private.reserve(locks, block, slot)
             if reservation is None:
                 continue
-            if not busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.args.port_range), head=True):
+            if not busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.ray.port_range), head=True):
                 if (block, slot) != (first, 0):
                     log(f"ports: block {first} slot 0 is taken on {self.head_addr}; using block {block} slot {slot}")
                 self.port_reservation = reservation
                 return block, slot
             reservation.release()
-        lo, hi = self.args.port_range
+        lo, hi = self.ray.port_range
         raise RuntimeError(f"port collision: every port slot of {lo}-{hi} is taken on {self.head_addr} "
                            "(other Ray nodes on this host); widen ray.port_range or submit again later")
 
     def may_requeue(self) -> bool:
-        a = self.args
-        return a.requeue_lead > 0 and (a.max_requeues is None or self.restart < a.max_requeues)
+        c = self.contract
+        return c.requeue_lead > 0 and (c.max_requeues is None or self.restart < c.max_requeues)
 
     def expiration(self) -> float | None:
         """What verl is told is the end: the job's end, or the requeue moment before it."""
         if not self.end_ts:
             return None
         if self.may_requeue():
-            return self.end_ts - self.args.requeue_lead
+            return self.end_ts - self.contract.requeue_lead
         return self.end_ts
-
-    def cluster_env(self) -> dict:
-        train = self.pools[0]
-        env = dict(self.env)
-        env.update({
-            "FORGE_CLUSTER_NNODES": str(train.nodes),
-            "FORGE_CLUSTER_GPUS_PER_NODE": str(train.gpus_per_node),
-            "FORGE_CLUSTER_TOTAL_NODES": str(len(self.nodes)),
-            "FORGE_CLUSTER_POOLS": json.dumps([p.to_dict() for p in self.pools], separators=(",", ":")),
-            "FORGE_CLUSTER_HEAD_ADDRESS": self.gcs,
-            "FORGE_CLUSTER_HEAD_NODE": self.head_node,
-            "FORGE_CLUSTER_NODES": ",".join(self.nodes),
-            "FORGE_CLUSTER_RUN_DIR": self.run_dir,
-        })
-        if self.args.launcher == "ray":
-            env["RAY_ADDRESS"] = self.gcs
-        if self.expires_ts:
-            env["MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"] = str(int(self.expires_ts))
-        return env
 
     def test_driver(self) -> list[str] | None:
         """The SF_TEST_DRIVER test hook (see the module docstring), or None."""
         hook = os.environ.get("SF_TEST_DRIVER", "")
         if not hook.strip():
             return None
-        return ["/bin/sh", "-c", hook, "sf-test-driver", *self.args.overrides]
+        return ["/bin/sh", "-c", hook, "sf-test-driver", *self.plan.overrides]
 
     def start_ray(self) -> None:
         # Each node writes its own log, logs/<job>-ray-<head|pool>-<node>.log (node.py);
@@ -523,12 +501,12 @@ class Supervisor:
         py = self.runtime.runtime_python()
         node_cmd = [py, "-m", "launcher.injob", "node"]
         self.logs.mkdir(parents=True, exist_ok=True)
-        head_pool = self.pools[0]
-        self.srun("ray-head", [*node_cmd, "--role", "head"], kind="node", pool=head_pool.name,
-                  hosts=[self.head_node], het_group=0 if self.hetjob else None,
-                  nodes=1, ntasks=1, nodelist=self.head_node, overlap=True, kill_on_bad_exit=True)
-        for pool in self.pools:
-            workers = [h for h in pool.hosts if h != self.head_node]
+        head = self.job.head_node
+        self.srun("ray-head", [*node_cmd, "--role", "head"], kind="node", pool=self.plan.pools[0].name,
+                  hosts=[head], het_group=0 if self.hetjob else None,
+                  nodes=1, ntasks=1, nodelist=head, overlap=True, kill_on_bad_exit=True)
+        for pool in self.plan.pools:
+            workers = [h for h in self.job.hosts[pool.name] if h != head]
             if not workers:
                 continue
             self.srun(f"ray-{pool.name}", [*node_cmd, "--role", "worker"], kind="node", pool=pool.name,
@@ -538,7 +516,7 @@ class Supervisor:
                       overlap=True, kill_on_bad_exit=True)
 
     def driver_argv(self) -> list[str]:
-        argv = [*self.args.entry, *self.args.overrides]
+        argv = self.plan.argv()
         if argv[:1] and argv[0] in ("python", "python3"):
             argv[0] = self.runtime.runtime_python()
         if len(argv) >= 3 and argv[1] == "-m" and argv[2] in PINNED_ENTRIES:
@@ -549,50 +527,46 @@ class Supervisor:
         hook = self.test_driver()
         if hook is not None:
             log("driver (SF_TEST_DRIVER test hook): " + " ".join(hook[:3]))
-            popen = subprocess.Popen(hook, env=self.cluster_env(), stdin=subprocess.DEVNULL)
+            popen = subprocess.Popen(hook, env=self.child_env(driver=True), stdin=subprocess.DEVNULL)
             self.steps.append({"name": "driver", "popen": popen, "kind": "driver", "pool": None,
-                               "hosts": [self.head_node]})
-            self.record("driver_started", what="SF_TEST_DRIVER", seconds=self.elapsed())
-            self.phase = "driver"
+                               "hosts": [self.job.head_node]})
+            self.record(states.DRIVER_STARTED, what="SF_TEST_DRIVER", seconds=self.elapsed())
+            self.stage = DRIVER
             return
-        if self.args.preflight:
+        if self.preflight:
             py = self.runtime.runtime_python()
-            env = self.cluster_env()
-            env["SF_PREFLIGHT_OVERRIDES"] = json.dumps(self.args.overrides)
-            env["SF_PREFLIGHT_ENTRY"] = json.dumps(self.args.entry)
-            env["SF_PREFLIGHT_GPU_IDS"] = json.dumps(self.gpu_ids)
-            self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
-            self.record("driver_started", what="preflight", seconds=self.elapsed())
-            self.phase = "preflight"
+            self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver",
+                       env=self.child_env(driver=True))
+            self.record(states.DRIVER_STARTED, what="preflight", seconds=self.elapsed())
+            self.stage = PREFLIGHT
             return
         argv = self.driver_argv()
         log("driver: " + " ".join(argv))
-        self.local("driver", argv, kind="driver", env=self.cluster_env())
+        self.local("driver", argv, kind="driver", env=self.child_env(driver=True))
         what = argv[2] if argv[1:2] == ["-m"] and len(argv) > 2 else (argv[1] if len(argv) > 1 else argv[0])
-        self.record("driver_started", what=what, seconds=self.elapsed())
-        self.phase = "driver"
+        self.record(states.DRIVER_STARTED, what=what, seconds=self.elapsed())
+        self.stage = DRIVER
 
     def start_torchrun(self) -> None:
-        train = self.pools[0]
-        argv = [*self.args.entry, *self.args.overrides]
+        train = self.plan.pools[0]
+        argv = self.plan.argv()
         rdzv = [f"--nnodes={train.nodes}", f"--nproc_per_node={train.gpus_per_node}",
                 "--rdzv_backend=c10d", f"--rdzv_endpoint={self.head_addr}:{self.ports.rdzv}",
                 f"--rdzv_id=sf{self.job_id}"]
         argv = [argv[0], *rdzv, *argv[1:]]
-        if self.args.preflight:
+        if self.preflight:  # the preflight reports the torchrun argv it would run
             py = self.runtime.runtime_python()
-            env = self.cluster_env()
-            env["SF_PREFLIGHT_OVERRIDES"] = json.dumps(self.args.overrides)
-            env["SF_PREFLIGHT_ENTRY"] = json.dumps(argv)
+            env = self.child_env(driver=True, job=replace(self.job, entry=tuple(argv)))
             self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
-            self.record("driver_started", what="preflight", seconds=self.elapsed())
+            self.record(states.DRIVER_STARTED, what="preflight", seconds=self.elapsed())
+            self.stage = PREFLIGHT
             return
         log("driver: " + " ".join(argv))
-        self.srun("torchrun", gpu_env_wrapper(argv), kind="driver", env=self.cluster_env(),
+        self.srun("torchrun", gpu_env_wrapper(argv), kind="driver", env=self.child_env(driver=True),
                   het_group=0 if self.hetjob else None, nodes=train.nodes, ntasks=train.nodes,
-                  ntasks_per_node=1, nodelist=train.hosts, kill_on_bad_exit=True)
-        self.record("driver_started", what="torchrun", seconds=self.elapsed())
-        self.phase = "driver"
+                  ntasks_per_node=1, nodelist=list(self.job.hosts[train.name]), kill_on_bad_exit=True)
+        self.record(states.DRIVER_STARTED, what="torchrun", seconds=self.elapsed())
+        self.stage = DRIVER
 
     def slurm_ending(self) -> str | None:
         """How Slurm is ending this job (cancelled, requeued, time limit, ...), or None while
@@ -624,7 +598,7 @@ class Supervisor:
 
     def requeued_by_trap(self) -> bool:
         """The batch script's USR1 trap recorded `requeued` in this attempt."""
-        return any(e.get("phase") == "requeued" and e.get("time", 0) >= self.wall0
+        return any(e.get("phase") == states.REQUEUED and e.get("time", 0) >= self.wall0
                    for e in runs.read_phases(self.run_dir))
 
     def ending_by_slurm(self) -> str | None:
@@ -642,7 +616,7 @@ class Supervisor:
         """Record an ending Slurm caused as what it is. A cancel or a requeue ends with 0 (the
         batch step is then no FAILED step of a cleanly cancelled job); a requeue leaves no
         reason behind (the job runs again)."""
-        reason = ENDING_TEXT[ending].format(phase=self.phase)
+        reason = ENDING_TEXT[ending].format(phase=self.stage)
         rc = 0 if ending in ("cancelled", "requeued") else 128 + (signum or signal.SIGTERM)
         log(f"{ending}: {reason}")
         if ending != "requeued":
@@ -660,21 +634,21 @@ class Supervisor:
         """--exclude-bad-nodes: requeue the job with `bad` added to its excluded nodes (each
         het component its own), within max_requeues; the next attempt starts elsewhere."""
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-        if restarts >= int(self.args.max_requeues or 0):
+        if restarts >= int(self.contract.max_requeues or 0):
             return self.fail(f"{reason}; not requeued without them: already requeued {restarts} times "
-                             f"(max_requeues={self.args.max_requeues})", rc=1)
-        if set(bad) >= set(self.nodes):
+                             f"(max_requeues={self.contract.max_requeues})", rc=1)
+        if set(bad) >= set(self.job.nodes):
             return self.fail(f"{reason}; not requeued: every node of the job is suspect (a shared cause, "
                              "such as the network or the runtime, is more likely than bad nodes)", rc=1)
-        het = len({p.het_group for p in self.pools}) > 1
+        het = len({p.het_group for p in self.plan.pools}) > 1
         components: dict[str, list[str]] = {}
-        for pool in self.pools:
-            mine = [h for h in pool.hosts if h in bad]
+        for pool in self.plan.pools:
+            mine = [h for h in self.job.hosts[pool.name] if h in bad]
             if mine:
                 key = f"{self.leader}+{pool.het_group}" if het else self.job_id
                 components.setdefault(key, []).extend(mine)
         log(f"excluding {', '.join(bad)} and requeueing: {reason}")
-        self.record("requeued", restart=restarts + 1, cause="bad nodes", excluded=bad, reason=reason)
+        self.record(states.REQUEUED, restart=restarts + 1, cause="bad nodes", excluded=bad, reason=reason)
         # the exclusion after the requeue (Slurm takes ExcNodeList only while a job is
         # pending) must still be written, by children that ignore SIGTERM too
         return self.requeue_now(lambda: slurm.requeue_excluding(self.leader, components),
@@ -692,7 +666,7 @@ class Supervisor:
             signal.signal(signal.SIGTERM, on_term)
             self.ended = False
             return self.fail(f"{failed}: {exc}", rc=1)
-        if getattr(self, "token", None):
+        if self.token:
             auth.remove_token(self.token)
         return 0
 
@@ -702,10 +676,10 @@ class Supervisor:
         self.ended = True
         # recorded first: when Slurm ends the job, it kills this step KillWait seconds after
         # its SIGTERM, maybe before the nodes have stopped
-        self.record("ended", rc=rc, reason=reason, seconds=self.elapsed(), **info)
+        self.record(states.ENDED, rc=rc, reason=reason, seconds=self.elapsed(), **info)
         self.stop_nodes()
         self.terminate()
-        if getattr(self, "token", None):
+        if self.token:
             auth.remove_token(self.token)
 
     def stop_nodes(self) -> None:
@@ -721,8 +695,8 @@ class Supervisor:
         """Record a restart; refuse one past the bound. None to go on, else the exit code."""
         if self.restart <= 0:
             return None
-        self.record("restarted", restart=self.restart, max_requeues=self.args.max_requeues)
-        bound = self.args.max_requeues
+        bound = self.contract.max_requeues
+        self.record(states.RESTARTED, restart=self.restart, max_requeues=bound)
         if bound is not None and self.restart > bound:
             return self.fail(f"restart {self.restart} exceeds max_requeues={bound}: the job was requeued "
                              f"{self.restart} times; not running it again (see events.jsonl for each restart)",
@@ -730,7 +704,7 @@ class Supervisor:
         return None
 
     def record_wall_time(self) -> None:
-        self.record("wall_time", job_end=int(self.end_ts) if self.end_ts else None,
+        self.record(states.WALL_TIME, job_end=int(self.end_ts) if self.end_ts else None,
                     expires=int(self.expires_ts) if self.expires_ts else None,
                     may_requeue=self.may_requeue())
 
@@ -748,19 +722,19 @@ class Supervisor:
         self.record_wall_time()
         if (refused := capabilities.refuse_early(self)) is not None:  # before Ray: a missing flash-attn, ...
             return refused
-        if self.args.launcher == "torchrun":
+        if self.plan.launcher == "torchrun":
             self.start_torchrun()
             return self.watch(barrier=None)
         self.start_ray()
         barrier = self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
                              kind="barrier", stdout=subprocess.PIPE)
-        self.phase = "bringup"
+        self.stage = BRINGUP
         return self.watch(barrier=barrier)
 
     # The supervisor's one loop that decides: node steps, barrier, driver, watchdog, Slurm's endings.
     # long: each branch is short; keeping them in one loop keeps their order of precedence visible.
     def watch(self, barrier) -> int:
-        head_up = self.args.launcher != "ray"
+        head_up = self.plan.launcher != "ray"
         while True:
             for step in self.steps:
                 rc = step["popen"].poll()
@@ -774,40 +748,43 @@ class Supervisor:
                         named = [n for n in self.exited_nodes() if n in step["hosts"]]
                         if not named:
                             time.sleep(0.05)
+                    lost = not named  # no node_exit: the node's processes went away, not just Ray
                     named = named or step["hosts"]
                     ending = self.ending_by_slurm()
                     if ending:
                         return self.end_by_slurm(ending)
                     reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                              f"{self.phase} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
+                              f"{self.stage} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
                               + self.exit_hint(named))
-                    if self.phase == "driver" and heal.restart_in_place(self, "node", reason, named):
+                    ended = heal.on_node_death(self, reason, named, lost)
+                    if ended is None:
                         break
-                    return self.fail(reason + heal.after(self), rc=1)
+                    return ended
                 if step["kind"] == "barrier" and not step.get("seen"):
                     step["seen"] = True
                     result = last_json(step["popen"], rc)
                     if rc == 0 and result.get("ok"):
-                        seen = self.gpu_ids = self.gpus_seen()
-                        problems = gpus_mod.conflicts(seen, topology.gpus_by_host(self.pools))
+                        seen = self.gpus_seen()
+                        self.job = replace(self.job, gpu_ids=seen)  # the preflight reports them
+                        problems = gpus_mod.conflicts(seen, self.job.gpus_by_host())
                         if problems:
                             return self.fail("GPU check failed during phase barrier: " + "; ".join(problems), rc=1)
-                        self.record("all_joined", seconds=self.elapsed(), barrier_s=result.get("seconds"),
+                        self.record(states.ALL_JOINED, seconds=self.elapsed(), barrier_s=result.get("seconds"),
                                     ray_nodes=result.get("ray_nodes"),
                                     pools={k: sorted(v["joined"]) for k, v in result["pools"].items()},
                                     gpu_ids=seen)
                         if self.wants_health_check():
                             self.local("health", [self.runtime.runtime_python(), "-m", "launcher.injob", "health"],
                                        kind="health", stdout=subprocess.PIPE)
-                            self.phase = "health"
+                            self.stage = HEALTH
                         else:
                             self.start_driver()
                         continue
                     missing = result.get("missing") or []
-                    where = {h: p.name for p in self.pools for h in p.hosts}
-                    named = ", ".join(f"{h} (pool {where.get(h, '?')})" for h in missing)
+                    named = ", ".join(f"{h} (pool {pool.name if (pool := self.job.pool_of(h)) else '?'})"
+                                      for h in missing)
                     if missing:
-                        reason = (f"barrier timed out after {self.args.barrier_timeout:g}s during phase barrier: "
+                        reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
                                   f"hosts never joined the Ray cluster: {named}")
                     elif result.get("short_of_gpus"):
                         reason = ("barrier timed out during phase barrier: hosts joined with fewer GPUs than "
@@ -819,7 +796,7 @@ class Supervisor:
                     step["seen"] = True
                     result = last_json(step["popen"], rc)
                     if rc == 0 and result.get("ok"):
-                        self.record("health_checked", seconds=self.elapsed(), pairs=result.get("pairs"),
+                        self.record(states.HEALTH_CHECKED, seconds=self.elapsed(), pairs=result.get("pairs"),
                                     median_mib_per_s=result.get("median_mib_per_s"), gpu=result.get("gpu"))
                         self.start_driver()
                         continue
@@ -827,7 +804,7 @@ class Supervisor:
                     reason = (f"node health check failed during phase health (suspect nodes: "
                               f"{', '.join(bad) or 'none named'}): "
                               + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]))
-                    if self.args.exclude_bad_nodes and bad:
+                    if self.ray.exclude_bad_nodes and bad:
                         return self.requeue_without(bad, reason)
                     return self.fail(reason, rc=1)
                 if step["kind"] == "driver":
@@ -848,9 +825,9 @@ class Supervisor:
                 return ended
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
-                self.record("head_up", seconds=self.elapsed(), address=self.gcs)
-                if self.phase == "head_up":
-                    self.phase = "barrier"
+                self.record(states.HEAD_UP, seconds=self.elapsed(), address=self.job.head)
+                if self.stage == BRINGUP:
+                    self.stage = BARRIER
             self.wait_a_little()
 
     def wait_a_little(self) -> None:
@@ -870,7 +847,7 @@ class Supervisor:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    sup = Supervisor(args)
+    sup = Supervisor(read_contract(args), args.run_dir, preflight=args.preflight)
 
     def on_term(signum, _frame):
         if sup.ended:
@@ -878,7 +855,7 @@ def main(argv: list[str]) -> int:
         ending = sup.slurm_ending() if signum == signal.SIGTERM else None
         if ending:
             sys.exit(sup.end_by_slurm(ending, signum))
-        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.phase}",
+        sup.finish(128 + signum, f"terminated by signal {signal.Signals(signum).name} during phase {sup.stage}",
                    signal=signal.Signals(signum).name)
         sys.exit(128 + signum)
 
@@ -891,4 +868,4 @@ def main(argv: list[str]) -> int:
         import traceback
 
         traceback.print_exc()
-        return sup.fail(f"supervisor error during phase {sup.phase}: {exc.__class__.__name__}: {exc}", rc=1)
+        return sup.fail(f"supervisor error during phase {sup.stage}: {exc.__class__.__name__}: {exc}", rc=1)

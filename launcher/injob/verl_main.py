@@ -12,8 +12,9 @@ wrap that module's `placement_group` to add the Slurm pool's custom resource
 logic (bundle shapes, sorting, ready-wait) is untouched.
 
 The patch must live in every process that builds pools: the TaskRunner actor, the
-rollout/teacher managers it starts. ray.init is wrapped so the job's runtime_env carries
-`worker_process_setup_hook` (install_in_worker) and the pool map (SF_VERL_POOLS); the
+rollout/teacher managers it starts. Ray's workers do not inherit the driver's environment,
+so ray.init is wrapped: the job's runtime_env carries `worker_process_setup_hook`
+(install_in_worker) and the job itself (SF_JOB, launcher.injob.contract: its pools); the
 hook patches verl's module as soon as it is imported in that worker. The driver
 process is patched too.
 """
@@ -22,19 +23,15 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
-import json
 import os
 import sys
 import threading
 
+from launcher.injob import topology
+from launcher.injob.contract import JOB_ENV, Job
+
 BASE = "verl.single_controller.ray.base"
-POOLS_ENV = "SF_VERL_POOLS"
 _local = threading.local()
-
-
-def _pools() -> list[dict]:
-    raw = os.environ.get(POOLS_ENV) or os.environ.get("FORGE_CLUSTER_POOLS") or "[]"
-    return json.loads(raw)
 
 
 def patch_base(module) -> None:
@@ -43,17 +40,16 @@ def patch_base(module) -> None:
         return
     from launcher.injob import placement
 
-    pools = _pools()
-    if not pools:
+    if not os.environ.get(JOB_ENV):  # not inside an sf job: verl as it is
         return
+    pools = Job.from_env().pools
     original_pg = module.placement_group
     original_get = module.RayResourcePool.get_placement_groups
 
     def placement_group(bundles, *args, **kwargs):
         verl_pool = getattr(_local, "verl_pool", None) or kwargs.get("name") or ""
         target = placement.slurm_pool_for(verl_pool, pools)
-        resource = target.get("resource") or ("sf_pool_" + target["name"])
-        return original_pg(placement.tag_bundles(list(bundles), resource), *args, **kwargs)
+        return original_pg(placement.tag_bundles(list(bundles), topology.pool_resource(target.name)), *args, **kwargs)
 
     def get_placement_groups(self, *args, **kwargs):
         previous = getattr(_local, "verl_pool", None)
@@ -105,13 +101,13 @@ def wrap_ray_init(ray_module) -> None:
     original = ray_module.init
     if getattr(original, "_sf_wrapped", False):
         return
-    pools_json = json.dumps(_pools(), separators=(",", ":"))
+    job_json = os.environ.get(JOB_ENV, "")
 
     def init(*args, **kwargs):
         runtime_env = dict(kwargs.get("runtime_env") or {})
         runtime_env["worker_process_setup_hook"] = "launcher.injob.verl_main.install_in_worker"
         env_vars = dict(runtime_env.get("env_vars") or {})
-        env_vars[POOLS_ENV] = pools_json
+        env_vars[JOB_ENV] = job_json
         runtime_env["env_vars"] = env_vars
         kwargs["runtime_env"] = runtime_env
         return original(*args, **kwargs)
@@ -134,7 +130,6 @@ def main(argv: list[str] | None = None) -> None:
         entry, argv = argv[1], argv[2:]
     if entry not in ENTRIES:
         raise SystemExit(f"sf: verl_main runs {', '.join(ENTRIES)}, not {entry}")
-    os.environ.setdefault(POOLS_ENV, os.environ.get("FORGE_CLUSTER_POOLS", "[]"))
     import importlib
 
     import ray

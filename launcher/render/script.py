@@ -1,4 +1,4 @@
-"""Plan + site + runtime -> the sbatch script text (pure; Jinja templates in templates/).
+"""Plan + site + runtime -> the sbatch script text (pure; its sections: launcher.render.batch_text).
 
 One pool -> a plain job; several pools -> one heterogeneous job (`#SBATCH hetjob`
 between components), pool i = het group i. Every value that reaches an `#SBATCH` line is
@@ -16,18 +16,13 @@ import re
 import shlex
 from pathlib import Path
 
-import jinja2
-
 import launcher
 from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.render import logger_env
-from launcher.spec import paths
+from launcher.render import batch_text, logger_env
 from launcher.spec.runtime import Runtime
-
-TEMPLATE = "job.sbatch.j2"
 
 # Values of the supervisor's arguments (shell words, checked like #SBATCH values).
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,32}$")
@@ -280,10 +275,8 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     supervise = _supervise_args(plan, site, runtime, array)
     if preflight:
         supervise.append("--preflight")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(paths.templates_dir())),
-                             autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     root = _sf_root()
-    text = env.get_template(TEMPLATE).render(
+    text = batch_text.script_text(dict(
         components=components,
         sf_version=launcher.__version__,
         experiment=plan.experiment, method=sbatch_values.name(plan.method, "method"),
@@ -293,6 +286,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         run_dir=quote(plan.run_dir),
         max_requeues=sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),
         requeue=plan.slurm.requeue, signal_lead_s=plan.slurm.signal_lead_s,
+        login_env_unset=sbatch_values.login_env_unset(site.pass_sbatch_env),
         env_lines=_env_lines(plan, site, runtime),
         runtime_label=f"{runtime.framework} {runtime.version}, {runtime.kind}",
         activate_lines=_activate_lines(site, runtime),
@@ -304,5 +298,5 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         array=array,
         supervise_args=_pair(supervise),
         logger_lines=logger_env.env_lines(plan, site),
-    )
+    ))
     return text

@@ -114,13 +114,18 @@ def _explain(err, sch) -> str:
     if v == "type":
         want = err.validator_value
         want = " or ".join(want) if isinstance(want, list) else want
-        return f"{err.instance!r} has the wrong type: expected {want}"
+        if err.instance is None:  # `key:` with nothing after it is YAML's null
+            return f"is empty (null), expected {want}; give it a value or remove the key"
+        if want == "string" and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
+            return f"{err.instance!r} has the wrong type (a number, expected a string); quote it: \"{err.instance}\""
+        return f"{err.instance!r} has the wrong type: expected {want}; write a value of that type (see `sf schema`)"
     if v == "enum":
         allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
-        return f"{err.instance!r} is not one of {allowed}"
+        return f"{err.instance!r} is not one of {allowed}; use one of these"
     if v == "pattern":
         desc = err.schema.get("description", "")
-        return f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
+        return (f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
+                + "; write it in that form")
     if v in ("minimum", "minItems", "minLength", "maxItems"):
         return f"{err.message}; fix the value"
     if v == "oneOf":
@@ -172,7 +177,8 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     """NAME -> experiments/NAME; a path to a folder holding config.yaml is taken as is."""
     candidate = Path(name_or_dir).expanduser()
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
-    if looks_like_path or (candidate / CONFIG_FILE).is_file() and not (Path(experiments_root) / name_or_dir).is_dir():
+    here = os.path.lexists(candidate / CONFIG_FILE)  # a folder here holds one (even a broken one: say why)
+    if looks_like_path or here and not (Path(experiments_root) / name_or_dir).is_dir():
         if not (candidate / CONFIG_FILE).is_file():
             blocked_path(candidate / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop: say which
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method "
@@ -393,12 +399,24 @@ def close_knobs(name: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, knob_names(), n=n, cutoff=0.5)
 
 
+def set_override_key(key: str) -> str:
+    """The Hydra key a --set (or sweep point) KEY stands for: the estimator's short names
+    (`adv_estimator`, `estimator`, with any +/~) are algorithm.adv_estimator."""
+    return "algorithm.adv_estimator" if key.lstrip("+~") in ("adv_estimator", "estimator") else key
+
+
+def set_field(key: str, flag: str = "--set") -> str:
+    """The field that names a --set (flag "sweep": a sweep point's) KEY=VALUE item in
+    errors and in the resolved map: `knobs.KEY` for a knob, else `FLAG KEY`."""
+    return f"knobs.{key}" if key in knob_names() else f"{flag} {set_override_key(key)}"
+
+
 def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
     """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
     KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
     errors = []
     for item in items or ():
-        if "=" not in item and item.strip().startswith("~") and "." in item:  # Hydra's delete: ~a.b
+        if "=" not in item and item.strip().startswith("~") and len(item.strip()) > 1:  # Hydra's delete: ~a.b, ~a
             overrides.append(item.strip())
             sources.append(f"{flag} {item.strip()}")
             continue
@@ -413,8 +431,8 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
                                         "keep one"))
             knobs[key] = value.strip()
             continue
-        if key.lstrip("+~") in ("adv_estimator", "estimator"):
-            key = "algorithm.adv_estimator"
+        if set_override_key(key) != key:
+            key = set_override_key(key)
             item = f"{key}={value}"
         try:
             split_override(item)

@@ -100,6 +100,9 @@ def blocked_path(path: Path, field_name: str) -> None:
     try:
         os.stat(path)
     except FileNotFoundError:
+        if os.path.islink(path):  # a dangling link: `sf new` would write through it
+            raise SpecError(field_name, f"{path} is a symlink to {os.readlink(path)}, which does not exist; "
+                            "fix or remove the link") from None
         return
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
@@ -108,3 +111,16 @@ def blocked_path(path: Path, field_name: str) -> None:
                             "move it away") from None
         raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
     read_text_file(path, field_name)  # a directory, a FIFO: says which
+
+
+def check_folder_path(path: str, field_name: str) -> None:
+    """A folder sf will create or write in (the runs dir): a SpecError when a file stands where
+    it or one of its parents must be a folder, so a dry run refuses what its submit would.
+    Reads only; an absent folder is fine (sf creates it)."""
+    p = Path(os.path.abspath(os.path.expanduser(str(path))))
+    for here in (p, *p.parents):
+        if os.path.lexists(here):
+            if not here.is_dir():
+                raise SpecError(field_name, f"{here} is a file where sf needs a folder ({p}); move it away or use "
+                                "another runs dir (--runs-dir, $SF_RUNS_DIR or the site's runs_dir)")
+            return

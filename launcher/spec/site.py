@@ -131,7 +131,10 @@ def with_runs_root(site: Site, runs_dir: str | None = None) -> Site:
 
 def load_site(explicit: str | None = None) -> Site:
     path = find_site_file(explicit)
-    data = parse_yaml_file(path, "site", loader=_SiteLoader) or {}
+    data = parse_yaml_file(path, "site", loader=_SiteLoader)
+    if data is None:  # an empty file: no series, no partitions; every spec would fail on them instead
+        raise SpecError("site", f"{path} is empty; write the site's series and runs_dir into it (see site/dev.yaml), "
+                        "or point $SF_SITE at the site's file")
     nul = nul_errors(data, "site")
     if nul:
         raise SpecErrors(nul)
@@ -175,7 +178,7 @@ def _health_check(value, path: str) -> str:
 # long: one site file's fields, checked in the order of the Site dataclass
 def site_from_dict(data: dict, path: str = "<memory>") -> Site:
     if not isinstance(data, dict):
-        raise SpecError("site", f"{path} must be a mapping")
+        raise SpecError("site", f"{path} must be a mapping (name:, runs_dir:, series:, ...); fix the file")
     series = {}
     for name, entry in (data.get("series") or {}).items():
         if not isinstance(entry, dict):

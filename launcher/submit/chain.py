@@ -24,10 +24,8 @@ from pathlib import Path
 
 from launcher import runs, slurm
 from launcher.errors import SpecError
-from launcher.monitor import poll as monitor
 from launcher.spec.experiment import MergedSpec, load_spec
 from launcher.states import COMPLETED, run_ended, slurm_done
-from launcher.submit import export as export_jobs
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,8 @@ class ChainExport:
 def _dependency_on(run, field: str, drop: str) -> str | None:
     """`afterok:<RUN's job ids>`, None when RUN completed; SpecError (naming `field`) when
     RUN ended otherwise or has no job."""
+    from launcher.monitor import poll as monitor  # lazy: only a chain asks Slurm (a plain sf submit never does)
+
     status = monitor.poll([run], write_back=False)[0]
     job_ids = [str(j) for j in status.job_ids]
     if status.state == COMPLETED:
@@ -132,6 +132,8 @@ def export_request(export: ChainExport, site, *, preflight: bool):
     checkpoint, looked up by the job when it runs, with `afterok:<RUN's job>`, writing
     `export.target`. `preflight` (the new run is a preflight): the export job checks what a
     merge needs and merges nothing. SpecError (--model) when no checkpoint can come."""
+    from launcher.submit import export as export_jobs  # lazy: only --model run:RUN exports (start-up cost)
+
     run = runs.Run(export.run_dir)
     if export.upstream_preflight and not preflight:
         raise SpecError("--model", f"run {export.run_id} is a preflight: it saves no checkpoint to export; "

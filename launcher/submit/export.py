@@ -185,7 +185,8 @@ def render_eval(*, res: JobResources, setup: list[str], env: dict, run_dir: str,
 def runtime_parts(site, version: str):
     """(runtime, setup lines, env, argv wrapper) for one-node jobs on the verl runtime."""
     rt = resolve_runtime("verl", version, site)
-    setup = []
+    unset = sbatch_values.login_env_unset(site.pass_sbatch_env)
+    setup = [unset] if unset else []
     if site.modules:
         setup.append("module load " + " ".join(shlex.quote(m) for m in site.modules))
     setup += rt.activate_lines()

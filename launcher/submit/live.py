@@ -169,7 +169,8 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
         if part not in cap:
             known = ", ".join(sorted(p for p in cap if p)) or "none"
             errors.append(SpecError(field, f"partition {part!r} does not exist on this cluster (partitions: {known}); "
-                                    "fix the series' partition in the site file or pass --partition"))
+                                    "fix the series' partition in the site file or set slurm.partition "
+                                    "(sf export/eval: --partition)"))
             continue
         fitting = sum(1 for g in cap[part] if g >= pool.gpus_per_node)
         if fitting < pool.nodes:
@@ -177,7 +178,7 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
             errors.append(SpecError(field, f"{pool.nodes} nodes x {pool.gpus_per_node} GPUs can never run in partition "
                                     f"{part}: it has {len(cap[part])} nodes, {fitting} of them with >= "
                                     f"{pool.gpus_per_node} GPUs (at most {most} GPUs a node); ask for at most "
-                                    f"{fitting} nodes (e.g. --profile {pool.series}:{fitting}x{pool.gpus_per_node})"))
+                                    f"{fitting} nodes ({_resize_hint(pool, fitting)})"))
     errors += _whole_job(plan, site, cap, errors)
     tp = _rollout_tp(plan)
     train = plan.pools[0] if plan.pools else None
@@ -185,6 +186,13 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
         warnings.append(f"rollout tensor_model_parallel_size={tp} does not divide pool {train.name}'s "
                         f"{train.nodes * train.gpus_per_node} GPUs: verl leaves some GPUs without a rollout engine")
     return errors, warnings
+
+
+def _resize_hint(pool, nodes: int) -> str:
+    """How to give `pool` `nodes` nodes: --profile reshapes only the first pool (het group 0)."""
+    if pool.het_group == 0:
+        return f"e.g. --profile {pool.series}:{nodes}x{pool.gpus_per_node}"
+    return f"spec.resources.pools[{pool.het_group}].nodes: {nodes} in config.yaml"
 
 
 def _whole_job(plan, site, cap: dict[str, list[int]], errors: list) -> list[SpecError]:

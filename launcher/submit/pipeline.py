@@ -34,6 +34,7 @@ from launcher.compile.verlcache import checked_overrides
 from launcher.compile.verlcheck import version_note
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.render.script import overrides_text, plan_json, render_script
+from launcher.spec.files import check_folder_path
 from launcher.spec.runtime import resolve_runtime
 from launcher.spec.site import load_site, with_runs_root
 from launcher.states import COMPLETED, FAILED, RUNNING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
@@ -63,6 +64,7 @@ def check(name: str, flags: dict, run_dir: str | None = None):
     and the verl compose check (remembered when clean: launcher.compile.verlcache).
     Returns (spec, plan, site); raises SpecErrors."""
     site = with_runs_root(load_site(flags.get("site")), flags.get("runs_dir"))
+    check_folder_path(site.runs_dir, "runs_dir")  # what submit would trip on, said by the dry run too
     spec = chain.load_chained(name, flags, site)
     plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name),
                         runtime_overrides=_runtime_defaults(spec, site))

@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import Any
 
+from launcher.compile.rules import hydra_value
 from launcher.errors import SpecError
+from launcher.spec.experiment import set_field, set_override_key
 from launcher.states import RUN_FAILED
 
 MAX_POINTS = 1000  # a dev cluster's MaxArraySize is 1001; real sites are often lower
@@ -104,7 +107,41 @@ def point_sets(params: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in params.items()]
 
 
-def label(params: dict[str, str]) -> str:
+def point_values(params: dict[str, str], resolved: dict) -> dict[str, Any]:
+    """{grid key: the value verl gets for it} of one compiled point, read from its resolved
+    map (Plan.resolved: the composed config, typed as verl reads it), never from the grid's
+    text: `rollout_n=2.0` is 2, `actor_lr=1e-6` is 1e-06, `x=True` is true. A dict value
+    gives {its leaves: value}; a delete gives None."""
+    out: dict[str, Any] = {}
+    for key, text in params.items():
+        field = set_field(key, "sweep")
+        hits = {verl_key: item for verl_key, item in resolved.items()
+                if any(w.get("layer") == "sweep" and w.get("field") == field
+                       for w in (item, *(item.get("overrides") or ())))}
+        values = {verl_key: None if item.get("op") == "~" else item.get("value") for verl_key, item in hits.items()}
+        below = set_override_key(key).lstrip("+~") + "."  # a dict value's leaves, named below its key
+        if len(values) == 1 and not next(iter(values)).startswith(below):
+            out[key] = next(iter(values.values()))
+        else:  # a dict value reaches its leaves; nothing found (cannot happen once compiled): the text
+            out[key] = {k.removeprefix(below): v for k, v in values.items()} or text
+    return out
+
+
+def shown(value: Any) -> str:
+    """A point's value as a label shows it: as a Hydra override writes it (2, 1e-06, True,
+    a string that reads as a number quoted)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+    return hydra_value(value)
+
+
+def label(values: dict[str, Any]) -> str:
+    """`rollout_n=2, actor_lr=1e-06`: a point by the values verl gets (point_values)."""
+    return ", ".join(f"{k}={shown(v)}" for k, v in values.items())
+
+
+def given_label(params: dict[str, str]) -> str:
+    """A point by its grid text, for a point that did not compile (no resolved values)."""
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
@@ -114,6 +151,21 @@ def point_flags(flags: dict, params: dict[str, str]) -> dict:
     out = dict(flags)
     out["point"] = point_sets(params)
     return out
+
+
+def same_jobs(points: list[tuple[dict, dict, tuple[str, ...]]]) -> list[SpecError]:
+    """[(grid text, values, overrides)] of the compiled points: a SpecError for each point whose
+    job (its overrides, as verl gets them) is an earlier point's: `rollout_n=4,4.0`,
+    `actor_lr=1e-6,0.000001` or `save_freq=null,-1` spend GPU hours twice on one job. Pure."""
+    first: dict[tuple[str, ...], int] = {}
+    errors = []
+    for index, (given, values, overrides) in enumerate(points):
+        earlier = first.setdefault(tuple(overrides), index)
+        if earlier != index:
+            errors.append(SpecError(f"point {index} ({given_label(given)})",
+                                    f"runs the same job as point {earlier} (verl gets {label(values)} in both); "
+                                    "drop one of the values from --grid"))
+    return errors
 
 
 def check_max_parallel(value, n: int) -> int:

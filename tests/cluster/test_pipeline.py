@@ -59,3 +59,22 @@ def test_sbatch_variables_do_not_override_the_script(slurm, monkeypatch):
     limit = next(line.split("=", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH --time="))
     assert "#SBATCH --partition=train" in script and limit != "7"
     assert job["Partition"] == "train" and job["TimeLimit"] == limit, job
+
+
+def test_login_paths_reach_sbatch_but_not_the_job():
+    """sbatch runs with the login node's LD_LIBRARY_PATH (a module-loaded or unpacked Slurm
+    needs it to start at all); the job's script unsets the login paths before anything runs,
+    so the driver sees the runtime's Python and libraries, not the login node's."""
+    driver = 'echo "LD=${LD_LIBRARY_PATH:-} PP=${PYTHONPATH:-} VE=${VIRTUAL_ENV:-}" >"$SF_RUN_DIR/env-seen.txt"'
+    login = {"LD_LIBRARY_PATH": "/login-only/lib", "VIRTUAL_ENV": "/login-only/venv",
+             "PYTHONPATH": f"{os.environ.get('PYTHONPATH', str(REPO))}:/login-only/py"}
+    real = subprocess.run([sys.executable, "-m", "launcher.cli.app", "submit", "examples/grpo", "--wait", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, **login, "SF_TEST_DRIVER": driver})
+    assert real.returncode == 0, real.stderr
+    assert "left out of the job's environment: PYTHONPATH, LD_LIBRARY_PATH, VIRTUAL_ENV" in real.stderr
+    from launcher.spec.site import load_site
+
+    run = json.loads(real.stdout[real.stdout.index("{"):])["run"]
+    seen = (Path(load_site(None).runs_dir) / run / "env-seen.txt").read_text()
+    assert seen.startswith("LD=") and "/login-only" not in seen, seen

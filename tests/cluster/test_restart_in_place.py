@@ -13,7 +13,11 @@ times, ends.
   - a worker killed in a pool with a spare node: the job goes on on the spare (same job
     id, no requeue) and completes, the dead node left out;
   - a worker node killed twice with max_restarts_in_place=1: the first death restarts in
-    place, the second ends the job, its reason naming the node and the bound.
+    place, the second ends the job, its reason naming the node and the bound;
+  - a worker node gone (its wrapper and Ray killed: no node_exit) with no spare: the job is
+    requeued (same job id, restart 1, a `requeued` event naming the node and the cause),
+    runs again from its checkpoint, and gone again at max_requeues=1 ends FAILED naming
+    the bound (a run that keeps failing stops).
 The time from the fault to the driver running again is printed (pytest -s).
 """
 from __future__ import annotations
@@ -190,3 +194,62 @@ def test_node_killed_past_the_bound_ends_the_job(tmp_path):
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
             cleanup(job)
+
+
+def wait_new_driver(path: Path, old_pid: int, timeout: float = 240) -> dict:
+    """driver-0.json written by a driver other than `old_pid` (the next attempt's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = json.loads(path.read_text())
+            if data["pid"] != old_pid:
+                return data
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"no new driver in {path} within {timeout}s")
+
+
+def kill_node(run_dir: Path, node: str) -> None:
+    """The job's processes on `node` die without a word: its wrapper (no node_exit written)
+    and its `ray start`, as when the node itself goes."""
+    started = [e for e in phases(run_dir) if e["phase"] == "node_started" and e["node"] == node][-1]
+    for pid in (started["wrapper_pid"], started["pid"]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_node_gone_without_a_spare_requeues_then_stops_at_the_bound(tmp_path):
+    exp = experiment(tmp_path, "gone", nodes=2, max_restarts_in_place=1, max_requeues=1)
+    run, run_dir, job = submit(exp, finish_in_place=99)
+    try:
+        first = wait_file(run_dir / "driver-0.json")
+        wait_steps(run_dir, "attempt-0.jsonl", 2)
+        hosts = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
+        killed = time.time()
+        kill_node(run_dir, hosts[1])
+        requeued = wait_event(run_dir, "requeued", timeout=60)
+        assert requeued["cause"] == "node" and requeued["nodes"] == [hosts[1]] and requeued["restart"] == 1, requeued
+        assert "went away" in requeued["reason"], requeued
+        assert not [e for e in phases(run_dir) if e["phase"] == "restarted_in_place"]  # no spare: no gamble
+        again = wait_new_driver(run_dir / "driver-0.json", first["pid"])
+        took = again["time"] - killed
+        assert again["resumed"] == 2  # from the checkpoint of the first attempt
+        assert restarts(job) == 1 and wait_event(run_dir, "restarted", restart=1, timeout=10)
+        st = status(run)
+        assert st["job_ids"] == [job] and st["requeue_count"] == 1, st
+        # gone again at the bound: no third attempt, the reason names the bound
+        wait_steps(run_dir, "attempt-1.jsonl", 2)
+        hosts = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]["pools"]["train"]
+        kill_node(run_dir, hosts[1])
+        assert wait_state(job, {"FAILED", "COMPLETED", "CANCELLED"}, timeout=120) == "FAILED"
+        reason = (run_dir / "reason").read_text()
+        assert hosts[1] in reason and "not requeued: already requeued 1 times (max_requeues=1)" in reason, reason
+        assert restarts(job) == 1
+        assert "failed" in sf("status", run).stdout
+        print(f"\nnode gone, no spare: requeued, driver running again {took:.1f} s later; at the bound: "
+              f"{reason.strip()}")
+    finally:
+        cleanup(job)

@@ -183,11 +183,13 @@ def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
     # the points' own --dependency: a held job, so Slurm still shows it unfulfilled below
     held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
                           capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
-    out = sweep(exp, "--grid", "rollout_n=4,8", "--max-parallel", "1", "--dependency", f"afterany:{held}",
+    # 4.0: a float for verl's int key; the point runs rollout.n=4, and its label and record say 4
+    out = sweep(exp, "--grid", "rollout_n=4.0,8", "--max-parallel", "1", "--dependency", f"afterany:{held}",
                 env={"SF_TEST_SLEEP": "2"})
     jobs = [p["job_id"] for p in out["points"]]
     try:
         assert out["mode"] == "hetjobs" and len(jobs) == 2 and out["job_ids"] == []
+        assert [p["params"] for p in out["points"]] == [{"rollout_n": 4}, {"rollout_n": 8}], out["points"]
         # the throttled point keeps its own dependency (sbatch's --dependency replaces the script's)
         second = slurm.show_job(jobs[1]).get("Dependency", "")
         assert "afterany:" + jobs[0] in second and f"afterany:{held}" in second, second
@@ -204,5 +206,8 @@ def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
         shown = status_json(out["sweep"])
         assert [p["state"] for p in shown["points"]] == ["completed", "completed"]
         assert shown["state"] == "completed"
+        for point, n in zip(out["points"], (4, 8), strict=True):  # what ran is what the label said
+            args = (Path(out["sweep_dir"]).parent / point["run"] / "driver-args.txt").read_text().splitlines()
+            assert f"actor_rollout_ref.rollout.n={n}" in args, args
     finally:
         subprocess.run(["scancel", *jobs, held], check=False)

@@ -54,11 +54,11 @@ def test_the_plan_carries_the_needs_through_plan_json():
     assert Plan.from_dict(old).runtime_needs == ()
 
 
-def test_a_critic_switched_on_by_an_override_needs_what_the_critic_methods_need():
-    assert catalog.critic_needs("0.9.1") == ("flash_attn",)
-    plan = compile_values(base("grpo", overrides=["critic.enable=true"]))
-    assert plan.runtime_needs == ("flash_attn",)
-    assert compile_values(base("grpo", overrides=["critic.enable=false"])).runtime_needs == ()
+def test_a_critic_cannot_be_switched_on_by_an_override():
+    """critic.enable=true on a method without a critic is refused at compile time, so a
+    method's own `needs` are all the job must check."""
+    with pytest.raises(Exception, match="critic"):
+        compile_values(base("grpo", overrides=["critic.enable=true"]))
 
 
 def write_plan(tmp_path: Path, method="ppo", needs=("flash_attn",)) -> str:
@@ -116,10 +116,12 @@ def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tm
 class FakeSupervisor:
     def __init__(self, run_dir, preflight=False):
         self.run_dir = run_dir
-        self.args = SimpleNamespace(preflight=preflight)
+        self.preflight = preflight
         self.runtime = SimpleNamespace(runtime_python=lambda: sys.executable, local_argv=lambda argv: argv)
-        self.env = None
         self.recorded, self.failed = [], []
+
+    def child_env(self):
+        return None
 
     def record(self, phase, **info):
         self.recorded.append((phase, info))

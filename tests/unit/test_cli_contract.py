@@ -182,3 +182,14 @@ def test_json_success_documents(site, fake_slurm, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["png"] == str(png) and doc["steps"] == 2 and png.stat().st_size > 0
+
+
+def test_an_unknown_run_in_an_empty_runs_dir_says_where_to_look(tmp_path):
+    from launcher import runs
+    from launcher.errors import SpecError
+
+    with pytest.raises(SpecError) as exc:
+        runs.open_run(tmp_path, "nosuch-abcde")
+    assert exc.value.field == "run" and "it holds no runs" in exc.value.message
+    assert exc.value.message.endswith("pass the runs dir the run is in "
+                                      "(--runs-dir, $SF_RUNS_DIR or the site's runs_dir)")

@@ -180,14 +180,14 @@ def test_rollout_pool_holds_whole_servers(method):
 
 def test_placement_of_the_disaggregated_trainers():
     from launcher.injob import placement
+    from launcher.plan import Pool
 
-    pools = [{"name": "train", "het_group": 0, "roles": ["actor", "ref"], "nodes": 1, "gpus_per_node": 4},
-             {"name": "gen", "het_group": 1, "roles": ["rollout"], "nodes": 1, "gpus_per_node": 4}]
+    pools = (Pool("train", "fake", 1, 4, 0, ("actor", "ref")), Pool("gen", "fake", 1, 4, 1, ("rollout",)))
     # verl's pool names -> the Slurm pool of their role (verl_main pins every bundle there)
-    assert placement.slurm_pool_for("trainer_pool", pools)["name"] == "train"
-    assert placement.slurm_pool_for("rollout_pool_0", pools)["name"] == "gen"
-    assert placement.slurm_pool_for("rollout_pool_3", pools)["name"] == "gen"
-    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools)["name"] == "train"  # no teacher pool
+    assert placement.slurm_pool_for("trainer_pool", pools).name == "train"
+    assert placement.slurm_pool_for("rollout_pool_0", pools).name == "gen"
+    assert placement.slurm_pool_for("rollout_pool_3", pools).name == "gen"
+    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools).name == "train"  # no teacher pool
     placed = {"train": {"nodes": ["dev1"], "ok": True}, "gen": {"nodes": ["dev7"], "ok": True}}
     entry = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main"]
     report = {r["role"]: r for r in placement.role_report(pools, placed, entry)}
@@ -237,10 +237,10 @@ def test_cpus_for_the_driver_actors_warned():
 def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
     """The patch as verl's disaggregated trainers call it (fake module, verl's pool names):
     trainer_pool on the actor's pool, every rollout_pool_<replica> on the rollout's."""
-    import json
     import types
 
     from launcher.injob import verl_main
+    from launcher.plan import Pool
 
     calls = []
 
@@ -253,9 +253,10 @@ def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
 
     mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
                                 placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
-    monkeypatch.setenv(verl_main.POOLS_ENV, json.dumps([
-        {"name": "train", "het_group": 0, "roles": ["actor", "ref"], "resource": "sf_pool_train"},
-        {"name": "gen", "het_group": 1, "roles": ["rollout"], "resource": "sf_pool_gen"}]))
+    from test_ports import job_json
+
+    monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 1, 0, ("actor", "ref")),
+                                          Pool("gen", "fake", 1, 1, 1, ("rollout",))))
     verl_main.patch_base(mod)
     for name in ("trainer_pool", "rollout_pool_0", "rollout_pool_1"):
         RayResourcePool(name).get_placement_groups()

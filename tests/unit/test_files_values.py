@@ -18,6 +18,7 @@ from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
 from launcher.compile.slurm_time import time_seconds  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
+from launcher.spec.site import site_from_dict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = """method: verl/grpo
@@ -143,6 +144,32 @@ def test_runs_dir_that_is_a_file(env, monkeypatch):
     _refused(_run("list"), str(env / "runs"), "is a file where sf needs a folder")
 
 
+def test_config_yaml_dangling_symlink_named_as_such(env):
+    (env / "exp").mkdir()
+    os.symlink(env / "gone.yaml", env / "exp" / "config.yaml")
+    _refused(_run("validate", "exp"), "exp/config.yaml is a symlink to", "which does not exist", "fix or remove")
+    _refused(_run("validate", "./exp"), "is a symlink to", "fix or remove")
+
+
+def test_site_file_empty_or_not_a_mapping(env, monkeypatch):
+    write_exp(env, "exp", GOOD)
+    (env / "empty.yaml").write_text("")
+    monkeypatch.setenv("SF_SITE", str(env / "empty.yaml"))
+    _refused(_run("validate", "exp"), "site", "empty.yaml is empty", "see site/dev.yaml")
+    (env / "list.yaml").write_text("- a\n")
+    monkeypatch.setenv("SF_SITE", str(env / "list.yaml"))
+    _refused(_run("validate", "exp"), "list.yaml must be a mapping", "fix the file")
+
+
+def test_dry_run_refuses_a_runs_dir_under_a_file(env):
+    """The dry run says what its submit would trip on: a file where the runs dir must be a folder."""
+    write_exp(env, "exp", GOOD)
+    (env / "blocker").write_text("")
+    r = _run("submit", "exp", "--dry-run", "--runs-dir", str(env / "blocker" / "runs"))
+    _refused(r, "runs_dir", f"{env / 'blocker'} is a file where sf needs a folder", "--runs-dir")
+    assert (env / "blocker").is_file()
+
+
 def test_output_path_under_a_file(env):
     write_exp(env, "exp", GOOD)
     venv = env / "verl-venv"
@@ -181,10 +208,30 @@ def test_time_values_slurm_refuses(text, needle):
     assert needle in str(exc.value) and "HH:MM:SS" in str(exc.value)
 
 
+@pytest.mark.parametrize("time", ["UNLIMITED", "2-0", "1-12:30", "90:30"])
+def test_every_form_slurm_takes_passes_validate(env, time):
+    # the schema leaves the forms to launcher.compile.slurm_time, which reads them as Slurm does
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    r = _run("validate", "exp")
+    assert r.exit_code == 0, r.stderr
+
+
 @pytest.mark.parametrize("time", ["25:61:00", "99:99:99", "0"])
 def test_time_refused_through_validate(env, time):
     write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
     _refused(_run("validate", "exp"), "slurm.time", "D-HH:MM:SS")
+
+
+@pytest.mark.parametrize("key,value", [("partition", "train\\n#SBATCH --x"), ("account", "a b"), ("qos", "q;rm")])
+def test_validate_refuses_what_cannot_go_on_an_sbatch_line(env, key, value):
+    # sf validate refuses what the render of sf submit would (it compiles, it renders nothing)
+    write_exp(env, "exp", GOOD + f'slurm: {{{key}: "{value}"}}\n')
+    _refused(_run("validate", "exp"), f"slurm.{key}", "cannot go into the batch script")
+
+
+def test_time_given_as_a_number_says_to_quote_it(env):
+    write_exp(env, "exp", GOOD + "slurm: {time: 30}\n")
+    _refused(_run("validate", "exp"), "slurm.time", 'quote it: "30"')
 
 
 def test_signal_lead_must_be_below_the_time_limit(env):
@@ -225,21 +272,44 @@ def test_nul_in_site_file(env, monkeypatch):
 
 # ----------------------------------------------------------------------------- login-node environment
 
-def test_login_env_left_out_of_sbatch_unless_the_site_passes_it(monkeypatch):
+def test_sbatch_runs_with_the_login_env_and_the_job_unsets_it(monkeypatch):
+    # sbatch itself may need LD_LIBRARY_PATH (a module-loaded or unpacked Slurm: on the GPU kit
+    # sbatch failed "libslurmfull.so: cannot open shared object file" when sf removed it)
     from launcher import slurm
-    from launcher.spec.site import site_from_dict
+    from launcher.sbatch_values import login_env_unset
 
     monkeypatch.setenv("PYTHONPATH", "/home/me/verl-dev")
-    monkeypatch.setenv("VIRTUAL_ENV", "/home/me/venv")
     monkeypatch.setenv("LD_LIBRARY_PATH", "/home/me/lib")
+    monkeypatch.setenv("SBATCH_PARTITION", "other")
     env = slurm._sbatch_env(())
-    assert not {"PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH"} & set(env) and "PATH" in env
-    passing = dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["LD_LIBRARY_PATH"]})
-    site = site_from_dict(passing, "s.yaml")
-    env = slurm._sbatch_env(site.pass_sbatch_env)
-    assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and "PYTHONPATH" not in env
+    assert env["LD_LIBRARY_PATH"] == "/home/me/lib" and env["PYTHONPATH"] == "/home/me/verl-dev"
+    assert "SBATCH_PARTITION" not in env
+    assert login_env_unset(()) == "unset PYTHONPATH LD_LIBRARY_PATH VIRTUAL_ENV PYTHONHOME"
+    assert login_env_unset(("LD_LIBRARY_PATH",)) == "unset PYTHONPATH VIRTUAL_ENV PYTHONHOME"
     with pytest.raises(SpecError):
         site_from_dict(dict(SITE_DICT, slurm={**SITE_DICT["slurm"], "pass_login_env": ["HOME"]}), "s.yaml")
+
+
+@pytest.mark.parametrize("passed, line", [
+    ((), "unset PYTHONPATH LD_LIBRARY_PATH VIRTUAL_ENV PYTHONHOME"),
+    (("LD_LIBRARY_PATH", "PYTHONPATH"), "unset VIRTUAL_ENV PYTHONHOME"),
+])
+def test_the_job_script_unsets_the_login_env_before_anything_runs(tmp_path, monkeypatch, passed, line):
+    monkeypatch.chdir(tmp_path)
+    slurm_block = {**SITE_DICT["slurm"], "pass_login_env": list(passed)} if passed else SITE_DICT["slurm"]
+    monkeypatch.setenv("SF_SITE", str(write_site(tmp_path, slurm=slurm_block)))
+    venv = tmp_path / "verl-venv"  # a runtime for the dry run
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    monkeypatch.setenv("FORGE_IMAGE_VERL", str(venv))
+    write_exp(tmp_path, "exp", GOOD)
+    r = _run("submit", "exp", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    lines = r.output.splitlines()
+    unsets = [i for i, x in enumerate(lines) if x.startswith("unset ")]
+    assert [lines[i] for i in unsets] == [line]
+    first_command = next(i for i, x in enumerate(lines) if x.startswith(("export ", "source ", "module ", "SF_")))
+    assert unsets[0] < first_command  # before the site's env, the runtime and sf's own PYTHONPATH
 
 
 def test_login_env_named_in_a_warning(env, monkeypatch):

@@ -56,3 +56,10 @@ def test_a_single_traceback_and_no_traceback():
 def test_a_bare_exception_name():
     assert first_cause(["Traceback (most recent call last):", '  File "x.py", line 1', "KeyboardInterrupt"]) == \
         "KeyboardInterrupt"
+
+
+def test_ray_colours_are_not_in_the_reason():
+    # seen on the H200 when verl's training worker was killed (benchmarks/gpu/RESULTS.md, part 6)
+    log = ["Traceback (most recent call last):", '  File "main_ppo.py", line 1, in run',
+           "ray.exceptions.RayTaskError(ActorDiedError): \x1b[36mray::TaskRunnerV1.run()\x1b[39m (pid=7966)"]
+    assert first_cause(log) == "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunnerV1.run() (pid=7966)"

@@ -12,7 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = ["supervise", "node", "barrier", "preflight", "health", "placement", "private", "ports", "auth",
-           "ray_tuning", "capabilities", "gpus", "topology", "address", "verl_main", "evaluate", "__main__"]
+           "gpus", "topology", "address", "verl_main", "evaluate", "contract", "heal", "ray_tuning",
+           "capabilities", "__main__"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -40,6 +40,19 @@ def test_a_pool_the_partition_can_never_hold_names_its_real_size():
     assert "0 of them with >= 8 GPUs (at most 4 GPUs a node)" in str(errors[0])
 
 
+def test_a_second_pool_too_big_is_resized_in_config_yaml_not_by_profile():
+    # --profile reshapes only the first pool: the hint for another one names its config.yaml key
+    plan = _plan(1, 4)
+    teach = replace(plan.pools[0], name="teach", series="fake-teach", het_group=1, nodes=3, roles=("teacher",))
+    plan = replace(plan, pools=(plan.pools[0], teach))
+    site = replace(SITE, series={**SITE.series, "fake-teach": replace(next(iter(SITE.series.values())),
+                                                                        partition="teach")})
+    cap = live.capacity(PARTS, NODES)
+    errors, _ = live.check(plan, site, cap)
+    msg = " ".join(str(e) for e in errors)
+    assert "spec.resources.pools[1].nodes: " in msg and "--profile" not in msg, msg
+
+
 def test_a_partition_that_does_not_exist():
     plan = _plan(1, 4)
     plan = replace(plan, slurm=replace(plan.slurm, partition="nope"))

@@ -75,7 +75,7 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     bounds come from plan.json (Plan.from_dict + the job contract)."""
     import json
 
-    from launcher.injob.supervise import parse_args
+    from launcher.injob.supervise import parse_args, read_contract
     from launcher.plan import Plan, Pool, SlurmOptions
     from launcher.render.script import plan_json
     from launcher.spec import paths
@@ -90,60 +90,65 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     site = load_site(str(paths.site_dir() / "dev.yaml"))
     runtime = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt", python="/opt/rt/bin/python")
     (tmp_path / "plan.json").write_text(plan_json(plan, site, runtime))
-    args = parse_args(["--run-dir", str(tmp_path), "--n-entry", "1", "--", "python3", "a=1"])
-    assert [(p.name, p.nodes, p.gpus_per_node, p.het_group, p.roles) for p in args.pool] == \
-        [("train", 2, 4, 0, ["actor"]), ("teach", 1, 4, 1, ["teacher"])]
-    assert args.runtime == runtime and args.address_method == site.ray.address_method
-    assert args.port_range == tuple(site.ray.port_range) and args.barrier_timeout == site.ray.barrier_timeout_s
-    assert args.max_requeues == 2 and args.requeue_lead == 90 and args.checkpoint_dir.endswith("/checkpoints")
-    assert args.entry == ["python3"] and args.overrides == ["a=1"]
+    contract = read_contract(parse_args(["--run-dir", str(tmp_path), "--n-entry", "1", "--", "python3", "a=1"]))
+    assert contract.plan.pools == plan.pools  # the Plan's own pools: one encoding of a pool
+    assert Runtime.from_dict(contract.runtime) == runtime and contract.ray.address_method == site.ray.address_method
+    assert contract.ray.port_range == tuple(site.ray.port_range)
+    assert contract.ray.barrier_timeout_s == site.ray.barrier_timeout_s
+    assert contract.max_requeues == 2 and contract.requeue_lead == 90
+    assert contract.plan.checkpoint_dir.endswith("/checkpoints")
+    assert contract.plan.entry == ("python3",) and contract.plan.overrides == ("a=1",)
     assert Plan.from_dict(json.loads((tmp_path / "plan.json").read_text())) == plan
 
 
 def test_placement_pins_verl_pools_to_slurm_pools():
-    from launcher.injob import placement
+    from dataclasses import replace
 
-    pools = [{"name": "train", "het_group": 0, "roles": ["actor"], "resource": "sf_pool_train", "nodes": 2, "gpus_per_node": 4},
-             {"name": "teach", "het_group": 1, "roles": ["teacher"], "resource": "sf_pool_teach", "nodes": 1, "gpus_per_node": 4}]
-    assert placement.slurm_pool_for("global_pool", pools)["name"] == "train"
-    assert placement.slurm_pool_for("teacher_pool", pools)["name"] == "teach"
-    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools)["name"] == "teach"
-    assert placement.slurm_pool_for("reward_pool", pools)["name"] == "train"  # no reward pool: train nodes
+    from launcher.injob import placement
+    from launcher.plan import Pool
+
+    pools = (Pool("train", "fake", 2, 4, 0, ("actor",)), Pool("teach", "fake", 1, 4, 1, ("teacher",)))
+    assert placement.slurm_pool_for("global_pool", pools).name == "train"
+    assert placement.slurm_pool_for("teacher_pool", pools).name == "teach"
+    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools).name == "teach"
+    assert placement.slurm_pool_for("reward_pool", pools).name == "train"  # no reward pool: train nodes
     # roles place, never names: a training pool called `teach` keeps the actor, and the pool
     # that roles: gives the teacher gets the teacher whatever it is called
-    renamed = [{**pools[0], "name": "teach"}, {**pools[1], "name": "big"}]
-    assert placement.slurm_pool_for("global_pool", renamed)["name"] == "teach"
-    assert placement.slurm_pool_for("teacher_pool", renamed)["name"] == "big"
-    named_reward = [{**pools[0], "name": "reward"}, {**pools[1], "name": "rm", "roles": ["reward"]}]
-    assert placement.slurm_pool_for("global_pool", named_reward)["name"] == "reward"
-    assert placement.slurm_pool_for("reward_pool", named_reward)["name"] == "rm"
+    renamed = (replace(pools[0], name="teach"), replace(pools[1], name="big"))
+    assert placement.slurm_pool_for("global_pool", renamed).name == "teach"
+    assert placement.slurm_pool_for("teacher_pool", renamed).name == "big"
+    named_reward = (replace(pools[0], name="reward"), replace(pools[1], name="rm", roles=("reward",)))
+    assert placement.slurm_pool_for("global_pool", named_reward).name == "reward"
+    assert placement.slurm_pool_for("reward_pool", named_reward).name == "rm"
     scheme = placement.pool_bundles(pools[1])
     assert scheme == [[{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 4]
     assert placement.fitting_cpus(pools[0], 4)[0] == 1.0 and placement.fitting_cpus(pools[0], 64) == (3, None)
 
 
 def test_role_report_names_a_role_off_its_pool():
-    from launcher.injob import placement
+    from dataclasses import replace
 
-    pools = [{"name": "train", "het_group": 0, "roles": ["actor", "rollout"], "nodes": 1, "gpus_per_node": 1},
-             {"name": "teach", "het_group": 1, "roles": ["teacher"], "nodes": 1, "gpus_per_node": 1}]
+    from launcher.injob import placement
+    from launcher.plan import Pool
+
+    pools = [Pool("train", "fake", 1, 1, 0, ("actor", "rollout")), Pool("teach", "fake", 1, 1, 1, ("teacher",))]
     placed = {"train": {"nodes": ["dev1"], "ok": True}, "teach": {"nodes": ["dev2"], "ok": True}}
     report = placement.role_report(pools, placed)
     assert [(r["role"], r["pool"], r["nodes"], r["ok"]) for r in report] == [
         ("actor", "train", ["dev1"], True), ("rollout", "train", ["dev1"], True), ("teacher", "teach", ["dev2"], True)]
     # a role verl would not put on the pool roles: names (here a reward role on a second pool
     # whose placement failed) is reported as not ok
-    pools[1]["roles"] = ["reward"]
+    pools[1] = replace(pools[1], roles=("reward",))
     placed["teach"]["ok"] = False
     assert [r["ok"] for r in placement.role_report(pools, placed)] == [True, True, False]
 
 
 def test_verl_main_patch_tags_bundles(monkeypatch):
     """The patch wraps verl's module-level placement_group as verl calls it (fake module)."""
-    import json
     import types
 
     from launcher.injob import verl_main
+    from launcher.plan import Pool
 
     calls = []
 
@@ -156,9 +161,7 @@ def test_verl_main_patch_tags_bundles(monkeypatch):
 
     mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
                                 placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
-    monkeypatch.setenv(verl_main.POOLS_ENV, json.dumps([
-        {"name": "train", "het_group": 0, "roles": [], "resource": "sf_pool_train"},
-        {"name": "teach", "het_group": 1, "roles": ["teacher"], "resource": "sf_pool_teach"}]))
+    monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 2, 0), Pool("teach", "fake", 1, 2, 1, ("teacher",))))
     verl_main.patch_base(mod)
     RayResourcePool("teacher_pool").get_placement_groups()
     RayResourcePool("global_pool").get_placement_groups()
@@ -229,3 +232,14 @@ def test_candidate_slots_own_slot_first_then_every_slot_of_every_block():
         mine = set(ports.block_ports(block, slot, rng).all_ports())
         assert not mine & seen
         seen |= mine
+
+
+def job_json(*pools) -> str:
+    """SF_JOB of a job with these pools (one node each), as the supervisor writes it."""
+    from launcher.injob.contract import Job, RaySettings
+
+    ray = RaySettings("loopback", "127.0.0", None, (20000, 30000), "/tmp", 60.0, 1)
+    hosts = {p.name: (f"dev{i + 1}",) for i, p in enumerate(pools)}
+    return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
+               hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
+               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints").to_json()

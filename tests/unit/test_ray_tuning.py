@@ -83,9 +83,9 @@ def test_what_the_job_already_exports_wins():
 
 def test_the_node_wrapper_and_the_supervisor_apply_it():
     text = Path(node.__file__).read_text()
-    assert 'ray_tuning.apply(ray_env(os.environ), len(job["nodes"]), os.cpu_count() or 1)' in text
+    assert 'ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1)' in text
     text = (Path(node.__file__).parent / "supervise.py").read_text()
-    assert "self.env = ray_tuning.apply(dict(os.environ), len(self.nodes), os.cpu_count() or 1)" in text
+    assert "ray_tuning.apply(auth.unshadowed(os.environ), len(job.nodes), os.cpu_count() or 1)" in text
 
 
 def test_nofile_warning_only_for_a_large_job_below_rays_guide():

@@ -208,6 +208,12 @@ def test_delete_in_a_higher_layer_wins_and_is_shown(env):
     assert out["resolved"]["algorithm.filter_groups"]["op"] == "~"
 
 
+def test_a_top_level_delete_is_a_delete_the_owners_judge(env):
+    # `--set ~algorithm` (no dot) is Hydra's delete of a whole section, refused by the pin it would drop
+    r = _validate(env, "", "--set", "~algorithm")
+    assert r.exit_code == 2 and "--set ~algorithm: algorithm.adv_estimator is pinned" in r.stderr, r.stderr
+
+
 def test_knob_null_is_verls_default(env):
     out = _json(env, "knobs: {save_freq: null}\n")
     assert not any(o.startswith("trainer.save_freq=") for o in out["overrides"])
@@ -239,6 +245,21 @@ def test_set_given_twice_refused(env):
 ])
 def test_spelling_cannot_dodge_a_rule(method, override, needles):
     _one(errors_of(base(method, overrides=[override])), "overrides[0]", *needles)
+
+
+def test_an_interpolation_is_judged_by_what_it_resolves_to():
+    """`${...}` is read as verl reads it: its composed value meets the rules and the type
+    check (never the '_' digit-separator rule on its text), and one that does not resolve is
+    refused alone (the rules would judge a value verl never gets)."""
+    errors = errors_of(base("grpo", overrides=[f"{N}=${{trainer.critic_warmup}}"]))
+    assert len(errors) == 1 and "rollout_n must be >= 2 (got 0)" in errors[0], errors
+    gpus = "${trainer.n_gpus_per_node}"
+    assert overrides_of(base("grpo", overrides=[f"{N}={gpus}"]))[N] == gpus
+    errors = errors_of(base("grpo", overrides=[f"{N}=${{trainer.no_such_key}}"]))
+    assert len(errors) == 1, errors
+    _one(errors, "overrides[0]", "does not resolve", "trainer.no_such_key", "write the value")
+    errors = errors_of(base("grpo", overrides=["actor_rollout_ref.actor={clip_ratio:${nope.x}}"]))
+    assert len(errors) == 1 and "actor_rollout_ref.actor.clip_ratio=" in errors[0], errors
 
 
 def test_a_float_where_verl_takes_a_float_is_fine():
@@ -283,6 +304,8 @@ def test_plan_json_carries_the_map(env):
     ("grpo", "actor_rollout_ref.rollout.n_gpus_per_node=8", "GPUs Slurm never allocated"),
     ("grpo", "trainer.v1.trainer_mode=separate_async", "pool of its own"),
     ("grpo", "algorithm={adv_estimator:gae}", "pinned by the method"),
+    ("ppo", "critic.enable=false", "GAE needs its critic's values"),  # need_critic obeys critic.enable first
+    ("grpo", "critic={enable:true}", "critic model that verl/grpo does not have"),
 ])
 def test_pins_hold_on_every_path(method, override, needle):
     _one(errors_of(base(method, overrides=[override])), "overrides[0]", needle)

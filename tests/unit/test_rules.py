@@ -154,6 +154,21 @@ def test_critic_role_on_a_method_without_critic_refused():
     _one(errors_of(_two_pools("grpo", {"critic": "gen"})), "roles.critic", "has no critic")
 
 
+def test_unnamed_colocated_roles_follow_the_actor_not_the_first_pool():
+    # the actor on the second pool is the error: ref and rollout follow it (no error of their own)
+    errors = errors_of(_two_pools("grpo", {"actor": "gen"}))
+    _one(errors, "roles.actor", "first pool")
+    assert not any("roles.ref" in e or "roles.rollout" in e for e in errors), errors
+
+
+def test_an_empty_roles_key_is_one_error_naming_the_fix():
+    from launcher.spec.experiment import schema_errors
+
+    errors = schema_errors({"method": "verl/grpo", "spec": {"resources": {"roles": None}}})
+    assert [e.field for e in errors] == ["spec.resources.roles"]
+    assert "is empty (null), expected object; give it a value or remove the key" in errors[0].message
+
+
 def test_pool_named_reward_without_a_role_is_not_a_reward_pool():
     # placement by roles, never by name: a pool called `reward` with no role is refused
     v = base("dapo", reward={"model": "/models/rm"})

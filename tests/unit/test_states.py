@@ -8,17 +8,20 @@ from launcher import slurm, states
 from launcher.spec import paths
 
 ROOT = paths.data_root()
-# How phases are emitted: Supervisor.record("x", ...), runs.record_phase(dir, "x", ...),
-# `sf_phase x ...` in the templates (kind_started / {{ kind }}_ended in the one-node header).
-_EMIT = re.compile(r"""(?:\.record\(|record_phase\([^,]+,\s*)"([a-z_]+)"|sf_phase ([a-z_]+|\{\{ kind \}\}_[a-z]+)""")
+# How phases are emitted: Supervisor.record(states.X, ...) or ("x", ...), runs.record_phase(dir, "x", ...),
+# `sf_phase x ...` in the batch script's text (launcher/render/batch_text.py) and the
+# templates (kind_started / {{ kind }}_ended in the one-node header).
+_EMIT = re.compile(r"""(?:\.record\(|record_phase\([^,]+,\s*)(?:"([a-z_]+)"|states\.([A-Z_]+)\b)"""
+                   r"""|sf_phase ([a-z_]+|\{\{ kind \}\}_[a-z]+)""")
 
 
 def emitted_phases() -> set[str]:
     found = set()
-    sources = [*(ROOT / "launcher" / "injob").glob("*.py"), *(ROOT / "templates").glob("*.j2")]
+    sources = [*(ROOT / "launcher" / "injob").glob("*.py"), ROOT / "launcher" / "render" / "batch_text.py",
+               *(ROOT / "templates").glob("*.j2")]
     for path in sources:
         for match in _EMIT.finditer(path.read_text()):
-            name = match.group(1) or match.group(2)
+            name = match.group(1) or (getattr(states, match.group(2)) if match.group(2) else match.group(3))
             if "{{ kind }}" in name:
                 found |= {name.replace("{{ kind }}", kind) for kind in ("export", "eval")}
             else:

@@ -155,13 +155,15 @@ def test_supervisor_takes_its_point_from_the_manifest(tmp_path):
         p["run_dir"] = str(tmp_path / p["run_id"])
         write_plan(p["run_dir"])
     (tmp_path / "manifest.json").write_text(json.dumps(sweep.manifest("s", pts)))
-    args = supervise.parse_args(["--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
-                                 "--task", "2", "--n-entry", "1", "--", "python3"])
-    assert args.overrides == pts[2]["overrides"] and args.checkpoint_dir == pts[2]["checkpoint_dir"]
-    assert args.check_path == ["/m"] and args.entry == ["python3"]
+    plan = supervise.read_contract(supervise.parse_args([
+        "--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"), "--task", "2", "--n-entry", "1",
+        "--", "python3"])).plan
+    assert list(plan.overrides) == pts[2]["overrides"] and plan.checkpoint_dir == pts[2]["checkpoint_dir"]
+    assert plan.paths_to_check == ("/m",) and plan.entry == ("python3",)
     with pytest.raises(SystemExit):  # a run dir that is not the task's point
-        supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest", str(tmp_path / "manifest.json"),
-                              "--task", "2", "--n-entry", "0"])
+        supervise.read_contract(supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest",
+                                                      str(tmp_path / "manifest.json"), "--task", "2",
+                                                      "--n-entry", "0"]))
     out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "1"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == pts[1]["run_dir"]
@@ -242,9 +244,9 @@ def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
     from launcher.plan import SlurmOptions
 
     write_plan(tmp_path, slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=1))
-    args = supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"])
-    assert args.requeue_lead == 90 and args.max_requeues == 1
-    sup = supervise.Supervisor(args)
+    contract = supervise.read_contract(supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"]))
+    assert contract.requeue_lead == 90 and contract.max_requeues == 1
+    sup = supervise.Supervisor(contract, str(tmp_path))
     sup.end_ts = 10_000.0
     sup.restart = 0
     assert sup.expiration() == 10_000.0 - 90  # verl saves before the USR1 requeue
@@ -327,3 +329,79 @@ def test_sweep_point_is_what_sf_submit_sends(tmp_path, monkeypatch, experiment, 
         first = CliRunner().invoke(main, ["submit", experiment, "--site", str(site), "--set", "actor_lr=1e-6",
                                           "--dry-run", "--json"])
         assert json.loads(swept.stdout)["script"] == json.loads(first.stdout)["script"]
+
+
+def test_point_values_read_the_resolved_map():
+    """A point's values are what its resolved map holds for the grid's keys (the composed
+    config, typed), never the grid's text: a knob, a raw key, a dict value's leaves, a delete."""
+    resolved = {
+        "actor_rollout_ref.rollout.n": {
+            "value": 2, "op": "=", "layer": "sweep", "field": "knobs.rollout_n",
+            "overrides": [{"value": 5, "layer": "config.yaml", "field": "knobs.rollout_n"}]},
+        "actor_rollout_ref.actor.optim.lr": {"value": 1e-06, "op": "=", "layer": "sweep",
+                                             "field": "sweep actor_rollout_ref.actor.optim", "overrides": []},
+        "actor_rollout_ref.actor.optim.weight_decay": {"value": 0.1, "op": "=", "layer": "sweep",
+                                                       "field": "sweep actor_rollout_ref.actor.optim", "overrides": []},
+        "trainer.val_before_train": {"value": None, "op": "~", "layer": "sweep",
+                                     "field": "sweep ~trainer.val_before_train", "overrides": []},
+        "algorithm.adv_estimator": {"value": "grpo", "op": "=", "layer": "pin", "field": "method",
+                                    "overrides": [{"value": "grpo", "layer": "sweep",
+                                                   "field": "sweep algorithm.adv_estimator"}]},
+    }
+    params = {"rollout_n": "2.0", "actor_rollout_ref.actor.optim": "{lr:1e-6,weight_decay:0.1}",
+              "~trainer.val_before_train": "x", "estimator": "grpo"}
+    values = sweep.point_values(params, resolved)
+    assert values == {"rollout_n": 2, "actor_rollout_ref.actor.optim": {"lr": 1e-06, "weight_decay": 0.1},
+                      "~trainer.val_before_train": None, "estimator": "grpo"}
+    assert type(values["rollout_n"]) is int
+    assert sweep.label(values) == ("rollout_n=2, actor_rollout_ref.actor.optim={lr: 1e-06, weight_decay: 0.1}, "
+                                   "~trainer.val_before_train=null, estimator=grpo")
+    assert sweep.label({"x": True, "y": "0.5", "z": 1e-6}) == "x=True, y='0.5', z=1e-06"
+
+
+def test_cli_sweep_labels_are_the_values_verl_gets(tmp_path, monkeypatch):
+    """`--grid rollout_n=2.0,4` runs rollout.n=2 and 4 and says so: the dry run's labels,
+    its JSON params and (beside them) the grid text as given."""
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site.yaml"
+    site.write_text((repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs")))
+    monkeypatch.chdir(repo)
+    args = ["sweep", "examples/grpo", "--site", str(site), "--grid", "rollout_n=2.0,4",
+            "--grid", "actor_rollout_ref.actor.optim.lr=1e-6", "--grid", "save_freq=null", "--dry-run"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "point 0: rollout_n=2, actor_rollout_ref.actor.optim.lr=1e-06, save_freq=-1" in res.stderr, res.stderr
+    assert "rollout_n=2.0" not in res.stderr
+    res = CliRunner().invoke(main, [*args, "--json"])
+    points = json.loads(res.stdout)["points"]
+    assert [p["params"]["rollout_n"] for p in points] == [2, 4]
+    assert all(type(p["params"]["rollout_n"]) is int for p in points)
+    assert points[0]["given"] == {"rollout_n": "2.0", "actor_rollout_ref.actor.optim.lr": "1e-6", "save_freq": "null"}
+    assert "actor_rollout_ref.rollout.n=2" in points[0]["overrides"]
+
+
+def test_points_that_resolve_to_one_job_are_refused():
+    errors = sweep.same_jobs([({"rollout_n": "4"}, {"rollout_n": 4}, ("a.n=4",)),
+                              ({"rollout_n": "5"}, {"rollout_n": 5}, ("a.n=5",)),
+                              ({"rollout_n": "4.0"}, {"rollout_n": 4}, ("a.n=4",))])
+    assert [e.field for e in errors] == ["point 2 (rollout_n=4.0)"]
+    assert "same job as point 0 (verl gets rollout_n=4 in both)" in errors[0].message
+
+
+@pytest.mark.parametrize("grid", ["rollout_n=4,4.0", "actor_lr=1e-6,0.000001", "save_freq=null,~"])
+def test_cli_sweep_of_one_job_twice_is_refused_before_anything(tmp_path, monkeypatch, grid):
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site.yaml"
+    site.write_text((repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs")))
+    monkeypatch.chdir(repo)
+    res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site), "--grid", grid])
+    assert res.exit_code == 2 and "runs the same job as point 0" in res.stderr, res.output
+    assert not (tmp_path / "runs").exists()

@@ -121,3 +121,55 @@ def test_first_compose_in_place_keeps_the_base_values(monkeypatch):
     eff2 = verlcheck.Effective(cfg2, base2)
     assert eff2.get("actor_rollout_ref.rollout.n") == 1 and eff2.get("trainer.save_freq") == -1  # clean again
     assert eff2.get("trainer.nnodes") == 2 and eff2.base("trainer.nnodes") == 1
+
+
+PLAIN_CASES = [
+    "a.b=1", "a.b=-7", "a.b=0", "a.b=007", "a.b=1_000", "a.b=1__0", "a.b=1e-06", "a.b=1.e5", "a.b=.5", "a.b=5.",
+    "a.b=1.0.0", "a.b=-1.5e+3", "a.b=1e5x", "a.b=inf", "a.b=-inf", "a.b=NaN", "a.b=Infinity", "a.b=True",
+    "a.b=false", "a.b=TRUE", "a.b=true_x", "a.b=null", "a.b=NULL", "a.b=nullx", "a.b=vllm", "a.b=low_var_kl",
+    "a.b=/work/x-1/model", "a.b=/data/1.5/train.parquet", "a.b=-", "a.b=/", "a.b=.", "a.b=--x", "a.b=a-b",
+    "a.b=[console,file]", "a.b=[]", "a.b=[1,2.5,null,x/y]", "+a.b=1", "++a.b=x", "~a.b", "~a.b=3", "a=3", "_a.b_c=1",
+    "a.b=", "a.b= 1", "a.b=x y", "a.b='q'", "a.b=${x.y}", "a.b={c:1}", "a.b=[a, b]", "a.b=1,2", "a.0.b=1",
+    "a-b.c=1", "a.b=x:y", "a.b=+5", "a@p=1", "model_engine=megatron", "a/b=c", "a.b=f(1)", "a.b=\\,",
+]
+
+
+@pytest.mark.parametrize("text", PLAIN_CASES)
+def test_plain_override_parse_is_hydras(text):
+    """The fast parse of plain overrides gives Hydra's own Override, value types included;
+    what it does not take, Hydra's parser does (the same list either way)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra = OverridesParser.create().parse_overrides([text])[0]
+    except Exception:
+        hydra = None
+    fast = verlcheck.plain_override(text)
+    if fast is not None:
+        assert hydra is not None
+        assert (fast.type, fast.key_or_group, fast.value_type, fast.package, fast.input_line) == (
+            hydra.type, hydra.key_or_group, hydra.value_type, hydra.package, hydra.input_line)
+        assert repr(fast._value) == repr(hydra._value) and type(fast._value) is type(hydra._value)
+        assert [type(v) for v in fast._value or []] == [type(v) for v in hydra._value or []] \
+            if isinstance(fast._value, list) else True
+    if hydra is not None:
+        both = verlcheck.parse_overrides([text], OverridesParser)[0]
+        assert (both.type, both.key_or_group, repr(both._value), both.value_type) == (
+            hydra.type, hydra.key_or_group, repr(hydra._value), hydra.value_type)
+
+
+def test_plain_override_parse_random_values():
+    """Random values of the fast path's characters parse as Hydra parses them."""
+    import random
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    rng = random.Random(20)
+    parser = OverridesParser.create()
+    alphabet = "0123456789._-/eEaInfNultrsTF"
+    for _ in range(400):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 7)))
+        text = f"a.b={value}"
+        fast, hydra = verlcheck.plain_override(text), parser.parse_overrides([text])[0]
+        assert fast is not None
+        assert (repr(fast._value), type(fast._value)) == (repr(hydra._value), type(hydra._value)), text

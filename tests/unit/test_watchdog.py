@@ -166,11 +166,85 @@ def test_a_failed_attempt_says_how_often_it_restarted_in_place(tmp_path):
     from types import SimpleNamespace
 
     from launcher.injob import heal
+    from launcher.injob.contract import HealSettings
 
-    sup = SimpleNamespace(args=SimpleNamespace(heal={"max_restarts_in_place": 2}), restarts_in_place=0)
+    sup = SimpleNamespace(contract=SimpleNamespace(heal=HealSettings(max_restarts_in_place=2)), restarts_in_place=0)
     assert heal.after(sup) == ""
     sup.restarts_in_place = 2
     assert heal.after(sup) == "; after 2 restarts in place (max_restarts_in_place=2)"
     assert heal.checkpoint_step(str(tmp_path)) == 0  # no checkpoint yet: verl starts at step 0
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("40\n")
     assert heal.checkpoint_step(str(tmp_path)) == 40
+
+
+def _job(**spares):
+    from launcher.injob.contract import Job, RaySettings
+    from launcher.plan import Pool
+
+    ray = RaySettings("loopback", "127.0.0", None, (20000, 30000), "/tmp", 60.0, 1)
+    pools = (Pool("train", "fake", 2, 4, 0), Pool("teach", "fake", 1, 4, 1))
+    return Job(run_dir="/r", job_id="7", leader="7", launcher="ray", config_name="ppo_trainer", pools=pools,
+               hosts={"train": ("dev1", "dev2"), "teach": ("dev7",)},
+               spares={"train": tuple(spares.get("train", ())), "teach": tuple(spares.get("teach", ()))},
+               head_node="dev1", head="127.0.0.11:20000", port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/c")
+
+
+def test_spares_take_a_dead_nodes_slot_and_never_the_heads():
+    from launcher.injob import heal
+
+    job = _job(train=("dev3",))
+    assert heal.spares_cover(job, ["dev2"]) and not heal.spares_cover(job, ["dev7"])  # teach has none
+    assert not heal.spares_cover(job, ["dev1"]) and not heal.spares_cover(job, ["dev2", "dev3"])
+    hosts, spares, swapped = heal.swap_in_spares(job, ["dev2", "dev7"])
+    assert hosts == {"train": ("dev1", "dev3"), "teach": ("dev7",)} and spares["train"] == ()
+    assert swapped == {"dev2": "dev3"} and job.hosts["train"] == ("dev1", "dev2")  # pure
+
+
+class _Sup:
+    """The supervisor as heal sees it, recording what it was asked to do."""
+
+    def __init__(self, job, max_requeues=2, restart=0, max_in_place=0):
+        from types import SimpleNamespace
+
+        from launcher.injob.contract import HealSettings
+
+        self.job, self.stage, self.restart, self.restarts_in_place = job, "driver", restart, 0
+        self.contract = SimpleNamespace(heal=HealSettings(max_restarts_in_place=max_in_place),
+                                        max_requeues=max_requeues, requeue_lead=330)
+        self.events, self.failed, self.requeued = [], None, False
+
+    def may_requeue(self):
+        return self.restart < self.contract.max_requeues
+
+    def record(self, phase, **info):
+        self.events.append((phase, info))
+
+    def write_reason(self, text):
+        pass
+
+    def fail(self, reason, rc=1):
+        self.failed = reason
+        return rc
+
+    def requeue_now(self, call, failed):
+        self.requeued = True
+        return 0
+
+
+def test_a_node_gone_without_a_spare_is_requeued_then_fails_at_the_bound():
+    from launcher.injob import heal
+
+    sup = _Sup(_job())
+    assert heal.on_node_death(sup, "Ray node dev2 ended", ["dev2"], lost=True) == 0 and sup.requeued
+    assert sup.events[-1][0] == "requeued" and sup.events[-1][1]["cause"] == "node"
+    assert sup.events[-1][1]["nodes"] == ["dev2"] and sup.events[-1][1]["restart"] == 1
+    at_bound = _Sup(_job(), max_requeues=1, restart=1)
+    assert heal.on_node_death(at_bound, "Ray node dev2 ended", ["dev2"], lost=True) == 1 and not at_bound.requeued
+    assert "not requeued: already requeued 1 times (max_requeues=1)" in at_bound.failed
+    # Ray died on a live node (its wrapper said so) and no restart in place is allowed: fails as before
+    ray_died = _Sup(_job())
+    assert heal.on_node_death(ray_died, "Ray node dev2 ended", ["dev2"], lost=False) == 1 and not ray_died.requeued
+    # before the driver runs, a lost node fails the job (a broken setup repeats on every requeue)
+    early = _Sup(_job())
+    early.stage = "barrier"
+    assert heal.on_node_death(early, "Ray node dev2 ended", ["dev2"], lost=True) == 1 and not early.requeued

@@ -63,7 +63,8 @@ def build() -> dict:
                     r: {"type": "string"} for r in ("actor", "rollout", "ref", "critic", "teacher", "reward")}}}}}},
         "slurm": {"type": "object", "additionalProperties": False, "properties": {
             "account": {"type": ["string", "null"]}, "qos": {"type": ["string", "null"]},
-            "time": {"type": "string", "pattern": "^([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){1,2}$|^[0-9]+$", "description": "wall time, HH:MM:SS or D-HH:MM:SS"},
+            "time": {"type": "string", "pattern": "^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$|^(UNLIMITED|INFINITE)$",
+                     "description": "wall time as Slurm reads it (launcher/compile/slurm_time.py checks the values): MINUTES, MINUTES:SECONDS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"},
             "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
             "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
             "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10},

@@ -1,0 +1,209 @@
+"""The job's one contract (issue 21): plan.json read once, and what the job's processes
+share, built from it in one place.
+
+  Contract    plan.json as the supervisor reads it, once (`Contract.read`): the Plan (with
+              the batch script's entry and overrides, and an array task's point, applied)
+              and the settings `launcher.render.script.job_contract` wrote beside it under
+              "job": the runtime, Ray's settings, the requeue bounds, the heal settings
+  Job         what every process of the job shares (node, barrier, health, preflight,
+              verl_main, stacks): the Plan's own pools with the hosts Slurm gave them, the
+              head's address and ports, the Ray settings; serialised into SF_JOB by
+              `child_env`, read back by `Job.from_env`
+  child_env   the ONE function that builds the environment of the job's children: SF_JOB,
+              Ray's token, and the variables verl, Ray and a user's driver read
+
+A pool has one encoding, launcher.plan.Pool: plan.json and SF_JOB both hold it as
+`dataclasses.asdict` writes it; where it runs is `Job.hosts` (pool name -> hosts).
+Standard library only: the supervisor may run on the host's bare python3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from launcher.plan import Plan, Pool
+
+JOB_ENV = "SF_JOB"  # the Job, JSON: every process of the job reads it (Job.from_env)
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """plan.json "job"."ray": how the job's Ray cluster comes up (site values, checked at render)."""
+
+    address_method: str  # loopback | interface | hostname (launcher.injob.address)
+    address_prefix: str
+    interface: str | None
+    port_range: tuple[int, int]
+    temp_root: str
+    barrier_timeout_s: float
+    start_retries: int
+    health_check: str = "preflight"  # always: the node health check before every driver
+    exclude_bad_nodes: bool = False
+    dashboard: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RaySettings:
+        return cls(address_method=data["address_method"], address_prefix=data["address_prefix"],
+                   interface=data.get("interface"), port_range=tuple(int(p) for p in data["port_range"]),
+                   temp_root=str(data["temp_root"]), barrier_timeout_s=float(data["barrier_timeout_s"]),
+                   start_retries=int(data["start_retries"]), health_check=data.get("health_check") or "preflight",
+                   exclude_bad_nodes=bool(data.get("exclude_bad_nodes")), dashboard=bool(data.get("dashboard")))
+
+
+@dataclass(frozen=True)
+class HealSettings:
+    """plan.json "job"."heal": the progress watchdog (watchdog.py; 0: off) and restarts in place (heal.py)."""
+
+    hang_timeout_s: float = 1800
+    first_step_timeout_s: float = 3600
+    max_restarts_in_place: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HealSettings:
+        default = cls()
+        return cls(hang_timeout_s=float(data.get("hang_timeout_s", default.hang_timeout_s)),
+                   first_step_timeout_s=float(data.get("first_step_timeout_s", default.first_step_timeout_s)),
+                   max_restarts_in_place=int(data.get("max_restarts_in_place", 0)))
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the login side decided for this job, as the job reads it: plan.json, once."""
+
+    plan: Plan
+    runtime: dict  # the runtime's entry (launcher.spec.runtime.Runtime.from_dict types it)
+    ray: RaySettings
+    max_requeues: int | None
+    requeue_lead: int  # seconds before the end the USR1 trap may requeue; 0: never requeued
+    heal: HealSettings
+
+    @classmethod
+    def read(cls, run_dir: str) -> Contract:
+        return cls.from_dict(json.loads((Path(run_dir) / "plan.json").read_text()))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Contract:
+        job = data["job"]
+        max_requeues = job.get("max_requeues")
+        return cls(plan=Plan.from_dict(data), runtime=dict(job["runtime"]), ray=RaySettings.from_dict(job["ray"]),
+                   max_requeues=None if max_requeues is None else int(max_requeues),
+                   requeue_lead=int(job.get("requeue_lead") or 0), heal=HealSettings.from_dict(job.get("heal") or {}))
+
+    def with_argv(self, entry: list[str], overrides: list[str]) -> Contract:
+        """The entry and overrides the batch script passes (its arrays: a user may edit them)."""
+        return replace(self, plan=replace(self.plan, entry=tuple(entry), overrides=tuple(overrides)))
+
+    def at_point(self, point: dict) -> Contract:
+        """An array task's point of a sweep manifest (launcher.submit.sweep): its overrides,
+        checkpoint dir and paths to check."""
+        return replace(self, plan=replace(
+            self.plan, overrides=tuple(str(o) for o in point["overrides"]),
+            checkpoint_dir=point.get("checkpoint_dir") or "",
+            paths_to_check=tuple(str(p) for p in point.get("check_paths", ()))))
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every process of the job shares; the supervisor builds it (supervise.Supervisor.setup)
+    and builds it again when a restart in place moves the head or swaps in a spare."""
+
+    run_dir: str
+    job_id: str
+    leader: str  # the het leader's id (the plain job id otherwise): what Slurm requeues
+    launcher: str  # ray | torchrun
+    config_name: str
+    pools: tuple[Pool, ...]
+    hosts: dict[str, tuple[str, ...]]  # pool name -> its nodes in Ray, in slot order
+    spares: dict[str, tuple[str, ...]]  # pool name -> allocated nodes kept out of Ray (heal.py)
+    head_node: str
+    head: str  # the GCS address, host:port
+    port_block: int
+    head_slot: int
+    ray: RaySettings
+    checkpoint_dir: str
+    paths_to_check: tuple[str, ...] = ()
+    entry: tuple[str, ...] = ()  # the driver's argv before the overrides (the preflight reports it)
+    overrides: tuple[str, ...] = ()
+    gpu_ids: dict = field(default_factory=dict)  # node -> the GPUs its step sees (after the barrier)
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node in Ray, pool by pool: a node's index is its port slot."""
+        return [h for p in self.pools for h in self.hosts.get(p.name, ())]
+
+    @property
+    def hetjob(self) -> bool:
+        return len(self.pools) > 1
+
+    def pool_of(self, node: str) -> Pool | None:
+        return next((p for p in self.pools if node in self.hosts.get(p.name, ())), None)
+
+    def gpus_by_host(self) -> dict[str, int]:
+        """{host: GPUs its pool asks of every node}: what the GPU identity check and the health
+        check's GPU part expect on each host."""
+        return {host: pool.gpus_per_node for pool in self.pools for host in self.hosts.get(pool.name, ())}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        data = json.loads(text)
+        data["pools"] = tuple(Pool.from_dict(p) for p in data["pools"])
+        data["ray"] = RaySettings.from_dict(data["ray"])
+        for key in ("hosts", "spares"):
+            data[key] = {name: tuple(hosts) for name, hosts in data[key].items()}
+        for key in ("paths_to_check", "entry", "overrides"):
+            data[key] = tuple(data.get(key, ()))
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls, environ=None) -> Job:
+        text = (os.environ if environ is None else environ).get(JOB_ENV)
+        if not text:
+            raise SystemExit(f"{JOB_ENV} is not set: this command runs inside an sf job only")
+        return cls.from_json(text)
+
+
+def child_env(job: Job, base, *, ray_auth: dict, metrics_path: str | None = None, restart_in_place: int = 0,
+              driver: bool = False, expires: float | None = None) -> dict:
+    """The environment of a child of the supervisor: `base` (the batch step's own: Slurm's,
+    the runtime's, the site's) plus
+      SF_JOB                  the Job (node, barrier, health, preflight, verl_main, stacks)
+      PYTHONUNBUFFERED        every child's output reaches the logs as it happens
+      RAY_AUTH_*              the job's Ray token (auth.env_for), for every Ray process
+      VERL_FILE_LOGGER_PATH   this attempt's step records (a restart in place writes its own:
+                              verl's file logger opens its file with "wb")
+      SF_RESTART_IN_PLACE     how many restarts in place came before (a test driver reads it)
+    and for the driver (`driver`):
+      RAY_ADDRESS             Ray's own: the driver's ray.init() joins the job's cluster
+      MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP   verl's save-before-expiry (`expires`)
+      FORGE_CLUSTER_*         the topology a user's driver reads (README: inside the job)"""
+    env = dict(base)
+    env[JOB_ENV] = job.to_json()
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(ray_auth)
+    if metrics_path:
+        env["VERL_FILE_LOGGER_PATH"] = metrics_path
+    if restart_in_place:
+        env["SF_RESTART_IN_PLACE"] = str(restart_in_place)
+    if not driver:
+        return env
+    first = job.pools[0]
+    env.update({
+        "FORGE_CLUSTER_NNODES": str(first.nodes),
+        "FORGE_CLUSTER_GPUS_PER_NODE": str(first.gpus_per_node),
+        "FORGE_CLUSTER_TOTAL_NODES": str(len(job.nodes)),
+        "FORGE_CLUSTER_HEAD_ADDRESS": job.head,
+        "FORGE_CLUSTER_HEAD_NODE": job.head_node,
+        "FORGE_CLUSTER_NODES": ",".join(job.nodes),
+        "FORGE_CLUSTER_RUN_DIR": job.run_dir,
+    })
+    if job.launcher == "ray":
+        env["RAY_ADDRESS"] = job.head
+    if expires:
+        env["MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"] = str(int(expires))
+    return env
