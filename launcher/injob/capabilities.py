@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+
+from launcher.injob.contract import Contract
 
 
 @dataclass(frozen=True)
@@ -56,16 +57,11 @@ print('SF_CAPABILITIES ' + json.dumps(out), flush=True)
 """
 
 
-def needs_of(run_dir: str) -> tuple[str, str, list[str]]:
-    """(method label, runtime label, needs) from the run's plan.json."""
-    try:
-        data = json.loads((Path(run_dir) / "plan.json").read_text())
-    except (OSError, ValueError):  # no plan (a run rendered by an older sf): nothing is known to be needed
-        return "?", "the runtime", []
-    method = f"{data.get('framework', 'verl')}/{data.get('method', '?')}"
-    runtime = (data.get("job") or {}).get("runtime") or {}
+def needs_of(contract: Contract) -> tuple[str, str, list[str]]:
+    """(method label, runtime label, needs) from the job's contract (plan.json)."""
+    plan, runtime = contract.plan, contract.runtime
     label = runtime.get("path") or runtime.get("image") or runtime.get("python") or "the runtime"
-    return method, label, [str(n) for n in data.get("runtime_needs") or ()]
+    return f"{plan.framework}/{plan.method}", label, [str(n) for n in plan.runtime_needs]
 
 
 def probe_argv(python_argv: list[str], needs: list[str]) -> list[str]:
@@ -139,7 +135,11 @@ def check(python_argv: list[str], needs: list[str], *, popen=subprocess.Popen, e
 
 def preflight(run_dir: str, python: str) -> tuple[dict, list[str]]:
     """The preflight's check (it runs in the runtime's python already): (report, failures)."""
-    method, runtime, needs = needs_of(run_dir)
+    try:
+        contract = Contract.read(run_dir)
+    except (OSError, ValueError, KeyError):  # a run rendered by an older sf: nothing is known to be needed
+        return {}, []
+    method, runtime, needs = needs_of(contract)
     result = check([python], needs)
     return result, reasons(result, method, runtime)
 
@@ -155,7 +155,7 @@ def refuse_early(sup) -> int | None:
     itself, beside its other checks."""
     if sup.preflight:
         return None
-    method, runtime, needs = needs_of(sup.run_dir)
+    method, runtime, needs = needs_of(sup.contract)
     if not needs:
         return None
     from launcher import slurm  # only here: the probe of a container runtime is an srun step

@@ -4,6 +4,7 @@ beside the other checks (--preflight), and the reason names the capability, the 
 and the fix."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -62,9 +63,16 @@ def test_a_critic_cannot_be_switched_on_by_an_override():
 
 
 def write_plan(tmp_path: Path, method="ppo", needs=("flash_attn",)) -> str:
-    (tmp_path / "plan.json").write_text(json.dumps({
-        "framework": "verl", "method": method, "runtime_needs": list(needs),
-        "job": {"runtime": {"kind": "venv", "path": "/opt/verl-0.9.1"}}}))
+    """A real plan.json (render's plan_json), as the job reads it through its Contract."""
+    from launcher.render.script import plan_json
+    from launcher.spec import paths
+    from launcher.spec.runtime import Runtime
+    from launcher.spec.site import load_site
+
+    plan = dataclasses.replace(compile_values(base(method)), runtime_needs=tuple(needs), run_dir=str(tmp_path))
+    runtime = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/verl-0.9.1",
+                      python="/opt/verl-0.9.1/bin/python")
+    (tmp_path / "plan.json").write_text(plan_json(plan, load_site(str(paths.site_dir() / "dev.yaml")), runtime))
     return str(tmp_path)
 
 
@@ -99,7 +107,7 @@ def test_a_method_without_needs_runs_nothing(tmp_path):
 
 
 def test_no_plan_json_means_nothing_is_known_to_be_needed(tmp_path):
-    assert capabilities.needs_of(str(tmp_path)) == ("?", "the runtime", [])
+    assert capabilities.preflight(str(tmp_path), sys.executable) == ({}, [])
 
 
 def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tmp_path):
@@ -115,7 +123,10 @@ def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tm
 
 class FakeSupervisor:
     def __init__(self, run_dir, preflight=False):
+        from launcher.injob.contract import Contract
+
         self.run_dir = run_dir
+        self.contract = Contract.read(run_dir)
         self.preflight = preflight
         self.runtime = SimpleNamespace(runtime_python=lambda: sys.executable, local_argv=lambda argv: argv)
         self.recorded, self.failed = [], []
