@@ -96,6 +96,10 @@ NODE_STARTED, NODE_EXIT, NODE_SKIPPED = "node_started", "node_exit", "node_skipp
 NODE_STOPPED = "node_stopped"  # the job is done: the supervisor asked the node to stop Ray
 NODE_RETRY = "node_retry"  # a worker's start failed before Ray ran: started again
 NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED, NODE_RETRY)
+# What the supervisor is doing now (Supervisor.stage): the "during phase X" of a failure's
+# reason. Not events: the phases above are what the job records in events.jsonl.
+STAGE_ALLOCATED, STAGE_BRINGUP, STAGE_BARRIER, STAGE_HEALTH, STAGE_DRIVER, STAGE_PREFLIGHT = (
+    "allocated", "bringup", "barrier", "health", "driver", "preflight")
 # templates/export.sbatch.j2 and templates/eval.sbatch.j2
 EXPORT_STARTED, EXPORT_ENDED = "export_started", "export_ended"
 EVAL_STARTED, EVAL_ENDED = "eval_started", "eval_ended"

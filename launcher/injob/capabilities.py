@@ -22,6 +22,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 
+from launcher import states
 from launcher.injob.contract import Contract
 
 
@@ -41,7 +42,7 @@ CAPABILITIES = {
 
 # Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
 WITHOUT_CRITIC = ("verl/grpo", "verl/rloo", "verl/reinforce-baseline", "verl/remax", "verl/dapo")
-CHECKED = "capabilities_checked"  # the phase (launcher/states.py CAPABILITIES_CHECKED)
+CHECKED = states.CAPABILITIES_CHECKED  # the phase it records
 PROBE_TIMEOUT_S = 180  # importing torch and flash-attn on a loaded node takes seconds, not minutes
 
 # Runs in the runtime's python: every module imported, each one's error (or null) as one JSON line.
@@ -169,7 +170,7 @@ def refuse_early(sup) -> int | None:
         result = check(sup.runtime.wrap(python), needs, env=env, popen=lambda argv, **kw: slurm.srun_popen(
             argv, nodes=1, ntasks=1, nodelist=sup.job.head_node, overlap=True, extra=sup.runtime.srun_flags(),
             het_group=0 if sup.hetjob else None, **kw))
-    sup.record("capabilities_checked", capabilities=result)  # CHECKED, literal: tests/unit/test_states.py finds it
+    sup.record(states.CAPABILITIES_CHECKED, capabilities=result)
     missing = reasons(result, method, runtime)
     if not missing:
         return None

@@ -46,7 +46,7 @@ def metrics_path(sup) -> str:
 
 
 def check(sup) -> watchdog.Hang | None:
-    if sup.stage != "driver" or sup.preflight:  # Supervisor.stage (supervise.DRIVER): verl trains
+    if sup.stage != states.STAGE_DRIVER or sup.preflight:  # verl trains
         return None
     dog = getattr(sup, "watchdog", None)
     if dog is None:
@@ -97,7 +97,7 @@ def on_node_death(sup, reason: str, nodes: list[str], lost: bool) -> int | None:
     allocation, verl resumes from its checkpoint), bounded by max_requeues. Before the
     driver runs, every node has not yet proved itself, so a death then fails as always: a
     setup that cannot start a node fails the same way on every requeue."""
-    if sup.stage != "driver":
+    if sup.stage != states.STAGE_DRIVER:
         return sup.fail(reason + after(sup), rc=1)
     if lost:
         reason += "; its wrapper recorded no exit: the node, or the job's processes on it, went away"
@@ -249,7 +249,7 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     sup.start_ray()
     sup.local("barrier", [sup.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
               stdout=subprocess.PIPE)
-    sup.stage = "bringup"
+    sup.stage = states.STAGE_BRINGUP
     return True
 
 

@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from launcher import runs
+from launcher import runs, states
 from launcher.injob import address as addr_mod
 from launcher.injob import auth, private, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
@@ -156,7 +156,7 @@ def main(role: str) -> int:
     skip = _test_nodes("SF_TEST_SKIP_NODE")
     if node in skip or (role == "worker" and "@workers" in skip):
         # Test hook: this node never joins (a node whose Ray cannot start).
-        runs.record_phase(run_dir, "node_skipped", node=node, pool=pool_name)
+        runs.record_phase(run_dir, states.NODE_SKIPPED, node=node, pool=pool_name)
         print(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         while True:
@@ -164,7 +164,7 @@ def main(role: str) -> int:
 
     def fail(msg: str, retry_helps: bool = False) -> int:
         print(f"[sf node {node}] {msg}", file=sys.stderr, flush=True)
-        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg,
+        runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
                           retry_helps=retry_helps)
         return 1
 
@@ -293,7 +293,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                     t_start, held) -> int:
     def fail(msg: str, retry_helps: bool = False) -> int:
         print(f"[sf node {node}] {msg}", file=sys.stderr, flush=True)
-        runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, rc=1, error=msg,
+        runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
                           retry_helps=retry_helps)
         return 1
 
@@ -326,7 +326,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                         retry_helps=False)
         state["child"] = child
         output = OutputPump(child)
-        runs.record_phase(run_dir, "node_started", node=node, pool=pool_name, role=role, pid=child.pid,
+        runs.record_phase(run_dir, states.NODE_STARTED, node=node, pool=pool_name, role=role, pid=child.pid,
                           wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
                           gpu_ids=identity["ids"], gpu_id_source=identity["source"],
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
@@ -336,7 +336,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
         output.join()
         if state["stopping"]:
             keep_ray_logs(temp, run_dir, job_id, node)
-            runs.record_phase(run_dir, "node_stopped", node=node, pool=pool_name, role=role, rc=rc)
+            runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, rc=rc)
             print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
             return 0
         if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
@@ -344,7 +344,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
             kill_group(child)
-            runs.record_phase(run_dir, "node_retry", node=node, pool=pool_name, role=role, rc=rc,
+            runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
                               attempt=attempt + 1, error=output.last_lines())
             print(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
                   f"(try {attempt + 2} of {retries + 1})", flush=True)
@@ -359,7 +359,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
     error = None if output.started else output.last_lines()
     collision = bool(error and PORT_IN_USE.search(error))
     signum = state["signal"]
-    runs.record_phase(run_dir, "node_exit", node=node, pool=pool_name, role=role, rc=rc,
+    runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, role=role, rc=rc,
                       started=output.started, retry_helps=not output.started and not collision,
                       port_collision=collision or None,
                       signal=signal.Signals(signum).name if signum else None,

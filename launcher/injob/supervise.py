@@ -87,10 +87,6 @@ SACCT_WAIT_S = 2.0  # sacct lags scontrol by about a second
 SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
 PINNED_ENTRIES = verl_main.ENTRIES  # main_ppo and the disaggregated trainers' mains
-# What the supervisor is doing now (`Supervisor.stage`, the "during phase X" of a reason).
-# The events it records are another thing: launcher.states' phases.
-ALLOCATED, BRINGUP, BARRIER, HEALTH, DRIVER, PREFLIGHT = ("allocated", "bringup", "barrier", "health", "driver",
-                                                          "preflight")
 
 
 RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
@@ -292,7 +288,7 @@ class Supervisor:
         self.hetjob = self.plan.is_hetjob
         self.job: Job | None = None  # what the job's processes share (setup; a restart in place renews it)
         self.steps: list[dict] = []  # {"name", "popen", "kind", "pool", "hosts"}
-        self.stage = ALLOCATED
+        self.stage = states.STAGE_ALLOCATED
         self.t0 = time.monotonic()
         self.ended = False
         self.logs = Path(self.run_dir) / "logs"
@@ -531,21 +527,21 @@ class Supervisor:
             self.steps.append({"name": "driver", "popen": popen, "kind": "driver", "pool": None,
                                "hosts": [self.job.head_node]})
             self.record(states.DRIVER_STARTED, what="SF_TEST_DRIVER", seconds=self.elapsed())
-            self.stage = DRIVER
+            self.stage = states.STAGE_DRIVER
             return
         if self.preflight:
             py = self.runtime.runtime_python()
             self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver",
                        env=self.child_env(driver=True))
             self.record(states.DRIVER_STARTED, what="preflight", seconds=self.elapsed())
-            self.stage = PREFLIGHT
+            self.stage = states.STAGE_PREFLIGHT
             return
         argv = self.driver_argv()
         log("driver: " + " ".join(argv))
         self.local("driver", argv, kind="driver", env=self.child_env(driver=True))
         what = argv[2] if argv[1:2] == ["-m"] and len(argv) > 2 else (argv[1] if len(argv) > 1 else argv[0])
         self.record(states.DRIVER_STARTED, what=what, seconds=self.elapsed())
-        self.stage = DRIVER
+        self.stage = states.STAGE_DRIVER
 
     def start_torchrun(self) -> None:
         train = self.plan.pools[0]
@@ -559,14 +555,14 @@ class Supervisor:
             env = self.child_env(driver=True, job=replace(self.job, entry=tuple(argv)))
             self.local("preflight", [py, "-m", "launcher.injob", "preflight"], kind="driver", env=env)
             self.record(states.DRIVER_STARTED, what="preflight", seconds=self.elapsed())
-            self.stage = PREFLIGHT
+            self.stage = states.STAGE_PREFLIGHT
             return
         log("driver: " + " ".join(argv))
         self.srun("torchrun", gpu_env_wrapper(argv), kind="driver", env=self.child_env(driver=True),
                   het_group=0 if self.hetjob else None, nodes=train.nodes, ntasks=train.nodes,
                   ntasks_per_node=1, nodelist=list(self.job.hosts[train.name]), kill_on_bad_exit=True)
         self.record(states.DRIVER_STARTED, what="torchrun", seconds=self.elapsed())
-        self.stage = DRIVER
+        self.stage = states.STAGE_DRIVER
 
     def slurm_ending(self) -> str | None:
         """How Slurm is ending this job (cancelled, requeued, time limit, ...), or None while
@@ -728,7 +724,7 @@ class Supervisor:
         self.start_ray()
         barrier = self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
                              kind="barrier", stdout=subprocess.PIPE)
-        self.stage = BRINGUP
+        self.stage = states.STAGE_BRINGUP
         return self.watch(barrier=barrier)
 
     # The supervisor's one loop that decides: node steps, barrier, driver, watchdog, Slurm's endings.
@@ -776,7 +772,7 @@ class Supervisor:
                         if self.wants_health_check():
                             self.local("health", [self.runtime.runtime_python(), "-m", "launcher.injob", "health"],
                                        kind="health", stdout=subprocess.PIPE)
-                            self.stage = HEALTH
+                            self.stage = states.STAGE_HEALTH
                         else:
                             self.start_driver()
                         continue
@@ -826,8 +822,8 @@ class Supervisor:
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
                 self.record(states.HEAD_UP, seconds=self.elapsed(), address=self.job.head)
-                if self.stage == BRINGUP:
-                    self.stage = BARRIER
+                if self.stage == states.STAGE_BRINGUP:
+                    self.stage = states.STAGE_BARRIER
             self.wait_a_little()
 
     def wait_a_little(self) -> None:
