@@ -1086,6 +1086,21 @@ def rule_rollout_defaults(ctx) -> None:
         ctx.set("actor_rollout_ref.rollout.name", "vllm", "default")
 
 
+def rule_training_length(ctx) -> None:
+    """verl's fit loops over range(trainer.total_epochs) whatever total_training_steps says:
+    0 or less trains nothing and the job "completes" at once."""
+    epochs = ctx.get("trainer.total_epochs")
+    if _number(epochs) and epochs < 1:
+        ctx.error(ctx.culprit("trainer.total_epochs", "knobs.total_epochs"),
+                  f"trainer.total_epochs={epochs}: verl would train no step (its loop runs over the epochs); "
+                  "set total_epochs: 1 or more (total_training_steps caps the steps)")
+    steps = ctx.get("trainer.total_training_steps")
+    if _number(steps) and steps < 1:
+        ctx.error(ctx.culprit("trainer.total_training_steps", "knobs.total_training_steps"),
+                  f"trainer.total_training_steps={steps}: verl would train no step; set total_training_steps: "
+                  "1 or more, or null for total_epochs over the data")
+
+
 def rule_pitfalls(ctx) -> None:
     """The tutorial's pitfalls, as warnings."""
     if ctx.sft:
@@ -1394,6 +1409,7 @@ JUDGES: tuple[Rule, ...] = (
     rule_pin_paths,
     rule_owned_keys,
     rule_rollout_n,
+    rule_training_length,
     rule_overlong_buffer,
     rule_rollout_correction_inputs,
     rule_dynamic_sampling_reward_model,
