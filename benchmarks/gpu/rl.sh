@@ -43,11 +43,12 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
   cp "$L/results-disagg.json" "$OUT/results-disagg.json" 2>/dev/null
   cp "$L/results-heal.json" "$OUT/results-heal.json" 2>/dev/null
+  cp "$L/scale.json" "$OUT/scale.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
       ! -path '*/exports/*' -size -4M 2>/dev/null; find "$W"/runs/*/exports -maxdepth 2 -name '*.json' 2>/dev/null
-    find /var/log/slurm -type f 2>/dev/null; } | sort -u >"$W/tarlist.txt"
+    find /var/log/slurm "$W/scale/slurm/log" -type f 2>/dev/null; } | sort -u >"$W/tarlist.txt"
   tar czf "$OUT/logs.tgz" -P -T "$W/tarlist.txt" 2>/dev/null
   ls -la "$OUT" | tail -n +2
 }
@@ -123,8 +124,8 @@ slurm_up() { GPU_FIX=$1 source "$HERE/slurm2_up.sh" "$W/kit/debs" "$W/slurm"; }
 if want slurm; then
   stage "slurm: two nodes, n1 = GPU 0 (train), n2 = GPU 1 (teach), pair = both"
   slurm_up 1 || note "slurm did not come up"
-else
-  slurm_up 1 >/dev/null 2>&1
+elif [[ -n "$(tr ' ' '\n' <<<"$STAGES" | grep -vxE 'install|scale|summary2?|')" ]]; then
+  slurm_up 1 >/dev/null 2>&1  # a later call's stages on the Slurm an earlier call started
 fi
 CPUS=$(sinfo -h -N -o %c 2>/dev/null | head -1); CPUS=${CPUS:-16}
 sed -e "s#@RUNS@#$W/runs#; s#@REG@#$REG#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$SITE"
@@ -399,5 +400,42 @@ fi
 if want summary; then
   stage "summary"
   $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results.json" 2>&1 | tail -60
+fi
+# -- issue 22 item 6: the scale benchmark (benchmarks/scale.py, docs/scale.md) on this host's
+# 16 cores, kind nvidia-h200, the bundle only (no GPU is used):
+#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
+# sf's Ray bring-up against Ray alone on SCALE_NODES emulated nodes (slurm_n_up.sh: one slurmd
+# per node, partition all, 4 fake GPUs a node), SCALE_REPS repetitions; no trial starts after
+# SCALE_BUDGET_S seconds, so the stage ends within about 15 minutes of device time with what
+# it has (results: $L/scale.json, the tables: $L/scale-table.md).
+SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-660}
+if want scale; then
+  stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
+  (  # a subshell: its SLURM_CONF and PATH stay out of later stages
+    SW=$W/scale
+    largest=$(tr ',' '\n' <<<"$SCALE_NODES" | sort -n | tail -1)
+    # shellcheck source=slurm_n_up.sh
+    source "$HERE/slurm_n_up.sh" "$W/kit/debs" "$W/slurm" "$SW/slurm" "$largest" || { note "scale: slurm did not come up"; exit 1; }
+    # The runtime once more, with an nvidia-smi that fails: the nodes' GPUs are fake, and the
+    # host's real one would name its one H200 behind every node's index 0, so sf's GPU check
+    # would refuse every job of two nodes or more (shared card). Without it sf counts Slurm's.
+    RTS=$W/rt-scale; rm -rf "$RTS"; mkdir -p "$RTS/bin"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RTS/bin/python"
+    cat >"$RTS/bin/nvidia-smi" <<'STUB'
+#!/bin/sh
+echo "nvidia-smi: the scale benchmark's nodes have fake GPUs" >&2
+exit 9
+STUB
+    chmod +x "$RTS/bin/python" "$RTS/bin/nvidia-smi"
+    printf 'export PATH=%s:%s:$PATH\n' "$RTS/bin" "$(dirname "$PY")" >"$RTS/bin/activate"
+    sed -e "s#@RT@#$RTS#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
+    sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
+      "$HERE/scale-site.yaml" >"$SW/site.yaml"
+    $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
+      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
+    echo "scale.py exited ${PIPESTATUS[0]}"
+    $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
+    slurm_n_down "$SW/slurm"
+  )
 fi
 stage "chain end"
