@@ -19,13 +19,23 @@
 #   bash benchmarks/gpu/rl.sh start install slurm assets orders health distill3 summary2
 #   (ORDER0=sf-first ORDER1=bare-first before `start`: the same with the orders swapped per GPU)
 #
+# The scale benchmark (issue 22 item 6, docs/scale.md; kind nvidia-h200, no GPU used): sf's
+# Ray bring-up against Ray alone on 1-64 emulated Slurm nodes (slurm_n_up.sh), 3 repetitions,
+# no trial started after 11 minutes (SCALE_NODES, SCALE_REPS, SCALE_BUDGET_S before `start`):
+#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
+#   bash benchmarks/gpu/rl.sh wait 560                # until "chain done"; scale.json comes back
+#
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
 # from a private copy of the repository, so later calls may send a changed tree safely.
 # `wait N` follows the chain's log for at most N seconds and packs what came back into $OUT.
 # STAGES (default): install slurm assets grpo export check metrics trap pair distill summary
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-W=/tmp/sfw
+# W (the kit's work folder), BUNDLE (where install unpacks the bundle) and PY (the python the
+# bundle is for) are the GPU machine's; a stage tried on another host (the dev box, `scale` in a
+# network namespace of its own) gets its own through SF_KIT_W, SF_KIT_BUNDLE and SF_KIT_PY.
+W=${SF_KIT_W:-/tmp/sfw}
+BUNDLE=${SF_KIT_BUNDLE:-/tmp/site}
 L=$W/logs
 mkdir -p "$W" "$L" /tmp/chunks
 ALL="install slurm assets grpo export check metrics trap pair distill summary"
@@ -84,40 +94,40 @@ trap 'touch "$L/chain.done"' EXIT
 HERE=$REPO/benchmarks/gpu
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PY=$(command -v python3)
+PY=${SF_KIT_PY:-$(command -v python3)}
 A=$W/assets
 SITE=$W/site.yaml
 REG=$W/runtimes.yaml
 
 if want install; then
-  stage "install: bundle -> /tmp/site, TransferQueue, sf"
-  if [[ ! -f /tmp/site/.sf-bundle-done ]]; then
+  stage "install: bundle -> $BUNDLE, TransferQueue, sf"
+  if [[ ! -f "$BUNDLE"/.sf-bundle-done ]]; then
     cat /tmp/chunks/bundle.part.0* >/tmp/bundle.tar.xz
     want_sha=$(cut -d' ' -f1 "$W/kit/bundle.sha256"); got=$(sha256sum /tmp/bundle.tar.xz | cut -d' ' -f1)
     echo "sha256 want=$want_sha got=$got"
     [[ "$want_sha" == "$got" ]] || { note "bundle sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; exit 3; }
-    rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && tar -C "$BUNDLE" -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BUNDLE" "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
     # py-spy: sf's hang watchdog saves every process's stacks with it (launcher/injob/stacks.py)
     compgen -G "$W/kit/py_spy-*.whl" >/dev/null && $PY -m pip install -q --no-index --no-deps --no-compile \
-      --no-cache-dir --target /tmp/site "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
-    touch /tmp/site/.sf-bundle-done
+      --no-cache-dir --target "$BUNDLE" "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
+    touch "$BUNDLE"/.sf-bundle-done
   fi
-  echo "site: $(du -sh /tmp/site | cut -f1)"
+  echo "site: $(du -sh "$BUNDLE" | cut -f1)"
 fi
-export PYTHONPATH=/tmp/site
+export PYTHONPATH="$BUNDLE"
 # sf itself: the repository copy on PYTHONPATH of a wrapper (the job finds it the same way)
 mkdir -p "$W/bin"
-printf '#!/bin/sh\nPYTHONPATH=%s:/tmp/site exec %s -m launcher.cli.app "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
+printf '#!/bin/sh\nPYTHONPATH=%s:%s exec %s -m launcher.cli.app "$@"\n' "$REPO" "$BUNDLE" "$PY" >"$W/bin/sf"
 chmod +x "$W/bin/sf"
 # the runtime: a venv-shaped folder around the image's python (the registry entry adds the bundle)
 RT=$W/rt; mkdir -p "$RT/bin"
 printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RT/bin/python"; chmod +x "$RT/bin/python"
 printf 'export PATH=%s:%s:$PATH\n' "$RT/bin" "$(dirname "$PY")" >"$RT/bin/activate"
-[[ -x /tmp/site/bin/py-spy ]] && ln -sf /tmp/site/bin/py-spy "$RT/bin/py-spy"
+[[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RT/bin/py-spy"
 export PATH="$W/bin:$PATH"
-want install && { $PY -c "import sys; sys.path[:0]=['/tmp/site']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
+want install && { $PY -c "import sys; sys.path[:0]=['$BUNDLE']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
   nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"; }
 
 slurm_up() { GPU_FIX=$1 source "$HERE/slurm2_up.sh" "$W/kit/debs" "$W/slurm"; }
@@ -129,7 +139,7 @@ elif [[ -n "$(tr ' ' '\n' <<<"$STAGES" | grep -vxE 'install|scale|summary2?|')" 
 fi
 CPUS=$(sinfo -h -N -o %c 2>/dev/null | head -1); CPUS=${CPUS:-16}
 sed -e "s#@RUNS@#$W/runs#; s#@REG@#$REG#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$SITE"
-sed -e "s#@RT@#$RT#" "$HERE/rl-runtimes.yaml" >"$REG"
+sed -e "s#@RT@#$RT#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$REG"
 export SF_SITE=$SITE
 EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/experiments/"
 
@@ -187,7 +197,7 @@ bare() {
     esac
   done
   printf '%s\n' "${OVR[@]}" >"$L/$tag-overrides.txt"
-  (cd "$B" && env CUDA_VISIBLE_DEVICES=$gpu VERL_FILE_LOGGER_PATH="$L/$tag-metrics.jsonl" PYTHONPATH=/tmp/site \
+  (cd "$B" && env CUDA_VISIBLE_DEVICES=$gpu VERL_FILE_LOGGER_PATH="$L/$tag-metrics.jsonl" PYTHONPATH="$BUNDLE" \
      VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false \
      timeout 900 $PY -m verl.trainer.main_ppo "${OVR[@]}" >"$L/$tag-train.log" 2>&1)
   echo "$tag: bare verl exited $?"
@@ -428,7 +438,7 @@ exit 9
 STUB
     chmod +x "$RTS/bin/python" "$RTS/bin/nvidia-smi"
     printf 'export PATH=%s:%s:$PATH\n' "$RTS/bin" "$(dirname "$PY")" >"$RTS/bin/activate"
-    sed -e "s#@RT@#$RTS#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
+    sed -e "s#@RT@#$RTS#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
     sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
       "$HERE/scale-site.yaml" >"$SW/site.yaml"
     $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
