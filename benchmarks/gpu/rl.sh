@@ -21,7 +21,7 @@
 #
 # The scale benchmark (issue 22 item 6, docs/scale.md; kind nvidia-h200, no GPU used): sf's
 # Ray bring-up against Ray alone on 1-64 emulated Slurm nodes (slurm_n_up.sh), 3 repetitions,
-# no trial started after 11 minutes (SCALE_NODES, SCALE_REPS, SCALE_BUDGET_S before `start`):
+# no trial started after 10 minutes (SCALE_NODES, SCALE_REPS, SCALE_BUDGET_S before `start`):
 #   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
 #   bash benchmarks/gpu/rl.sh wait 560                # until "chain done"; scale.json comes back
 #
@@ -418,7 +418,7 @@ fi
 # per node, partition all, 4 fake GPUs a node), SCALE_REPS repetitions; no trial starts after
 # SCALE_BUDGET_S seconds, so the stage ends within about 15 minutes of device time with what
 # it has (results: $L/scale.json, the tables: $L/scale-table.md).
-SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-660}
+SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
 if want scale; then
   stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
   (  # a subshell: its SLURM_CONF and PATH stay out of later stages
