@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -109,7 +110,10 @@ def trial_ray(nodes: int, directives: list[str], work: Path, env: dict) -> dict:
     regs = [t for path in logs for t in registrations(path)]
     out = {"method": "ray", "nodes": nodes, "job_id": job_id, "state": state, "batch_start": times.get("batch_start"),
            "ready": times.get("ready"), "registrations": sorted(regs)}
-    common.remove_temp_dirs(job_id, env["BX_TEMP_ROOT"])  # the site's root: only this cluster's jobs
+    # exactly the temp dirs its layout gave (a glob on the job id would also take those of
+    # another cluster's job of that id on this host: the dev box runs two)
+    for path in job_dir.glob("temp.*"):
+        shutil.rmtree(path.read_text().strip(), ignore_errors=True)
     return derive(out)
 
 
