@@ -52,6 +52,7 @@ slurm_base || { return 1 2>/dev/null || exit 1; }
 slurm_n_down "$SN_STATE"  # a cluster of another size from an earlier call
 rm -rf "$SN_STATE/spool"  # and its jobs: job ids start again from 1
 mkdir -p "$SN_STATE"/{etc,spool/ctld,log,run,dev}
+for k in $(seq "$SN_NODES"); do mkdir -p "$SN_STATE/spool/n$k"; done
 for k in 0 1 2 3; do ln -sfn /dev/null "$SN_STATE/dev/nvidia$k"; done
 SN_CPUS=${SLURM_N_CPUS:-$(nproc)}
 export SLURM_CONF=$SN_STATE/etc/slurm.conf
