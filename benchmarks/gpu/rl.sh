@@ -22,8 +22,10 @@
 # The scale benchmark (issue 22 item 6, docs/scale.md; kind nvidia-h200, no GPU used): sf's
 # Ray bring-up against Ray alone on 1-64 emulated Slurm nodes (slurm_n_up.sh), 3 repetitions,
 # no trial started after 10 minutes (SCALE_NODES, SCALE_REPS, SCALE_BUDGET_S before `start`):
+#   bash benchmarks/gpu/rl.sh recv                  # calls 1-5: carry .rlb0 ... .rlb4, one each
 #   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
-#   bash benchmarks/gpu/rl.sh wait 560                # until "chain done"; scale.json comes back
+#                                                   # call 6: carry .rlb5 and .rlk
+#   bash benchmarks/gpu/rl.sh wait 560              # until "chain done"; scale.json comes back
 #
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
 # from a private copy of the repository, so later calls may send a changed tree safely.
