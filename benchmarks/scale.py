@@ -81,17 +81,18 @@ def trial_sf(exp: Path, site: Path, nodes: int) -> dict:
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
     state = common.wait_job_end(job_id, timeout=240 + 5 * nodes)
-    by = {}
+    by, retries = {}, 0
     for event in bringup._jsonl(run_dir / "events.jsonl"):
         if str(event.get("job_id")) == job_id:
             by.setdefault(event["phase"], event)
+            retries += event["phase"] == "node_retry"  # a node's `ray start` failed and went again
     head = ((by.get("allocated") or {}).get("pools") or {}).get("train", [None])[0]
     driver = bringup._jsonl(run_dir / "bench_driver.jsonl")
     out = {"method": "sf", "nodes": nodes, "job_id": job_id, "state": state, "run": info["run"],
            "batch_start": driver[0].get("batch_start") if driver else None,
            "ready": (by.get("all_joined") or {}).get("time"),
            "registrations": registrations(run_dir / "logs" / "ray" / f"{job_id}-{head}" / "gcs_server.out"),
-           "reason": (by.get("ended") or {}).get("reason")}
+           "reason": (by.get("ended") or {}).get("reason"), "node_retries": retries}
     return derive(out)
 
 
@@ -298,6 +299,7 @@ def main(argv: list[str]) -> int:
         common.save(args.out, result)
         log(f"rep {rep} N={n} {method:3s} bringup={trial.get('bringup_s')}s head={trial.get('head_start_s')}s "
             f"regs={trial.get('registered_nodes')} state={trial.get('state')} load={load[0]}"
+            + (f" node_retries={trial['node_retries']}" if trial.get("node_retries") else "")
             + ("" if trial.get("ok") else f" FAILED {str(trial.get('error') or trial.get('reason'))[-200:]}"))
     result["models"] = {m: fit(result["trials"], m) for m in methods}
     common.save(args.out, result)

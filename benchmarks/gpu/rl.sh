@@ -60,7 +60,9 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
       ! -path '*/exports/*' -size -4M 2>/dev/null; find "$W"/runs/*/exports -maxdepth 2 -name '*.json' 2>/dev/null
-    find /var/log/slurm "$W/scale/slurm/log" -type f 2>/dev/null; } | sort -u >"$W/tarlist.txt"
+    find /var/log/slurm "$W/scale/slurm/log" -type f 2>/dev/null
+    find "$W/scale/work" \( -name events.jsonl -o -name reason -o -name 'slurm-*.out' -o -name times \) -size -4M 2>/dev/null
+  } | sort -u >"$W/tarlist.txt"
   tar czf "$OUT/logs.tgz" -P -T "$W/tarlist.txt" 2>/dev/null
   ls -la "$OUT" | tail -n +2
 }
