@@ -19,7 +19,10 @@ import yaml
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-SF = str(Path(sys.executable).parent / "sf")
+# sf and the site the benchmarks start from: the venv's and the dev cluster's, unless a kit
+# without either says otherwise (the GPU machine: benchmarks/gpu/rl.sh stage scale)
+SF = os.environ.get("SF_BENCH_SF") or str(Path(sys.executable).parent / "sf")
+BASE_SITE = Path(os.environ.get("SF_BENCH_SITE") or REPO / "site" / "dev.yaml")
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
 GCS_REGISTER = "Registering new node"
@@ -135,7 +138,8 @@ def remove_temp_dirs(job_id: str, root: str = "/tmp") -> None:
 # --- site, stats, results ------------------------------------------------------------------
 
 def dev_site() -> dict:
-    return yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+    """The site the benchmarks start from (BASE_SITE: site/dev.yaml unless set)."""
+    return yaml.safe_load(BASE_SITE.read_text())
 
 
 def bench_site(work: Path, health_check: str | None = None) -> Path:

@@ -2,13 +2,17 @@
 nodes, and a model that predicts 256 and 1000 nodes.
 
     python benchmarks/scale.py --work DIR --out FILE [--nodes 1,4,8,16,32,64] [--reps 3]
-                               [--methods sf,ray]
+                               [--methods sf,ray] [--site FILE] [--sf PATH] [--budget-s S]
     python benchmarks/scale.py --fit FILE          # the tables and the model again, from FILE
 
 Run inside the dev cluster's namespace (`scripts/dev-cluster exec -- .venv/bin/python ...`)
 on a cluster with at least max(N) nodes in partition `all` (`SFDEV_NODES=64
 scripts/dev-cluster up`, see docs/scale.md); sizes the cluster cannot hold are skipped and
-said so. Every repetition runs, for each N, the methods one after another (the order
+said so. Elsewhere (the GPU machine: benchmarks/gpu/rl.sh stage `scale`, its Slurm from
+slurm_n_up.sh) `--site` names the site to start from instead of site/dev.yaml (its default
+series' CPUs and GPUs, Ray settings, runtime registry and env) and `--sf` the sf to submit
+with; `--budget-s` starts no trial after that many seconds (what ran is kept), so a run on
+lent device time ends when planned. Every repetition runs, for each N, the methods one after another (the order
 rotating between repetitions), each one a real Slurm job on N nodes:
 
   sf    `sf submit` of a GRPO experiment on N nodes whose main.py is a trivial driver
@@ -41,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -76,17 +81,18 @@ def trial_sf(exp: Path, site: Path, nodes: int) -> dict:
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
     state = common.wait_job_end(job_id, timeout=240 + 5 * nodes)
-    by = {}
+    by, retries = {}, 0
     for event in bringup._jsonl(run_dir / "events.jsonl"):
         if str(event.get("job_id")) == job_id:
             by.setdefault(event["phase"], event)
+            retries += event["phase"] == "node_retry"  # a node's `ray start` failed and went again
     head = ((by.get("allocated") or {}).get("pools") or {}).get("train", [None])[0]
     driver = bringup._jsonl(run_dir / "bench_driver.jsonl")
     out = {"method": "sf", "nodes": nodes, "job_id": job_id, "state": state, "run": info["run"],
            "batch_start": driver[0].get("batch_start") if driver else None,
            "ready": (by.get("all_joined") or {}).get("time"),
            "registrations": registrations(run_dir / "logs" / "ray" / f"{job_id}-{head}" / "gcs_server.out"),
-           "reason": (by.get("ended") or {}).get("reason")}
+           "reason": (by.get("ended") or {}).get("reason"), "node_retries": retries}
     return derive(out)
 
 
@@ -105,7 +111,10 @@ def trial_ray(nodes: int, directives: list[str], work: Path, env: dict) -> dict:
     regs = [t for path in logs for t in registrations(path)]
     out = {"method": "ray", "nodes": nodes, "job_id": job_id, "state": state, "batch_start": times.get("batch_start"),
            "ready": times.get("ready"), "registrations": sorted(regs)}
-    common.remove_temp_dirs(job_id)
+    # exactly the temp dirs its layout gave (a glob on the job id would also take those of
+    # another cluster's job of that id on this host: the dev box runs two)
+    for path in job_dir.glob("temp.*"):
+        shutil.rmtree(path.read_text().strip(), ignore_errors=True)
     return derive(out)
 
 
@@ -239,6 +248,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nodes", default=",".join(map(str, SIZES)))
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--site", type=Path, help="the site to start from (default: site/dev.yaml)")
+    p.add_argument("--sf", help="the sf command to submit with (default: the one beside this python)")
+    p.add_argument("--budget-s", type=float, help="start no trial after this many seconds")
     p.add_argument("--fit", type=Path, help="print the tables and model of an earlier result file, run nothing")
     args = p.parse_args(argv)
     if args.fit:
@@ -246,6 +258,10 @@ def main(argv: list[str]) -> int:
         return 0
     if not (args.work and args.out):
         p.error("--work and --out are needed to run (or --fit FILE)")
+    if args.site:
+        common.BASE_SITE = args.site.resolve()
+    if args.sf:
+        common.SF = args.sf
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     have = cluster_nodes()
@@ -260,24 +276,31 @@ def main(argv: list[str]) -> int:
     directives = {n: bringup.sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "skipped": [n for n in wanted if n > have], "methods": methods, "reps": args.reps,
               "host": {"cpus": os.cpu_count(), "load": common.load_average(), "cluster_nodes": have},
+              "site": str(common.BASE_SITE), "budget_s": args.budget_s,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trials": []}
-    for rep in range(args.reps):
-        for n in sizes:
-            order = methods[rep % len(methods):] + methods[: rep % len(methods)]
-            for method in order:
-                if not common.wait_idle_nodes(n, "all", timeout=180):
-                    log(f"fewer than {n} idle nodes after 180 s; submitting anyway (it will queue)")
-                load = common.load_average()
-                try:
-                    trial = trial_sf(exps[n], site, n) if method == "sf" else trial_ray(n, directives[n], work, env)
-                except Exception as exc:  # one broken trial must not lose the others
-                    trial = {"method": method, "nodes": n, "ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
-                trial.update(rep=rep, load_before=load)
-                result["trials"].append(trial)
-                common.save(args.out, result)
-                log(f"rep {rep} N={n} {method:3s} bringup={trial.get('bringup_s')}s head={trial.get('head_start_s')}s "
-                    f"regs={trial.get('registered_nodes')} state={trial.get('state')} load={load[0]}"
-                    + ("" if trial.get("ok") else f" FAILED {str(trial.get('error') or trial.get('reason'))[-200:]}"))
+    # every repetition runs each N, the methods' order rotating between repetitions
+    planned = [(rep, n, method) for rep in range(args.reps) for n in sizes
+               for method in methods[rep % len(methods):] + methods[: rep % len(methods)]]
+    t0 = time.monotonic()
+    for rep, n, method in planned:
+        if args.budget_s is not None and time.monotonic() - t0 > args.budget_s:
+            result["stopped"] = f"budget of {args.budget_s:.0f} s spent before rep {rep} N={n} {method}"
+            log(result["stopped"] + ": the trials that ran are kept")
+            break
+        if not common.wait_idle_nodes(n, "all", timeout=180):
+            log(f"fewer than {n} idle nodes after 180 s; submitting anyway (it will queue)")
+        load = common.load_average()
+        try:
+            trial = trial_sf(exps[n], site, n) if method == "sf" else trial_ray(n, directives[n], work, env)
+        except Exception as exc:  # one broken trial must not lose the others
+            trial = {"method": method, "nodes": n, "ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
+        trial.update(rep=rep, load_before=load)
+        result["trials"].append(trial)
+        common.save(args.out, result)
+        log(f"rep {rep} N={n} {method:3s} bringup={trial.get('bringup_s')}s head={trial.get('head_start_s')}s "
+            f"regs={trial.get('registered_nodes')} state={trial.get('state')} load={load[0]}"
+            + (f" node_retries={trial['node_retries']}" if trial.get("node_retries") else "")
+            + ("" if trial.get("ok") else f" FAILED {str(trial.get('error') or trial.get('reason'))[-200:]}"))
     result["models"] = {m: fit(result["trials"], m) for m in methods}
     common.save(args.out, result)
     print(table(result))

@@ -19,13 +19,25 @@
 #   bash benchmarks/gpu/rl.sh start install slurm assets orders health distill3 summary2
 #   (ORDER0=sf-first ORDER1=bare-first before `start`: the same with the orders swapped per GPU)
 #
+# The scale benchmark (issue 22 item 6, docs/scale.md; kind nvidia-h200, no GPU used): sf's
+# Ray bring-up against Ray alone on 1-64 emulated Slurm nodes (slurm_n_up.sh), 3 repetitions,
+# no trial started after 10 minutes (SCALE_NODES, SCALE_REPS, SCALE_BUDGET_S before `start`):
+#   bash benchmarks/gpu/rl.sh recv                  # calls 1-5: carry .rlb0 ... .rlb4, one each
+#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
+#                                                   # call 6: carry .rlb5 and .rlk
+#   bash benchmarks/gpu/rl.sh wait 560              # until "chain done"; scale.json comes back
+#
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
 # from a private copy of the repository, so later calls may send a changed tree safely.
 # `wait N` follows the chain's log for at most N seconds and packs what came back into $OUT.
 # STAGES (default): install slurm assets grpo export check metrics trap pair distill summary
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-W=/tmp/sfw
+# W (the kit's work folder), BUNDLE (where install unpacks the bundle) and PY (the python the
+# bundle is for) are the GPU machine's; a stage tried on another host (the dev box, `scale` in a
+# network namespace of its own) gets its own through SF_KIT_W, SF_KIT_BUNDLE and SF_KIT_PY.
+W=${SF_KIT_W:-/tmp/sfw}
+BUNDLE=${SF_KIT_BUNDLE:-/tmp/site}
 L=$W/logs
 mkdir -p "$W" "$L" /tmp/chunks
 ALL="install slurm assets grpo export check metrics trap pair distill summary"
@@ -43,11 +55,14 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
   cp "$L/results-disagg.json" "$OUT/results-disagg.json" 2>/dev/null
   cp "$L/results-heal.json" "$OUT/results-heal.json" 2>/dev/null
+  cp "$L/scale.json" "$OUT/scale.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
       -o -name '*.txt' -o -name '*.sbatch' -o -name reason -o -name '*.yaml' \) ! -path '*/checkpoints/*' \
       ! -path '*/exports/*' -size -4M 2>/dev/null; find "$W"/runs/*/exports -maxdepth 2 -name '*.json' 2>/dev/null
-    find /var/log/slurm -type f 2>/dev/null; } | sort -u >"$W/tarlist.txt"
+    find /var/log/slurm "$W/scale/slurm/log" -type f 2>/dev/null
+    find "$W/scale/work" \( -name events.jsonl -o -name reason -o -name 'slurm-*.out' -o -name times \) -size -4M 2>/dev/null
+  } | sort -u >"$W/tarlist.txt"
   tar czf "$OUT/logs.tgz" -P -T "$W/tarlist.txt" 2>/dev/null
   ls -la "$OUT" | tail -n +2
 }
@@ -83,52 +98,52 @@ trap 'touch "$L/chain.done"' EXIT
 HERE=$REPO/benchmarks/gpu
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PY=$(command -v python3)
+PY=${SF_KIT_PY:-$(command -v python3)}
 A=$W/assets
 SITE=$W/site.yaml
 REG=$W/runtimes.yaml
 
 if want install; then
-  stage "install: bundle -> /tmp/site, TransferQueue, sf"
-  if [[ ! -f /tmp/site/.sf-bundle-done ]]; then
+  stage "install: bundle -> $BUNDLE, TransferQueue, sf"
+  if [[ ! -f "$BUNDLE"/.sf-bundle-done ]]; then
     cat /tmp/chunks/bundle.part.0* >/tmp/bundle.tar.xz
     want_sha=$(cut -d' ' -f1 "$W/kit/bundle.sha256"); got=$(sha256sum /tmp/bundle.tar.xz | cut -d' ' -f1)
     echo "sha256 want=$want_sha got=$got"
     [[ "$want_sha" == "$got" ]] || { note "bundle sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; exit 3; }
-    rm -rf /tmp/site && mkdir -p /tmp/site && tar -C /tmp/site -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && tar -C "$BUNDLE" -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BUNDLE" "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
     # py-spy: sf's hang watchdog saves every process's stacks with it (launcher/injob/stacks.py)
     compgen -G "$W/kit/py_spy-*.whl" >/dev/null && $PY -m pip install -q --no-index --no-deps --no-compile \
-      --no-cache-dir --target /tmp/site "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
-    touch /tmp/site/.sf-bundle-done
+      --no-cache-dir --target "$BUNDLE" "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
+    touch "$BUNDLE"/.sf-bundle-done
   fi
-  echo "site: $(du -sh /tmp/site | cut -f1)"
+  echo "site: $(du -sh "$BUNDLE" | cut -f1)"
 fi
-export PYTHONPATH=/tmp/site
+export PYTHONPATH="$BUNDLE"
 # sf itself: the repository copy on PYTHONPATH of a wrapper (the job finds it the same way)
 mkdir -p "$W/bin"
-printf '#!/bin/sh\nPYTHONPATH=%s:/tmp/site exec %s -m launcher.cli.app "$@"\n' "$REPO" "$PY" >"$W/bin/sf"
+printf '#!/bin/sh\nPYTHONPATH=%s:%s exec %s -m launcher.cli.app "$@"\n' "$REPO" "$BUNDLE" "$PY" >"$W/bin/sf"
 chmod +x "$W/bin/sf"
 # the runtime: a venv-shaped folder around the image's python (the registry entry adds the bundle)
 RT=$W/rt; mkdir -p "$RT/bin"
 printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RT/bin/python"; chmod +x "$RT/bin/python"
 printf 'export PATH=%s:%s:$PATH\n' "$RT/bin" "$(dirname "$PY")" >"$RT/bin/activate"
-[[ -x /tmp/site/bin/py-spy ]] && ln -sf /tmp/site/bin/py-spy "$RT/bin/py-spy"
+[[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RT/bin/py-spy"
 export PATH="$W/bin:$PATH"
-want install && { $PY -c "import sys; sys.path[:0]=['/tmp/site']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
+want install && { $PY -c "import sys; sys.path[:0]=['$BUNDLE']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
   nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"; }
 
 slurm_up() { GPU_FIX=$1 source "$HERE/slurm2_up.sh" "$W/kit/debs" "$W/slurm"; }
 if want slurm; then
   stage "slurm: two nodes, n1 = GPU 0 (train), n2 = GPU 1 (teach), pair = both"
   slurm_up 1 || note "slurm did not come up"
-else
-  slurm_up 1 >/dev/null 2>&1
+elif [[ -n "$(tr ' ' '\n' <<<"$STAGES" | grep -vxE 'install|scale|summary2?|')" ]]; then
+  slurm_up 1 >/dev/null 2>&1  # a later call's stages on the Slurm an earlier call started
 fi
 CPUS=$(sinfo -h -N -o %c 2>/dev/null | head -1); CPUS=${CPUS:-16}
 sed -e "s#@RUNS@#$W/runs#; s#@REG@#$REG#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$SITE"
-sed -e "s#@RT@#$RT#" "$HERE/rl-runtimes.yaml" >"$REG"
+sed -e "s#@RT@#$RT#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$REG"
 export SF_SITE=$SITE
 EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/experiments/"
 
@@ -186,7 +201,7 @@ bare() {
     esac
   done
   printf '%s\n' "${OVR[@]}" >"$L/$tag-overrides.txt"
-  (cd "$B" && env CUDA_VISIBLE_DEVICES=$gpu VERL_FILE_LOGGER_PATH="$L/$tag-metrics.jsonl" PYTHONPATH=/tmp/site \
+  (cd "$B" && env CUDA_VISIBLE_DEVICES=$gpu VERL_FILE_LOGGER_PATH="$L/$tag-metrics.jsonl" PYTHONPATH="$BUNDLE" \
      VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false \
      timeout 900 $PY -m verl.trainer.main_ppo "${OVR[@]}" >"$L/$tag-train.log" 2>&1)
   echo "$tag: bare verl exited $?"
@@ -399,5 +414,42 @@ fi
 if want summary; then
   stage "summary"
   $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results.json" 2>&1 | tail -60
+fi
+# -- issue 22 item 6: the scale benchmark (benchmarks/scale.py, docs/scale.md) on this host's
+# 16 cores, kind nvidia-h200, the bundle only (no GPU is used):
+#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
+# sf's Ray bring-up against Ray alone on SCALE_NODES emulated nodes (slurm_n_up.sh: one slurmd
+# per node, partition all, 4 fake GPUs a node), SCALE_REPS repetitions; no trial starts after
+# SCALE_BUDGET_S seconds, so the stage ends within about 15 minutes of device time with what
+# it has (results: $L/scale.json, the tables: $L/scale-table.md).
+SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
+if want scale; then
+  stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
+  (  # a subshell: its SLURM_CONF and PATH stay out of later stages
+    SW=$W/scale
+    largest=$(tr ',' '\n' <<<"$SCALE_NODES" | sort -n | tail -1)
+    # shellcheck source=slurm_n_up.sh
+    source "$HERE/slurm_n_up.sh" "$W/kit/debs" "$W/slurm" "$SW/slurm" "$largest" || { note "scale: slurm did not come up"; exit 1; }
+    # The runtime once more, with an nvidia-smi that fails: the nodes' GPUs are fake, and the
+    # host's real one would name its one H200 behind every node's index 0, so sf's GPU check
+    # would refuse every job of two nodes or more (shared card). Without it sf counts Slurm's.
+    RTS=$W/rt-scale; rm -rf "$RTS"; mkdir -p "$RTS/bin"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RTS/bin/python"
+    cat >"$RTS/bin/nvidia-smi" <<'STUB'
+#!/bin/sh
+echo "nvidia-smi: the scale benchmark's nodes have fake GPUs" >&2
+exit 9
+STUB
+    chmod +x "$RTS/bin/python" "$RTS/bin/nvidia-smi"
+    printf 'export PATH=%s:%s:$PATH\n' "$RTS/bin" "$(dirname "$PY")" >"$RTS/bin/activate"
+    sed -e "s#@RT@#$RTS#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
+    sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
+      "$HERE/scale-site.yaml" >"$SW/site.yaml"
+    $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
+      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
+    echo "scale.py exited ${PIPESTATUS[0]}"
+    $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
+    slurm_n_down "$SW/slurm"
+  )
 fi
 stage "chain end"
