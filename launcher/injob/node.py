@@ -332,7 +332,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
                           port_base=ports.gcs, port_last=ports.max_worker)
-        rc = child.wait()
+        rc, fatal = wait_for_start(child, output, temp)
         output.join()
         if state["stopping"]:
             keep_ray_logs(temp, run_dir, job_id, node)
@@ -344,19 +344,21 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
             kill_group(child)
+            keep_ray_logs(temp, run_dir, job_id, node, failed_try=attempt + 1)
             runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
-                              attempt=attempt + 1, error=output.last_lines())
+                              attempt=attempt + 1, error=fatal or output.last_lines())
             print(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
                   f"(try {attempt + 2} of {retries + 1})", flush=True)
             state["child"] = None
-            time.sleep(RETRY_PAUSE_S * (attempt + 1) + random.random())
+            # spread out: the nodes that failed together (a loaded host) must not all retry together
+            time.sleep((RETRY_PAUSE_S + random.uniform(0, RETRY_JITTER_S)) * (attempt + 1))
             continue
         break
     keep_ray_logs(temp, run_dir, job_id, node)
     # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
     # Ray ending after it ran is a node or a process dying (look at the node's logs first);
     # a port another process took between the check and Ray's bind is a port collision.
-    error = None if output.started else output.last_lines()
+    error = None if output.started else (fatal or output.last_lines())
     collision = bool(error and PORT_IN_USE.search(error))
     signum = state["signal"]
     runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, role=role, rc=rc,
@@ -374,10 +376,51 @@ PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(
 
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
+RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
+FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
 RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
                  "ray_process_exit.log", "dashboard.log", "runtime_env_agent.log")
 RAY_LOG_MAX_BYTES = 1 << 20  # the last MiB of each file: enough for the cause, bounded per node
+
+
+# glog's C(ritical) line of the raylet: a failed Ray check, after which the raylet aborts
+# ("[2026-12-01 20:29:27,181 C 10683 10683] (raylet) node_manager.cc:3588: ... Check failed:
+# ... Timed out waiting for file .../dashboard_agent_listen_port_...": 16 Ray nodes starting at
+# once on 2 cores, the dashboard agent wrote its port too late).
+RAYLET_FATAL = re.compile(r"^\[[^\]]* C \d+ \d+\] \(raylet\)")
+
+
+def raylet_fatal(temp: str) -> str | None:
+    """The raylet's fatal line in this try's session logs, or None. Pure but for the read."""
+    try:
+        with open(Path(temp) / "session_latest" / "logs" / "raylet.out", "rb") as f:
+            for raw in f:
+                line = raw.decode(errors="replace")
+                if RAYLET_FATAL.match(line):
+                    where, _, what = line.split("(raylet)", 1)[1].strip().partition(" ")
+                    # Ray's "An unexpected system state has occurred ... report it" says nothing
+                    what = what[what.find("Check failed:"):] if "Check failed:" in what else what
+                    return f"raylet aborted: {where} {what.strip()}"[:400]
+    except OSError:
+        return None
+    return None
+
+
+def wait_for_start(child: subprocess.Popen, output, temp: str) -> tuple[int, str | None]:
+    """`ray start`'s exit code, and the raylet's fatal line when that is why it failed. Before
+    Ray says it runs, a raylet that aborted ends the try at once: `ray start` itself would wait
+    out raylet_start_wait_time_s (30 s, minutes where a site raises it) for a raylet that is
+    gone, and the start retry would come too late for the barrier."""
+    while True:
+        try:
+            return child.wait(timeout=FATAL_POLL_S), None
+        except subprocess.TimeoutExpired:
+            pass
+        if not output.started and (fatal := raylet_fatal(temp)):
+            kill_group(child)
+            child.wait()
+            return 1, fatal
 
 
 class OutputPump:
@@ -455,13 +498,14 @@ def ray_port_env(env: dict, ports) -> dict:
             "AUTOSCALER_METRIC_PORT": str(ports.autoscaler_metrics)}
 
 
-def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str) -> None:
+def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str, failed_try: int | None = None) -> None:
     """Ray's own logs of this node (raylet, GCS, process exits) into the run dir before the
-    node-local temp dir goes: the last RAY_LOG_MAX_BYTES of each, logs/ray/<job>-<node>/."""
+    node-local temp dir goes: the last RAY_LOG_MAX_BYTES of each, logs/ray/<job>-<node>/
+    (a start that failed and is tried again: <job>-<node>-try<N>/, its raylet's own error)."""
     src = Path(temp) / "session_latest" / "logs"
     if not src.is_dir():
         return
-    dest = Path(run_dir) / "logs" / "ray" / f"{job_id}-{node}"
+    dest = Path(run_dir) / "logs" / "ray" / (f"{job_id}-{node}" + (f"-try{failed_try}" if failed_try else ""))
     try:
         dest.mkdir(parents=True, exist_ok=True)
         names = [p for p in src.iterdir() if p.name in RAY_LOG_FILES or p.name.startswith("python-core-driver")]

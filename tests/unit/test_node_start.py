@@ -1,0 +1,54 @@
+"""A starting Ray node whose raylet aborted is a failed try at once (launcher/injob/node.py
+raylet_fatal, wait_for_start): `ray start` would otherwise wait out raylet_start_wait_time_s
+for a raylet that is gone, and the start retry would come after the barrier gave up."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from launcher.injob import node
+
+# raylet.out of a head that 16 simultaneous Ray starts on the 2-core dev host starved
+SEEN = ("[2026-12-01 20:29:11,258 I 10683 10856] (raylet) agent_manager.cc:81: Monitor agent process with name "
+        "runtime_env_agent\n"
+        "[2026-12-01 20:29:27,181 C 10683 10683] (raylet) node_manager.cc:3588:  An unexpected system state has "
+        "occurred. Check failed: statussetor3588.has_value() Timed out waiting for file /tmp/sf1/r/session_x/"
+        "dashboard_agent_listen_port_be36\n*** StackTrace Information ***\n")
+
+
+def logs(tmp_path: Path, text: str) -> str:
+    d = tmp_path / "session_latest" / "logs"
+    d.mkdir(parents=True)
+    (d / "raylet.out").write_text(text)
+    return str(tmp_path)
+
+
+def test_the_raylets_fatal_line_is_found_and_named(tmp_path):
+    fatal = node.raylet_fatal(logs(tmp_path, SEEN))
+    assert fatal.startswith("raylet aborted: node_manager.cc:3588: Check failed: statussetor3588.has_value() Timed out")
+    assert "dashboard_agent_listen_port" in fatal
+
+
+def test_info_lines_and_no_logs_are_not_fatal(tmp_path):
+    assert node.raylet_fatal(str(tmp_path)) is None
+    assert node.raylet_fatal(logs(tmp_path, SEEN.splitlines(keepends=True)[0])) is None
+
+
+class NotStarted:
+    started = False
+
+
+def test_a_start_whose_raylet_aborted_ends_at_once(tmp_path):
+    temp = logs(tmp_path, SEEN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    t0 = time.monotonic()
+    rc, fatal = node.wait_for_start(child, NotStarted(), temp)
+    assert rc == 1 and fatal.startswith("raylet aborted") and time.monotonic() - t0 < 5
+    assert child.poll() is not None  # the whole `ray start` group is gone
+
+
+def test_a_start_that_ends_by_itself_keeps_its_exit_code(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert node.wait_for_start(child, NotStarted(), str(tmp_path)) == (3, None)
