@@ -302,6 +302,22 @@ def run_trial(method, n, rep, exps, site, directives, work, env, sampler) -> dic
 
 # --- the matrix ------------------------------------------------------------------------------
 
+def baseline_env(work: Path) -> dict:
+    """The environment of the baseline jobs (the BX_* settings their sbatch scripts read, from
+    the dev site's Ray settings and its first series) plus the site's env, as sf's jobs
+    export it. benchmarks/scale.py's Ray-alone trials use it too."""
+    site = common.dev_site()
+    ray, series = site["ray"], site["series"][site.get("default_series") or "fake"]
+    env = dict(os.environ)
+    env.update({"BX_DIR": str(work / "baselines"), "BX_PY": common.runtime_python(), "BX_REPO": str(common.REPO),
+                "BX_PORT_RANGE": f"{ray['port_range'][0]}-{ray['port_range'][1]}",
+                "BX_TEMP_ROOT": ray.get("temp_root", "/tmp"),
+                "BX_ADDR_PREFIX": (ray.get("node_address") or {}).get("prefix", "127.0.0"),
+                "BX_CPUS": str(series["cpus_per_node"]), "BX_GPUS": str(series["gpus_per_node"])})
+    env.update({str(k): str(v) for k, v in (site.get("env") or {}).items()})  # as sf's jobs export them
+    return env
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True, type=Path)
@@ -320,15 +336,7 @@ def main(argv: list[str]) -> int:
     sizes = [int(n) for n in args.nodes.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     site_data = common.dev_site()
-    ray = site_data["ray"]
-    series = site_data["series"][site_data.get("default_series") or "fake"]
-    env = dict(__import__("os").environ)
-    env.update({"BX_DIR": str(work / "baselines"), "BX_PY": common.runtime_python(), "BX_REPO": str(common.REPO),
-                "BX_PORT_RANGE": f"{ray['port_range'][0]}-{ray['port_range'][1]}",
-                "BX_TEMP_ROOT": ray.get("temp_root", "/tmp"),
-                "BX_ADDR_PREFIX": (ray.get("node_address") or {}).get("prefix", "127.0.0"),
-                "BX_CPUS": str(series["cpus_per_node"]), "BX_GPUS": str(series["gpus_per_node"])})
-    env.update({str(k): str(v) for k, v in (site_data.get("env") or {}).items()})  # as sf's jobs export them
+    env = baseline_env(work)
     if "sf_patched" in methods:
         patched_tree(work / "sf-patched")
     if "sf_prefix" in methods:

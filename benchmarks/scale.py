@@ -216,19 +216,6 @@ def cluster_nodes() -> int:
     return len(set(proc.stdout.split())) if proc.returncode == 0 else 0
 
 
-def environment(work: Path) -> dict:
-    site = common.dev_site()
-    ray, series = site["ray"], site["series"][site.get("default_series") or "fake"]
-    env = dict(os.environ)
-    env.update({"BX_DIR": str(work / "baselines"), "BX_PY": common.runtime_python(), "BX_REPO": str(common.REPO),
-                "BX_PORT_RANGE": f"{ray['port_range'][0]}-{ray['port_range'][1]}",
-                "BX_TEMP_ROOT": ray.get("temp_root", "/tmp"),
-                "BX_ADDR_PREFIX": (ray.get("node_address") or {}).get("prefix", "127.0.0"),
-                "BX_CPUS": str(series["cpus_per_node"]), "BX_GPUS": str(series["gpus_per_node"])})
-    env.update({str(k): str(v) for k, v in (site.get("env") or {}).items()})  # as sf's jobs export them
-    return env
-
-
 def scale_site(work: Path, largest: int) -> Path:
     """The benchmarks' site, with a barrier timeout that a host starting `largest` nodes on
     shared CPUs can meet (a bring-up slower than that is still a failure, just a later one)."""
@@ -271,7 +258,7 @@ def main(argv: list[str]) -> int:
         log(f"the cluster has {have} nodes in partition all: skipping N={[n for n in wanted if n > have]} "
             f"(SFDEV_NODES=64 scripts/dev-cluster up, see docs/scale.md)")
     methods = [m for m in args.methods.split(",") if m]
-    site, env = scale_site(work, max(sizes)), environment(work)
+    site, env = scale_site(work, max(sizes)), bringup.baseline_env(work)
     exps = {n: bringup.write_experiment(work, f"scale{n}", n) for n in sizes}
     directives = {n: bringup.sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "skipped": [n for n in wanted if n > have], "methods": methods, "reps": args.reps,
