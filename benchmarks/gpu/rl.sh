@@ -147,6 +147,45 @@ sed -e "s#@RT@#$RT#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$REG"
 export SF_SITE=$SITE
 EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/experiments/"
 
+# -- issue 22 item 6: the scale benchmark (benchmarks/scale.py, docs/scale.md) on this host's
+# 16 cores, kind nvidia-h200, the bundle only (no GPU is used):
+#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
+# sf's Ray bring-up against Ray alone on SCALE_NODES emulated nodes (slurm_n_up.sh: one slurmd
+# per node, partition all, 4 fake GPUs a node), SCALE_REPS repetitions; no trial starts after
+# SCALE_BUDGET_S seconds, so the stage ends within about 15 minutes of device time with what
+# it has (results: $L/scale.json, the tables: $L/scale-table.md). SCALE_BESIDE=1 runs it beside
+# the GPU stages instead, from the end of `assets` (the host's CPUs then serve both: the
+# figures say so), its own Slurm and its own port range (scale-site.yaml) beside the kit's.
+SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
+scale_lane() {
+  stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
+  (  # a subshell: its SLURM_CONF and PATH stay out of later stages
+    SW=$W/scale
+    largest=$(tr ',' '\n' <<<"$SCALE_NODES" | sort -n | tail -1)
+    # shellcheck source=slurm_n_up.sh
+    source "$HERE/slurm_n_up.sh" "$W/kit/debs" "$W/slurm" "$SW/slurm" "$largest" || { note "scale: slurm did not come up"; exit 1; }
+    # The runtime once more, with an nvidia-smi that fails: the nodes' GPUs are fake, and the
+    # host's real one would name its one H200 behind every node's index 0, so sf's GPU check
+    # would refuse every job of two nodes or more (shared card). Without it sf counts Slurm's.
+    RTS=$W/rt-scale; rm -rf "$RTS"; mkdir -p "$RTS/bin"
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RTS/bin/python"
+    cat >"$RTS/bin/nvidia-smi" <<'STUB'
+#!/bin/sh
+echo "nvidia-smi: the scale benchmark's nodes have fake GPUs" >&2
+exit 9
+STUB
+    chmod +x "$RTS/bin/python" "$RTS/bin/nvidia-smi"
+    printf 'export PATH=%s:%s:$PATH\n' "$RTS/bin" "$(dirname "$PY")" >"$RTS/bin/activate"
+    sed -e "s#@RT@#$RTS#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
+    sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
+      "$HERE/scale-site.yaml" >"$SW/site.yaml"
+    $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
+      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
+    echo "scale.py exited ${PIPESTATUS[0]}"
+    $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
+    slurm_n_down "$SW/slurm"
+  )
+}
 if want assets; then
   stage "assets: tiny Qwen2 student (76.5 M) and teacher (10.1 M, same tokenizer), RL prompts, reward"
   [[ -f $A/tiny/model/config.json ]] || $PY "$HERE/make_tiny.py" --out "$A/tiny" --train 64 --val 64 | tail -1
@@ -155,6 +194,11 @@ if want assets; then
   cmp -s "$A/tiny/model/tokenizer.json" "$A/teacher/model/tokenizer.json" || note "student and teacher tokenizers differ"
   $PY "$HERE/rl_data.py" "$A/rl" --train 256 --val 16
   cp "$HERE/reward_tiny.py" "$A/reward_tiny.py"
+fi
+
+if want scale && [[ -n "${SCALE_BESIDE:-}" ]]; then
+  scale_lane >"$L/scale-lane.log" 2>&1 &
+  SCALE_PID=$!
 fi
 
 run_id_of() { grep -oE '"run": *"[^"]+"' "$1" | head -1 | sed 's/.*"\([^"]*\)"$/\1/'; }
@@ -338,6 +382,15 @@ if want methods; then
   method_run rpp verl/reinforce-baseline 4
   method_run remax verl/remax 1
 fi
+# PPO first: its preflight refusal is short, and the GPU stages after it are long
+if want ppo; then
+  stage "ppo: verl/ppo --preflight: verl 0.9.1's critic needs flash-attn, which this runtime lacks"
+  exp=tiny-ppo
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  sed -i -e "s#^method: .*#method: verl/ppo#" -e "s#^  rollout_n: .*#  rollout_n: 1#" "$EXP/experiments/$exp/config.yaml"
+  $PY -c "import flash_attn" 2>&1 | tail -1
+  sf_submit ppo "$exp" --profile h200:1 --preflight
+fi
 # -- session 5 (issue 23 item 4): healing on the GPU, ReMax with its trainer pin, PPO's refusal --
 # One GRPO run of HSTEPS steps on n1 (restarts in place allowed twice, the hang limit 60 s):
 # verl's training worker SIGKILLed after step HKILL, its trainer loop SIGSTOPped after step
@@ -367,14 +420,6 @@ fi
 if want remax; then
   stage "remax: verl/remax (trainer.use_v1 pinned false), $MSTEPS steps on n1"
   method_run remax verl/remax 1
-fi
-if want ppo; then
-  stage "ppo: verl/ppo --preflight: verl 0.9.1's critic needs flash-attn, which this runtime lacks"
-  exp=tiny-ppo
-  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
-  sed -i -e "s#^method: .*#method: verl/ppo#" -e "s#^  rollout_n: .*#  rollout_n: 1#" "$EXP/experiments/$exp/config.yaml"
-  $PY -c "import flash_attn" 2>&1 | tail -1
-  sf_submit ppo "$exp" --profile h200:1 --preflight
 fi
 # -- session 4 (issue 24 item 4): disaggregated RL on the two GPUs. Written while one H200 was
 # lent, NOT RUN YET. Needs kind nvidia-h200-x2:
@@ -415,41 +460,9 @@ if want summary; then
   stage "summary"
   $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results.json" 2>&1 | tail -60
 fi
-# -- issue 22 item 6: the scale benchmark (benchmarks/scale.py, docs/scale.md) on this host's
-# 16 cores, kind nvidia-h200, the bundle only (no GPU is used):
-#   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
-# sf's Ray bring-up against Ray alone on SCALE_NODES emulated nodes (slurm_n_up.sh: one slurmd
-# per node, partition all, 4 fake GPUs a node), SCALE_REPS repetitions; no trial starts after
-# SCALE_BUDGET_S seconds, so the stage ends within about 15 minutes of device time with what
-# it has (results: $L/scale.json, the tables: $L/scale-table.md).
-SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
-if want scale; then
-  stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
-  (  # a subshell: its SLURM_CONF and PATH stay out of later stages
-    SW=$W/scale
-    largest=$(tr ',' '\n' <<<"$SCALE_NODES" | sort -n | tail -1)
-    # shellcheck source=slurm_n_up.sh
-    source "$HERE/slurm_n_up.sh" "$W/kit/debs" "$W/slurm" "$SW/slurm" "$largest" || { note "scale: slurm did not come up"; exit 1; }
-    # The runtime once more, with an nvidia-smi that fails: the nodes' GPUs are fake, and the
-    # host's real one would name its one H200 behind every node's index 0, so sf's GPU check
-    # would refuse every job of two nodes or more (shared card). Without it sf counts Slurm's.
-    RTS=$W/rt-scale; rm -rf "$RTS"; mkdir -p "$RTS/bin"
-    printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RTS/bin/python"
-    cat >"$RTS/bin/nvidia-smi" <<'STUB'
-#!/bin/sh
-echo "nvidia-smi: the scale benchmark's nodes have fake GPUs" >&2
-exit 9
-STUB
-    chmod +x "$RTS/bin/python" "$RTS/bin/nvidia-smi"
-    printf 'export PATH=%s:%s:$PATH\n' "$RTS/bin" "$(dirname "$PY")" >"$RTS/bin/activate"
-    sed -e "s#@RT@#$RTS#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$SW/runtimes.yaml"
-    sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
-      "$HERE/scale-site.yaml" >"$SW/site.yaml"
-    $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
-      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
-    echo "scale.py exited ${PIPESTATUS[0]}"
-    $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
-    slurm_n_down "$SW/slurm"
-  )
+if want scale && [[ -z "${SCALE_BESIDE:-}" ]]; then scale_lane; fi
+if [[ -n "${SCALE_PID:-}" ]]; then
+  stage "scale (beside the GPU stages): waiting for it"
+  wait "$SCALE_PID"; echo "scale lane exited $?"; tail -n 40 "$L/scale-lane.log"
 fi
 stage "chain end"
