@@ -30,14 +30,15 @@ from launcher.injob.contract import Contract
 class Capability:
     module: str  # what must import in the runtime
     package: str  # what to install
-    why: str  # the verl code that needs it
+    why: str  # the verl code that needs it, short: the reason line holds it whole
 
 
 CAPABILITIES = {
+    # verl 0.9.1's load_valuehead_model (verl/utils/model.py) passes
+    # attn_implementation="flash_attention_2" whatever the attention overrides say
     "flash_attn": Capability(
         module="flash_attn", package="flash-attn",
-        why="verl 0.9.1 loads the critic's value-head model with attn_implementation=flash_attention_2 "
-            "hard-coded (verl/utils/model.py load_valuehead_model), whatever the attention overrides say"),
+        why="verl 0.9.1 loads the critic with flash_attention_2 hard-coded: utils/model.py load_valuehead_model"),
 }
 
 # Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
@@ -107,7 +108,8 @@ def reasons(result: dict, method: str, runtime: str) -> list[str]:
         if cap is None:
             lines.append(f"runtime capability {name}: {entry['error']}")
             continue
-        # the fix first: the supervisor's reason keeps the first 300 characters of a preflight failure
+        # the fix first; the line is kept whole in the reason (supervise.PREFLIGHT_REASON_CHARS: the
+        # H200 run's lost its "why" at the 300 characters kept before)
         lines.append(f"runtime capability {name} missing: {method} needs it. Fix: install {cap.package} in the "
                      f"runtime ({runtime}), or pick a method without a critic ({', '.join(WITHOUT_CRITIC)}). "
                      f"`import {cap.module}` there: {entry['error']}. Why: {cap.why}")

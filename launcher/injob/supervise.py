@@ -97,6 +97,11 @@ CHAIN_MARKS = ("During handling of the above exception, another exception occurr
                "The above exception was the direct cause of the following exception:")
 
 
+# a preflight failure's line kept whole in the reason: the longest, a missing capability with its
+# fix and a long runtime path, is about 400 characters
+PREFLIGHT_REASON_CHARS = 600
+
+
 def first_cause(lines: list[str], limit: int = 400) -> str | None:
     """The exception that started the driver's failure: Python prints a chain of tracebacks,
     the first cause first, joined by "During handling of the above exception..." or "The
@@ -350,7 +355,7 @@ class Supervisor:
                 failures = json.loads((Path(self.run_dir) / "preflight.json").read_text()).get("failures") or []
             except (OSError, ValueError):
                 return None
-            return str(failures[0])[:300] if failures else None
+            return str(failures[0])[:PREFLIGHT_REASON_CHARS] if failures else None
         try:
             log = Path(os.readlink("/proc/self/fd/1"))
             with open(log, "rb") as handle:

@@ -110,6 +110,19 @@ def test_no_plan_json_means_nothing_is_known_to_be_needed(tmp_path):
     assert capabilities.preflight(str(tmp_path), sys.executable) == ({}, [])
 
 
+def test_the_missing_flash_attn_line_is_kept_whole_in_the_reason():
+    """On the H200 the reason ended in "Why:": the supervisor kept 300 characters of the line."""
+    from launcher.injob import supervise
+
+    runtime = "/gpfs/projects/some-lab/envs/verl-0.9.1-cu128-torch2.9/" + "x" * 40
+    error = "ModuleNotFoundError: No module named 'flash_attn'"
+    line = capabilities.reasons({"flash_attn": {"ok": False, "module": "flash_attn", "error": error}},
+                                "verl/ppo", runtime)[0]
+    assert len(line) <= supervise.PREFLIGHT_REASON_CHARS and line.endswith(capabilities.CAPABILITIES['flash_attn'].why)
+    assert error in line
+    assert "flash_attention_2" in line and "Fix: install flash-attn" in line and runtime in line
+
+
 def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tmp_path):
     line = capabilities.reasons(capabilities.report(["warp_drive"], {}), "verl/x", "rt")[0]
     assert "unknown capability 'warp_drive'" in line
