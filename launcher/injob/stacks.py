@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -45,12 +44,23 @@ RAY_OWN_ARGS = ("ray.scripts.scripts", "ray.util.client", "/ray/dashboard/", "/r
 RAY_OWN_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
-def find_py_spy() -> str | None:
-    """py-spy beside this Python (the runtime's bin/), else on PATH."""
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("py-spy")
+def py_spy_places(environ=None) -> list[Path]:
+    """Where py-spy may be, in order: beside this Python (a venv's or conda env's bin/), in
+    <entry>/bin of each PYTHONPATH entry (`pip install --target DIR` puts scripts in DIR/bin:
+    sites that carry packages on PYTHONPATH), then every PATH directory."""
+    environ = os.environ if environ is None else environ
+    places = [Path(sys.executable).parent]
+    places += [Path(entry) / "bin" for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    places += [Path(entry) for entry in environ.get("PATH", "").split(os.pathsep) if entry]
+    return places
+
+
+def find_py_spy(environ=None) -> str | None:
+    for place in py_spy_places(environ):
+        candidate = place / "py-spy"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -146,6 +156,9 @@ def main(argv: list[str]) -> int:
         with ThreadPoolExecutor(max_workers=4) as pool:
             dumps = list(pool.map(lambda item: dump(py_spy, item[0]), procs))
     else:
+        # where it looked: on the H200 the kit's py-spy was not found and the reason stayed unknown
+        looked = ", ".join(str(p) for p in dict.fromkeys(py_spy_places()))[:600]
+        lines.append(f"# py-spy looked for in: {looked}")
         missing = "no stacks: py-spy is not installed in the runtime (pip install py-spy, or ray[default])\n"
         dumps = [missing] * len(procs)
     for (pid, cmd), text in zip(procs, dumps, strict=True):

@@ -248,3 +248,26 @@ def test_a_node_gone_without_a_spare_is_requeued_then_fails_at_the_bound():
     early = _Sup(_job())
     early.stage = "barrier"
     assert heal.on_node_death(early, "Ray node dev2 ended", ["dev2"], lost=True) == 1 and not early.requeued
+
+
+def test_py_spy_is_found_beside_python_in_a_pythonpath_bin_or_on_path(tmp_path):
+    """The H200 kit carries py-spy with `pip install --target DIR` (DIR/bin/py-spy, DIR on
+    PYTHONPATH) and its runtime's python is a wrapper script, so neither "beside
+    sys.executable" nor (there, for a reason not found) PATH gave it: the stacks said
+    "py-spy is not in the runtime"."""
+    from launcher.injob import stacks
+
+    def tool(folder):
+        folder.mkdir(parents=True)
+        path = folder / "py-spy"
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return str(path)
+
+    carried = tool(tmp_path / "site" / "bin")
+    on_path = tool(tmp_path / "tools")
+    env = {"PYTHONPATH": f"/nowhere:{tmp_path / 'site'}", "PATH": str(tmp_path / "tools")}
+    assert stacks.find_py_spy(env) == carried
+    assert stacks.find_py_spy({"PYTHONPATH": "", "PATH": f"/nowhere:{tmp_path / 'tools'}"}) == on_path
+    (tmp_path / "tools" / "py-spy").chmod(0o644)  # not executable: not a py-spy
+    assert stacks.find_py_spy({"PATH": str(tmp_path / "tools")}) in (None, str(stacks.py_spy_places({})[0] / "py-spy"))
