@@ -315,6 +315,10 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             # Test hook: a worker's first N starts fail the way a start under load does.
             argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
                     "raise SystemExit(1)"]
+        # a worker waits for a start turn on this host (private.start_turn: the head goes first,
+        # its workers wait for it anyway); held until Ray says it runs or this try ends
+        turn, turn_wait_s = (None, 0.0) if role == "head" else private.start_turn(
+            locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
         print(f"[sf node {node}] {' '.join(argv)}", flush=True)
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
@@ -322,6 +326,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             child = subprocess.Popen(argv, env=ray_port_env(env, ports), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
         except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
+            release(turn)
             return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
                         retry_helps=False)
         state["child"] = child
@@ -331,8 +336,10 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                           gpu_ids=identity["ids"], gpu_id_source=identity["source"],
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
-                          port_base=ports.gcs, port_last=ports.max_worker)
-        rc, fatal = wait_for_start(child, output, temp)
+                          port_base=ports.gcs, port_last=ports.max_worker,
+                          turn_wait_s=round(turn_wait_s, 2) if role == "worker" else None)
+        rc, fatal = wait_for_start(child, output, temp, on_started=lambda held=turn: release(held))
+        release(turn)
         output.join()
         if state["stopping"]:
             keep_ray_logs(temp, run_dir, job_id, node)
@@ -378,6 +385,9 @@ SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wra
 RETRY_PAUSE_S = 2.0
 RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
 FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
+# the longest a worker waits for a start turn; then it starts anyway, as without turns (a host
+# so busy that turns take this long is better served by Ray's own timeouts and sf's retries)
+START_TURN_WAIT_S = 60.0
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
 RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
                  "ray_process_exit.log", "dashboard.log", "runtime_env_agent.log")
@@ -407,16 +417,20 @@ def raylet_fatal(temp: str) -> str | None:
     return None
 
 
-def wait_for_start(child: subprocess.Popen, output, temp: str) -> tuple[int, str | None]:
+def wait_for_start(child: subprocess.Popen, output, temp: str, on_started=None) -> tuple[int, str | None]:
     """`ray start`'s exit code, and the raylet's fatal line when that is why it failed. Before
     Ray says it runs, a raylet that aborted ends the try at once: `ray start` itself would wait
     out raylet_start_wait_time_s (30 s, minutes where a site raises it) for a raylet that is
-    gone, and the start retry would come too late for the barrier."""
+    gone, and the start retry would come too late for the barrier. `on_started` is called
+    once, when Ray says it runs (the start turn goes to the next node)."""
     while True:
         try:
             return child.wait(timeout=FATAL_POLL_S), None
         except subprocess.TimeoutExpired:
             pass
+        if output.started and on_started:
+            on_started()
+            on_started = None
         if not output.started and (fatal := raylet_fatal(temp)):
             kill_group(child)
             child.wait()
@@ -446,6 +460,11 @@ class OutputPump:
 
     def last_lines(self) -> str:
         return " | ".join(t for t in self._tail if t.strip())[-600:]
+
+
+def release(turn) -> None:
+    if turn is not None:
+        turn.release()
 
 
 def joined(run_dir: str, since: float) -> bool:

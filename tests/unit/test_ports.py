@@ -243,3 +243,24 @@ def job_json(*pools) -> str:
     return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
                hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
                port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints").to_json()
+
+
+def test_start_turns_let_at_most_n_workers_start_at_once_and_pass_on_when_released(tmp_path):
+    """Ray 2.60 gives a starting node fixed 30 s windows: more nodes starting on one host than
+    its CPUs can start in time miss them (64 at once on the 16-core GPU machine: 78-105 retries,
+    and Ray alone never came up), so a worker holds one of N turns while it starts."""
+    from launcher.injob import private
+
+    assert private.start_turns(1) == private.START_TURNS_MIN and private.start_turns(16) == 16
+    locks = private.lock_dir(str(tmp_path))
+    turns = [private.start_turn(locks, 2, 0.0)[0] for _ in range(2)]
+    assert all(turns)
+    clock = iter(float(t) for t in range(100))
+    slept = []
+    none, waited = private.start_turn(locks, 2, 3.0, sleep=slept.append, clock=lambda: next(clock))
+    assert none is None and waited >= 3.0 and len(slept) == 2  # waited its limit, then starts anyway
+    turns[0].release()
+    turns[0].release()  # releasing twice (once Ray runs, again when the try ends) is harmless
+    again, waited = private.start_turn(locks, 2, 0.0)
+    assert again is not None and waited < 1.0
+    assert private.start_turn(None, 2, 60.0) == (None, 0.0)  # no private lock dir: no turns
