@@ -24,10 +24,11 @@ Ray's defaults (2.60) and why sf raises them as the cluster grows:
   site ray.start_retries, are the remedy: on the 2-core dev host 16 nodes starting at once
   missed it on 10 of 15 workers)
 
-The values for 64 nodes and more are those sf's render step exports for large jobs
-(launcher/spec/site.py LARGE_CLUSTER_ENV, from NeMo-RL's runs of hundreds of nodes); here
-they are defaults only (`setdefault`): whatever the batch script exported (the site's
-`env:`, its `ray.large_cluster.env`) wins. Open files: node.raise_nofile lifts the soft
+The values for 64 nodes and more are the ones NeMo-RL ships for runs of hundreds of nodes
+(its PRs 3089/3158). They are defaults only (`setdefault`): whatever the batch script
+exported (the site's `env:`, its `ray.large_cluster.env`) wins. This is the only place sf's
+tuning lives: until this session the render step also exported the 64-node values for every
+job of 64+ nodes, and being exported they beat the 256-node tier here. Open files: node.raise_nofile lifts the soft
 limit to the hard one (Ray's large-cluster guide: at least 65535); nofile_warning says
 when the hard limit is lower on a large job. Standard library only.
 """

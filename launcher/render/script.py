@@ -141,7 +141,8 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
 
 def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
     lines = []
-    # A job of many nodes first gets Ray's GCS tuning; the site's own env may still set any of it.
+    # A job of many nodes first gets the site's large-cluster env (sf's own Ray tuning by node
+    # count is applied in the job, under anything exported here); the site's env may still set any of it.
     large = site.ray.large_cluster_env if sum(p.nodes for p in plan.pools) >= site.ray.large_cluster_min_nodes else ()
     for source, pairs in (("site.ray.large_cluster.env", large), ("site.env", site.env),
                           ("runtime.env", runtime.env), ("env", plan.env)):

@@ -47,24 +47,12 @@ class RaySettings:
     temp_root: str = "/tmp"
     barrier_timeout_s: int = 300
     start_retries: int = 2  # a worker whose `ray start` fails before Ray runs is started again
-    # Jobs of at least this many nodes get large_cluster_env (Ray's GCS tuning for the burst of
-    # thousands of registrations: more RPC threads, 120 s timeouts, slower resource reports).
     health_check: str = "preflight"  # or "always": the node health check before every driver
+    # The site's own environment for jobs of at least this many nodes (e.g. RAY_<config> values
+    # it has tuned), exported by the batch script. sf's own Ray tuning by node count needs no
+    # site entry: launcher/injob/ray_tuning.py applies it in the job, under whatever is exported.
     large_cluster_min_nodes: int = 64
     large_cluster_env: tuple[tuple[str, str], ...] = ()
-
-
-# Ray 2.60's RAY_<config> names (ray_config_def.h), with the values NeMo-RL ships for runs of
-# hundreds of nodes (its PRs 3089/3158); a site's ray.large_cluster.env replaces them.
-LARGE_CLUSTER_ENV = (
-    ("RAY_gcs_server_rpc_server_thread_num", "64"),
-    ("RAY_gcs_server_rpc_client_thread_num", "32"),
-    ("RAY_gcs_rpc_server_connect_timeout_s", "120"),
-    ("RAY_gcs_rpc_server_reconnect_timeout_s", "120"),
-    ("RAY_worker_register_timeout_seconds", "120"),
-    ("RAY_raylet_report_resources_period_milliseconds", "500"),
-    ("RAY_health_check_period_ms", "10000"),
-)
 
 
 @dataclass(frozen=True)
@@ -237,7 +225,7 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
             start_retries=int(ray.get("start_retries", 2)),
             health_check=_health_check(ray.get("health_check", "preflight"), path),
             large_cluster_min_nodes=int(large.get("min_nodes", 64)),
-            large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or dict(LARGE_CLUSTER_ENV)).items()),
+            large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or {}).items()),
         ),
         runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
         dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),

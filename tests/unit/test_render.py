@@ -139,14 +139,24 @@ def test_quote_control_characters():
     assert out.stdout == "x\n#SBATCH --y"
 
 
-def test_large_jobs_get_rays_gcs_tuning_and_the_site_env_still_wins():
-    small = render_script(make_plan(), SITE, VENV)
-    assert "RAY_gcs_server_rpc_server_thread_num" not in small
-    big_site = replace(SITE, ray=replace(SITE.ray, large_cluster_min_nodes=2),
+def test_sf_exports_no_ray_tuning_a_sites_large_cluster_env_goes_to_big_jobs_and_its_env_wins():
+    """sf's Ray tuning by node count lives in the job (launcher/injob/ray_tuning.py, under
+    whatever the script exports): the script exports none of it, so a 256-node job gets the
+    256-node tier (the 64-node values exported here used to beat it)."""
+    from launcher.injob import ray_tuning
+
+    big_plan = make_plan()
+    over_min = render_script(big_plan, replace(SITE, ray=replace(SITE.ray, large_cluster_min_nodes=1)), VENV)
+    for name in ray_tuning.ray_env_for(256, 16):
+        assert f"export {name}=" not in over_min, name
+    exported = {}  # what ray_tuning.apply sees when the script exported nothing of its own
+    assert ray_tuning.apply(exported, 256, 16)["RAY_gcs_rpc_server_reconnect_timeout_s"] == "300"
+    small_site = replace(SITE, ray=replace(SITE.ray, large_cluster_env=(("RAY_health_check_period_ms", "20000"),)))
+    assert "RAY_health_check_period_ms" not in render_script(big_plan, small_site, VENV)  # under min_nodes
+    big_site = replace(SITE, ray=replace(SITE.ray, large_cluster_min_nodes=2,
+                                         large_cluster_env=(("RAY_worker_register_timeout_seconds", "120"),)),
                        env=(("RAY_worker_register_timeout_seconds", "300"),))
-    big = render_script(make_plan(), big_site, VENV)
-    assert "export RAY_gcs_server_rpc_server_thread_num=64" in big
-    assert "export RAY_gcs_rpc_server_connect_timeout_s=120" in big
+    big = render_script(big_plan, big_site, VENV)
     # the site's own value comes later, so it is the one the job sees
     assert big.index("export RAY_worker_register_timeout_seconds=120") < \
         big.index("export RAY_worker_register_timeout_seconds=300")
