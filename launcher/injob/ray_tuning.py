@@ -26,10 +26,9 @@ Ray's defaults (2.60) and why sf raises them as the cluster grows:
 
 The values for 64 nodes and more are the ones NeMo-RL ships for runs of hundreds of nodes
 (its PRs 3089/3158). They are defaults only (`setdefault`): whatever the batch script
-exported (the site's `env:`, its `ray.large_cluster.env`) wins. This is the only place sf's
-tuning lives: until this session the render step also exported the 64-node values for every
-job of 64+ nodes, and being exported they beat the 256-node tier here. Open files: node.raise_nofile lifts the soft
-limit to the hard one (Ray's large-cluster guide: at least 65535); nofile_warning says
+exported (the site's `env:`, its `ray.large_cluster.env`) wins. So sf's tuning lives only
+here: a copy exported by the render step would beat the 256-node tier. Open files:
+node.raise_nofile lifts the soft limit to the hard one (Ray's large-cluster guide: at least 65535); nofile_warning says
 when the hard limit is lower on a large job. Standard library only.
 """
 
