@@ -28,8 +28,8 @@ The values for 64 nodes and more are the ones NeMo-RL ships for runs of hundreds
 (its PRs 3089/3158). They are defaults only (`setdefault`): whatever the batch script
 exported (the site's `env:`, its `ray.large_cluster.env`) wins. So sf's tuning lives only
 here: a copy exported by the render step would beat the 256-node tier. Open files:
-node.raise_nofile lifts the soft limit to the hard one (Ray's large-cluster guide: at least 65535); nofile_warning says
-when the hard limit is lower on a large job. Standard library only.
+node.raise_nofile lifts the soft limit to the hard one (Ray's large-cluster guide: at least
+65535); nofile_warning says when the hard limit is lower on a large job. Standard library only.
 """
 
 from __future__ import annotations
