@@ -66,9 +66,11 @@ def main() -> None:
     ap.add_argument("--logs", required=True)
     ap.add_argument("--runs", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tags", default=",".join(TAGS), help="the runs to read (rl.sh disagg1: d1-osp-rq,d1-async-rq)")
     args = ap.parse_args()
+    tags = [t for t in args.tags.split(",") if t]
     result = {"order": read_text(os.path.join(args.logs, "disagg-order.txt"))}
-    for tag in TAGS:
+    for tag in tags:
         run_dir = read_text(os.path.join(args.logs, f"{tag}-run-dir.txt"))
         if not run_dir or not os.path.isdir(run_dir):
             result[tag] = {"missing": f"no run dir in {tag}-run-dir.txt"}
@@ -77,7 +79,7 @@ def main() -> None:
         result[tag] = {**run_summary(run_dir), **throughput(run_dir, stamps)}
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1, default=str)
-    for tag in TAGS:
+    for tag in tags:
         r = result[tag]
         print(f"{tag:11s} state={r.get('state')} steps={r.get('steps_per_attempt')} "
               f"lost={r.get('lost_steps_per_requeue')} samples/s (verl timing)={r.get('samples_per_s_verl_timing')} "

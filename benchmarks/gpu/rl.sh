@@ -451,6 +451,32 @@ if want disagg; then
   REQUEUE_AT=5 disagg_run d-async-rq tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 ))
   $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" 2>&1 | tail -20
 fi
+# -- issue 24 item 4 on ONE GPU (kind nvidia-h200), NOT RUN YET: what one GPU allows. The two
+# Slurm nodes share GPU 0 (GPU_SHARE=1: slurm2_up.sh gives n1 and n2 /dev/nvidia0), so the
+# rollout pool (n2, vLLM) and the train pool (n1, FSDP actor) are separate het groups and
+# separate Ray nodes as on two GPUs, on one card: the modes' placement, steps and requeue
+# resume are real, their throughput is not (the pools share the card). sf's GPU check would
+# refuse two nodes on one card by UUID, so these runs use a runtime whose nvidia-smi fails
+# (sf then counts Slurm's GPUs: as in the scale stage). From the start, GPU_SHARE=1 and all:
+#   GPU_SHARE=1 DSTEPS=10 bash benchmarks/gpu/rl.sh start install slurm assets disagg1
+# (about 20 minutes: each mode once with USR1 after step 5, i.e. two verl starts a mode)
+if want disagg1; then
+  stage "disagg1: one GPU as n1 (train) + n2 (gen): one-step-off and fully async, $DSTEPS steps, USR1 after step 5"
+  sinfo -h -N -o '%N %P %T %G' | tr '\n' ';'; echo
+  RTG=$W/rt-shared; rm -rf "$RTG"; mkdir -p "$RTG/bin"
+  printf '#!/bin/sh\nexec %s "$@"\n' "$PY" >"$RTG/bin/python"
+  printf '#!/bin/sh\necho "nvidia-smi: n1 and n2 share GPU 0 in this run (rl.sh disagg1)" >&2\nexit 9\n' >"$RTG/bin/nvidia-smi"
+  chmod +x "$RTG/bin/python" "$RTG/bin/nvidia-smi"
+  printf 'export PATH=%s:%s:$PATH\n' "$RTG/bin" "$(dirname "$PY")" >"$RTG/bin/activate"
+  [[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RTG/bin/py-spy"
+  sed -e "s#@RT@#$RTG#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$W/runtimes-shared.yaml"
+  sed -e "s#@RUNS@#$W/runs#; s#@REG@#$W/runtimes-shared.yaml#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$W/site-shared.yaml"
+  ( export SF_SITE=$W/site-shared.yaml
+    REQUEUE_AT=5 disagg_run d1-osp-rq tiny-one-step-off --set total_training_steps="$DSTEPS"
+    REQUEUE_AT=5 disagg_run d1-async-rq tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 )) )
+  $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" \
+    --tags d1-osp-rq,d1-async-rq 2>&1 | tail -20
+fi
 if want summary2; then
   stage "summary2"
   $PY "$HERE/rl_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results2.json" --orders 2>&1 | tail -60

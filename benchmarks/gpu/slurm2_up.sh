@@ -28,8 +28,15 @@ CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(n
 MEM=$(echo "$NODELINE" | grep -o 'RealMemory=[0-9]*' | cut -d= -f2); MEM=${MEM:-16000}
 NCPU=$((CPUS / 2)); NMEM=$((MEM * 4 / 10))
 # a one-GPU machine: n1 only, with all the host's CPUs (half of 16 starved verl 0.9.1's v1
-# trainer: its 8 TransferQueue storage actors took every CPU and no GPU worker could start)
-NODES="1 2"; [[ -e /dev/nvidia1 ]] || { NODES=1; NCPU=$CPUS; NMEM=$((MEM * 8 / 10)); }
+# trainer: its 8 TransferQueue storage actors took every CPU and no GPU worker could start);
+# GPU_SHARE=1 there: n1 and n2 both, each claiming all the CPUs and GPU 0 (/dev/nvidia0 in both
+# nodes' gres.conf lines), for the disaggregated modes' one-GPU run (rl.sh stage disagg1)
+GPU1=/dev/nvidia1
+NODES="1 2"
+if [[ ! -e /dev/nvidia1 ]]; then
+  NCPU=$CPUS; NMEM=$((MEM * 8 / 10))
+  if [[ ${GPU_SHARE:-0} == 1 ]]; then GPU1=/dev/nvidia0; GPU_FIX=0; else NODES=1; fi
+fi
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/log/slurm
 cat >/etc/slurm/taskprolog.sh <<'EOF'
 #!/bin/sh
@@ -88,7 +95,7 @@ echo "PartitionName=train Nodes=n1 Default=YES MaxTime=INFINITE State=UP"
 echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"; }
 } >/etc/slurm/slurm.conf
 # nvidia_gpu_env: only CUDA_VISIBLE_DEVICES in the steps (sf drops ROCR_VISIBLE_DEVICES anyway).
-printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=/dev/nvidia1 Flags=nvidia_gpu_env\n' >/etc/slurm/gres.conf
+printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=%s Flags=nvidia_gpu_env\n' "$GPU1" >/etc/slurm/gres.conf
 printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n' >/etc/slurm/cgroup.conf
 
 if pgrep -x slurmctld >/dev/null; then scontrol reconfigure; else setsid slurmctld </dev/null; fi
