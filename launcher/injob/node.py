@@ -343,7 +343,9 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
         output.join()
         if state["stopping"]:
             keep_ray_logs(temp, run_dir, job_id, node)
-            runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, rc=rc)
+            # `ray start --block` exits 1 on the SIGTERM that stops it: Ray's code, not this
+            # node's result (printed as rc= after a completed job, it read as a failure)
+            runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, ray_exit=rc)
             print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
             return 0
         if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
