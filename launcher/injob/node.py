@@ -315,10 +315,10 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             # Test hook: a worker's first N starts fail the way a start under load does.
             argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
                     "raise SystemExit(1)"]
-        # a worker waits for a start turn on this host (private.start_turn: the head goes first,
-        # its workers wait for it anyway); held until Ray says it runs or this try ends
-        turn, turn_wait_s = (None, 0.0) if role == "head" else private.start_turn(
-            locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
+        # a start turn on this host (private.start_turn), held until Ray says it runs or this try
+        # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
+        # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp above)
+        turn, turn_wait_s = private.start_turn(locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
         print(f"[sf node {node}] {' '.join(argv)}", flush=True)
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
@@ -337,7 +337,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                           gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
                           port_base=ports.gcs, port_last=ports.max_worker,
-                          turn_wait_s=round(turn_wait_s, 2) if role == "worker" else None)
+                          turn_wait_s=round(turn_wait_s, 2))
         rc, fatal = wait_for_start(child, output, temp, on_started=lambda held=turn: release(held))
         release(turn)
         output.join()
@@ -387,7 +387,7 @@ SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wra
 RETRY_PAUSE_S = 2.0
 RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
 FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
-# the longest a worker waits for a start turn; then it starts anyway, as without turns (a host
+# the longest a node waits for a start turn; then it starts anyway, as without turns (a host
 # so busy that turns take this long is better served by Ray's own timeouts and sf's retries)
 START_TURN_WAIT_S = 60.0
 STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs

@@ -16,7 +16,7 @@ therefore never pick the same block; a job of another user, or any other program
 holds a port is still seen by the bind check and the block skipped; a collision that
 still happens is reported as one (node.py, supervise.py).
 
-Start turns: the same directory holds `start<i>` lock files, one per turn; a worker holds
+Start turns: the same directory holds `start<i>` lock files, one per turn; a Ray node holds
 one from `ray start` until Ray says it runs. Ray 2.60 gives a starting node two fixed 30 s
 windows (the raylet waits for its dashboard agent's port file, `ray start` for the raylet to
 register); when more Ray nodes start on one host at once than its CPUs can start in 30 s
