@@ -352,8 +352,13 @@ def test_many_jobs_starting_at_once_on_shared_nodes_all_complete(tmp_path):
         spread = sorted(len(v) for v in hosts.values())
         collisions = sum(1 for r in runs for e in phases(Path(r["run_dir"]))
                          if e["phase"] in ("node_exit", "node_retry") and "port collision" in str(e.get("error")))
+        retried = [sum(e["phase"] == "node_retry" for e in phases(Path(r["run_dir"]))) for r in runs]
+        waits = sorted(e.get("turn_wait_s") or 0 for r in runs for e in phases(Path(r["run_dir"]))
+                       if e["phase"] == "node_started")
         print(f"\n{done} of {n} jobs submitted at once COMPLETED ({per_node} at a time per node of 8); "
-              f"jobs per node {spread}; port collisions {collisions}")
+              f"jobs per node {spread}; port collisions {collisions}; start retries {sum(retried)} "
+              f"in {sum(1 for k in retried if k)} jobs; start-turn waits median {waits[len(waits) // 2]:.1f} s, "
+              f"max {waits[-1]:.1f} s")
         assert done == n, (states, failed)
         assert max(len(v) for v in hosts.values()) > 1  # nodes were shared
     finally:
