@@ -50,42 +50,16 @@ chmod 755 /etc/slurm/taskprolog.sh
 cat <<EOF
 ClusterName=sfgpu2
 SlurmctldHost=$HOST
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=cred_expire=10
-PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-SlurmctldTimeout=30
 SlurmdTimeout=60
 MessageTimeout=10
-InactiveLimit=0
-KillWait=10
-MinJobAge=900
-Waittime=0
 EOF
+kit_slurm_conf shared
 [[ $GPU_FIX == 1 ]] && echo "TaskProlog=/etc/slurm/taskprolog.sh"
 for k in $NODES; do
   echo "NodeName=n$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + k)) CPUs=$NCPU RealMemory=$NMEM Gres=gpu:1 State=UNKNOWN"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# What every Slurm of the GPU kits needs before its slurm.conf (sourced by slurm_up.sh,
+# What every Slurm of the GPU kits needs before and in its slurm.conf (sourced by slurm_up.sh,
 # slurm2_up.sh and slurm_n_up.sh, with DEBS and SP set): Debian 12's slurm 22.05 debs unpacked
 # with dpkg -x into SP (once), the *-wlm names and /usr/sbin/slurmstepd linked, the host name
 # on 127.0.0.1, munged running (--force as root), cgroup v2 controllers enabled for
@@ -7,6 +7,7 @@
 # LD_LIBRARY_PATH and SLURM_CONF for the caller. Returns non-zero when a deb fails to unpack.
 # On a host that already runs Slurm (the dev box, where slurm_n_up.sh is tried in a namespace
 # of its own) it leaves the installed slurmstepd, a munged that answers, and cgroup v1 alone.
+# kit_slurm_conf (below) prints the slurm.conf lines the three have in common.
 mkdir -p "$SP"
 export PATH="$SP/usr/bin:$SP/usr/sbin:$PATH"
 export LD_LIBRARY_PATH="$SP/usr/lib/x86_64-linux-gnu:$SP/usr/lib/x86_64-linux-gnu/slurm-wlm:$SP/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -38,4 +39,45 @@ slurm_munge() {
   chmod 400 /etc/munge/munge.key; chmod 700 /etc/munge /var/lib/munge /var/log/munge; chmod 755 /run/munge
   pgrep -x munged >/dev/null || setsid munged --force </dev/null
   for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+# kit_slurm_conf [shared]: the slurm.conf lines every Slurm of the GPU kits has (munge auth,
+# the debs' plugins, root daemons, no cgroups, no accounting, cons_tres with GPUs, quick
+# timeouts); each script adds its cluster name, paths, timeouts and nodes. `shared`: also what
+# the kits with several slurmds on one host add: nodes may claim CPUs the host shares
+# (config_overrides), a quick backfill, requeue, and a requeued job may start again 10 s after
+# it ended (cred_expire; default 120).
+kit_slurm_conf() {
+  cat <<EOF
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+ReturnToService=2
+MpiDefault=none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SlurmctldTimeout=30
+InactiveLimit=0
+KillWait=10
+MinJobAge=900
+Waittime=0
+EOF
+  [[ "${1:-}" == shared ]] || return 0
+  cat <<EOF
+AuthInfo=cred_expire=10
+SlurmdParameters=config_overrides
+SchedulerParameters=bf_interval=1,sched_interval=2
+JobRequeue=1
+EOF
 }

@@ -62,43 +62,17 @@ cat <<EOF
 ClusterName=sfscale
 SlurmctldHost=localhost
 SlurmctldPort=$SN_PORT
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=cred_expire=10
-PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
 StateSaveLocation=$SN_STATE/spool/ctld
 SlurmdSpoolDir=$SN_STATE/spool/%n
 SlurmctldPidFile=$SN_STATE/run/slurmctld.pid
 SlurmdPidFile=$SN_STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$SN_STATE/log/slurmctld.log
 SlurmdLogFile=$SN_STATE/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
 MaxJobCount=100000
-ReturnToService=2
-MpiDefault=none
-JobRequeue=1
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-SlurmctldTimeout=30
 SlurmdTimeout=120
 MessageTimeout=30
-InactiveLimit=0
-KillWait=10
-MinJobAge=900
-Waittime=0
 EOF
+kit_slurm_conf shared
 for k in $(seq "$SN_NODES"); do
   echo "NodeName=n$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17100 + k)) CPUs=$SN_CPUS RealMemory=8000 Gres=gpu:4 State=UNKNOWN"
 done

@@ -29,42 +29,24 @@ CPUS=$(echo "$NODELINE" | grep -o 'CPUs=[0-9]*' | cut -d= -f2); CPUS=${CPUS:-$(n
 MEM=$(echo "$NODELINE" | grep -o 'RealMemory=[0-9]*' | cut -d= -f2); MEM=${MEM:-16000}
 MEM=$((MEM * 8 / 10))
 TOPO=$(echo "$NODELINE" | grep -oE '(Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
-cat >/etc/slurm/slurm.conf <<EOF
+{
+cat <<EOF
 ClusterName=sfgpu
 SlurmctldHost=$HOST
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-PluginDir=$SP/usr/lib/x86_64-linux-gnu/slurm-wlm
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-SchedulerType=sched/backfill
-ReturnToService=2
-MpiDefault=none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-SlurmctldTimeout=30
 SlurmdTimeout=60
-InactiveLimit=0
-KillWait=10
-MinJobAge=900
-Waittime=0
+EOF
+kit_slurm_conf
+cat <<EOF
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS $TOPO RealMemory=$MEM Gres=gpu:1 State=UNKNOWN
 PartitionName=gpu Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
+} >/etc/slurm/slurm.conf
 # GRES_FLAGS (default nvidia_gpu_env): with no Flags and AutoDetect=off, Slurm 22.05 sets
 # CUDA_VISIBLE_DEVICES *and* ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL in
 # every GPU step, and verl's Worker refuses ROCR_VISIBLE_DEVICES next to CUDA_VISIBLE_DEVICES
