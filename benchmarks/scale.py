@@ -245,6 +245,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--site", type=Path, help="the site to start from (default: site/dev.yaml)")
     p.add_argument("--sf", help="the sf command to submit with (default: the one beside this python)")
     p.add_argument("--budget-s", type=float, help="start no trial after this many seconds")
+    p.add_argument("--once", default="", help="METHOD:N,... run in the first repetition only (e.g. ray:64, "
+                                              "which cannot come up on one host: its failure is known)")
     p.add_argument("--fit", type=Path, help="print the tables and model of an earlier result file, run nothing")
     args = p.parse_args(argv)
     if args.fit:
@@ -268,13 +270,15 @@ def main(argv: list[str]) -> int:
     site, env = scale_site(work, max(sizes)), bringup.baseline_env(work)
     exps = {n: bringup.write_experiment(work, f"scale{n}", n) for n in sizes}
     directives = {n: bringup.sf_directives(exps[n], site) for n in sizes}
+    once = {tuple(x.split(":")) for x in args.once.split(",") if x}
     result = {"sizes": sizes, "skipped": [n for n in wanted if n > have], "methods": methods, "reps": args.reps,
               "host": {"cpus": os.cpu_count(), "load": common.load_average(), "cluster_nodes": have},
-              "site": str(common.BASE_SITE), "budget_s": args.budget_s,
+              "site": str(common.BASE_SITE), "budget_s": args.budget_s, "once": sorted(":".join(x) for x in once),
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trials": []}
     # every repetition runs each N, the methods' order rotating between repetitions
     planned = [(rep, n, method) for rep in range(args.reps) for n in sizes
-               for method in methods[rep % len(methods):] + methods[: rep % len(methods)]]
+               for method in methods[rep % len(methods):] + methods[: rep % len(methods)]
+               if rep == 0 or (method, str(n)) not in once]
     t0 = time.monotonic()
     for rep, n, method in planned:
         if args.budget_s is not None and time.monotonic() - t0 > args.budget_s:

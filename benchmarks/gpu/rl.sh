@@ -25,6 +25,7 @@
 #   bash benchmarks/gpu/rl.sh recv                  # calls 1-5: carry .rlb0 ... .rlb4, one each
 #   bash benchmarks/gpu/rl.sh start install scale && bash benchmarks/gpu/rl.sh wait 540
 #                                                   # call 6: carry .rlb5 and .rlk
+# (the disaggregated modes also need cupy: carry .rlc0 and .rlc1 in two more recv calls first)
 #   bash benchmarks/gpu/rl.sh wait 560              # until "chain done"; scale.json comes back
 #
 # `start` runs the stages in the background (setsid; the machine keeps them while it is warm)
@@ -43,7 +44,7 @@ mkdir -p "$W" "$L" /tmp/chunks
 ALL="install slurm assets grpo export check metrics trap pair distill summary"
 
 recv() {  # this call's carried bundle part(s) into /tmp/chunks (kept while the machine is warm)
-  for d in "$REPO"/.rlb*; do [[ -d "$d" ]] && cp -n "$d"/* /tmp/chunks/; done
+  for d in "$REPO"/.rlb* "$REPO"/.rlc*; do [[ -d "$d" ]] && cp -n "$d"/* /tmp/chunks/; done
   [[ -d "$REPO/.rlk" ]] && mkdir -p "$W/kit" && cp -rn "$REPO/.rlk"/* "$W/kit/"
   ls -la /tmp/chunks "$W/kit" 2>/dev/null | grep -v '^total'
 }
@@ -72,7 +73,7 @@ case "${1:-}" in
   start)
     recv
     shift
-    rm -rf "$W/repo" && mkdir -p "$W/repo" && tar -C "$REPO" --exclude='./.rlb*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
+    rm -rf "$W/repo" && mkdir -p "$W/repo" && tar -C "$REPO" --exclude='./.rlb*' --exclude='./.rlc*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
     rm -f "$L/chain.done" "$L/chain.log"
     setsid nohup env STAGES="${*:-$ALL}" bash "$W/repo/benchmarks/gpu/rl.sh" chain >"$L/chain.log" 2>&1 </dev/null &
     echo "chain started (pid $!): ${*:-$ALL}"; exit 0 ;;
@@ -118,6 +119,17 @@ if want install; then
       --no-cache-dir --target "$BUNDLE" "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
     touch "$BUNDLE"/.sf-bundle-done
   fi
+  # cupy (carried in parts, .rlc*): verl 0.9.1's nccl checkpoint engine, the weight sync of
+  # the disaggregated modes, imports it (checkpoint_engine/nccl_checkpoint_engine.py)
+  if [[ ! -f "$BUNDLE"/.sf-cupy-done ]] && compgen -G "/tmp/chunks/cupy.part.*" >/dev/null; then
+    whl=$W/kit/$(cat "$W/kit/cupy.name"); cat /tmp/chunks/cupy.part.* >"$whl"
+    want_sha=$(cut -d' ' -f1 "$W/kit/cupy.sha256"); got=$(sha256sum "$whl" | cut -d' ' -f1)
+    if [[ "$want_sha" == "$got" ]]; then
+      $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BUNDLE" "$whl" \
+        "$W"/kit/cuda_pathfinder-*.whl 2>&1 | grep -v WARNING
+      touch "$BUNDLE"/.sf-cupy-done
+    else note "cupy wheel sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; fi
+  fi
   echo "site: $(du -sh "$BUNDLE" | cut -f1)"
 fi
 export PYTHONPATH="$BUNDLE"
@@ -132,7 +144,9 @@ printf 'export PATH=%s:%s:$PATH\n' "$RT/bin" "$(dirname "$PY")" >"$RT/bin/activa
 [[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RT/bin/py-spy"
 export PATH="$W/bin:$PATH"
 want install && { $PY -c "import sys; sys.path[:0]=['$BUNDLE']; import ray, verl, vllm, transfer_queue; print('ray', ray.__version__, 'verl', verl.__version__, 'vllm', vllm.__version__)" 2>&1 | tail -1
-  nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"; }
+  nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader | tee "$L/gpus.txt"
+  $PY -c "import sys; sys.path[:0]=['$BUNDLE']; import torch, cupy; from cupy.cuda import nccl
+print('cupy', cupy.__version__, 'nccl', nccl.get_version() if nccl.available else 'NOT available')" 2>&1 | tail -1; }
 
 slurm_up() { GPU_FIX=$1 source "$HERE/slurm2_up.sh" "$W/kit/debs" "$W/slurm"; }
 if want slurm; then
@@ -156,6 +170,7 @@ EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/ex
 # it has (results: $L/scale.json, the tables: $L/scale-table.md). SCALE_BESIDE=1 runs it beside
 # the GPU stages instead, from the end of `assets` (the host's CPUs then serve both: the
 # figures say so), its own Slurm and its own port range (scale-site.yaml) beside the kit's.
+# SCALE_ONCE=ray:64: that trial in the first repetition only (Ray alone cannot come up there).
 SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
 scale_lane() {
   stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
@@ -180,7 +195,7 @@ STUB
     sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
       "$HERE/scale-site.yaml" >"$SW/site.yaml"
     $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
-      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
+      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" --once "${SCALE_ONCE:-}" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
     echo "scale.py exited ${PIPESTATUS[0]}"
     $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
     slurm_n_down "$SW/slurm"
@@ -459,7 +474,10 @@ fi
 # refuse two nodes on one card by UUID, so these runs use a runtime whose nvidia-smi fails
 # (sf then counts Slurm's GPUs: as in the scale stage). From the start, GPU_SHARE=1 and all:
 #   GPU_SHARE=1 DSTEPS=10 bash benchmarks/gpu/rl.sh start install slurm assets disagg1
-# (about 20 minutes: each mode once with USR1 after step 5, i.e. two verl starts a mode)
+# (about 20 minutes: each mode once with USR1 after step 5, i.e. two verl starts a mode;
+# D1_REQUEUE_AT= (empty) halves it). The weight sync is NCCL between the two nodes' processes
+# on one card, which NCCL refuses as a duplicate GPU within one host: slurm2_up.sh gives
+# each node its own NCCL_HOSTID (a TaskProlog), so NCCL sees two hosts and uses sockets.
 if want disagg1; then
   stage "disagg1: one GPU as n1 (train) + n2 (gen): one-step-off and fully async, $DSTEPS steps, USR1 after step 5"
   sinfo -h -N -o '%N %P %T %G' | tr '\n' ';'; echo
@@ -471,11 +489,20 @@ if want disagg1; then
   [[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RTG/bin/py-spy"
   sed -e "s#@RT@#$RTG#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$W/runtimes-shared.yaml"
   sed -e "s#@RUNS@#$W/runs#; s#@REG@#$W/runtimes-shared.yaml#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$W/site-shared.yaml"
+  # D1_MODES: which modes, in order (osp = one-step-off, async = fully async); D1_REQUEUE_AT:
+  # the step after which USR1 requeues each run (empty: no requeue, one verl start a mode)
+  tags=()
   ( export SF_SITE=$W/site-shared.yaml
-    REQUEUE_AT=5 disagg_run d1-osp-rq tiny-one-step-off --set total_training_steps="$DSTEPS"
-    REQUEUE_AT=5 disagg_run d1-async-rq tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 )) )
+    for mode in ${D1_MODES:-osp async}; do
+      case $mode in
+        osp) REQUEUE_AT=${D1_REQUEUE_AT-5} disagg_run d1-osp tiny-one-step-off --set total_training_steps="$DSTEPS" ;;
+        async) REQUEUE_AT=${D1_REQUEUE_AT-5} disagg_run d1-async tiny-async \
+                 --set rollout.total_rollout_steps=$(( DSTEPS * 8 )) ;;
+      esac
+    done )
+  for mode in ${D1_MODES:-osp async}; do tags+=("d1-$mode"); done
   $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" \
-    --tags d1-osp-rq,d1-async-rq 2>&1 | tail -20
+    --tags "$(IFS=,; echo "${tags[*]}")" 2>&1 | tail -20
 fi
 if want summary2; then
   stage "summary2"

@@ -14,7 +14,7 @@ set -euo pipefail
 REPO=$(pwd)
 PY312=${PY312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)}
 WORK=${WORK:-/tmp/sf-rl-bundle}
-for d in .rlk .rlb0 .rlb1 .rlb2 .rlb3 .rlb4 .rlb5 .rlb6 .rlb7 .rlb8; do
+for d in .rlk .rlb0 .rlb1 .rlb2 .rlb3 .rlb4 .rlb5 .rlb6 .rlb7 .rlb8 .rlc0 .rlc1; do
   grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >>.git/info/exclude
 done
 mkdir -p "$WORK/wh" .rlk/debs
@@ -46,9 +46,15 @@ fi
 rm -rf .rlb[0-9]* && split -b 52M -d -a 2 "$WORK/bundle.tar.xz" "$WORK/bundle.part."
 i=0; for part in "$WORK"/bundle.part.*; do mkdir -p ".rlb$i" && mv "$part" ".rlb$i/"; i=$((i + 1)); done
 sha256sum "$WORK/bundle.tar.xz" | sed 's#  .*#  /tmp/bundle.tar.xz#' >.rlk/bundle.sha256
-# 5. TransferQueue and Slurm
-"${DL[@]}" -d .rlk transferqueue==0.1.11 py-spy==0.4.3
+# 5. TransferQueue, py-spy, cupy and Slurm. cupy: verl 0.9.1's nccl checkpoint engine (the
+#    disaggregated modes' weight sync) imports it; its wheel (69 MB) travels in two parts
+"${DL[@]}" -d .rlk transferqueue==0.1.11 py-spy==0.4.3 'cuda-pathfinder>=1.3.4,<2'
+"${DL[@]}" -d "$WORK/cupy" cupy-cuda13x==14.2.0
+whl=$(ls "$WORK"/cupy/cupy_cuda13x-*.whl); basename "$whl" >.rlk/cupy.name
+sha256sum "$whl" | cut -d' ' -f1 >.rlk/cupy.sha256
+rm -rf .rlc0 .rlc1 && split -b 35M -d -a 2 "$whl" "$WORK/cupy/cupy.part."
+mkdir -p .rlc0 .rlc1 && mv "$WORK/cupy/cupy.part.00" .rlc0/ && mv "$WORK/cupy/cupy.part.01" .rlc1/
 (cd .rlk/debs && apt-get download slurmd slurmctld slurm-client slurm-wlm-basic-plugins libslurm38 munge \
   libmunge2 libjson-c5 libyaml-0-2 libjwt0 libhttp-parser2.9 libpmix2 libnuma1 libhwloc15 libdbus-1-3 \
   liblz4-1 libevent-core-2.1-7 libevent-pthreads-2.1-7 liblua5.1-0 libreadline8 libgcrypt20)
-du -sh .rlk .rlb*
+du -sh .rlk .rlb* .rlc*

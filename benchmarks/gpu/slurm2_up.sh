@@ -37,6 +37,7 @@ if [[ ! -e /dev/nvidia1 ]]; then
   NCPU=$CPUS; NMEM=$((MEM * 8 / 10))
   if [[ ${GPU_SHARE:-0} == 1 ]]; then GPU1=/dev/nvidia0; GPU_FIX=0; else NODES=1; fi
 fi
+GPU_SHARED=0; [[ $GPU1 == /dev/nvidia0 ]] && GPU_SHARED=1
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/log/slurm
 cat >/etc/slurm/taskprolog.sh <<'EOF'
 #!/bin/sh
@@ -45,7 +46,14 @@ if [ "$SLURMD_NODENAME" = n2 ] && [ -n "$CUDA_VISIBLE_DEVICES" ]; then
   echo "export CUDA_VISIBLE_DEVICES=$(echo "$CUDA_VISIBLE_DEVICES" | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), $i+1}')"
 fi
 EOF
-chmod 755 /etc/slurm/taskprolog.sh
+# GPU_SHARE: n1's and n2's processes hold the same card, and NCCL refuses two ranks of one
+# communicator on one GPU of one host ("Duplicate GPU detected"); a host id per node makes
+# them two hosts to NCCL (it then talks over sockets), as on two real nodes.
+cat >/etc/slurm/taskprolog-share.sh <<'EOF'
+#!/bin/sh
+echo "export NCCL_HOSTID=sfkit-$SLURMD_NODENAME"
+EOF
+chmod 755 /etc/slurm/taskprolog.sh /etc/slurm/taskprolog-share.sh
 {
 cat <<EOF
 ClusterName=sfgpu2
@@ -61,6 +69,7 @@ MessageTimeout=10
 EOF
 kit_slurm_conf shared
 [[ $GPU_FIX == 1 ]] && echo "TaskProlog=/etc/slurm/taskprolog.sh"
+[[ $GPU_SHARED == 1 ]] && echo "TaskProlog=/etc/slurm/taskprolog-share.sh"
 for k in $NODES; do
   echo "NodeName=n$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17000 + k)) CPUs=$NCPU RealMemory=$NMEM Gres=gpu:1 State=UNKNOWN"
 done
