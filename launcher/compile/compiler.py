@@ -386,9 +386,26 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         checkpoint_dir=ctx.checkpoint_dir,
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
-        paths_to_check=_paths_to_check(spec), runtime_needs=method.needs,
+        paths_to_check=_paths_to_check(spec), runtime_needs=runtime_needs(ctx),
         warnings=tuple(ctx.warnings),
     )
+
+
+# What the composed config needs from the runtime beyond the method's own `needs`: verl 0.9.1
+# imports a weight-sync backend's library when the trainer builds its checkpoint engine
+# (checkpoint_engine/nccl_checkpoint_engine.py: `import cupy`), minutes into the job.
+CHECKPOINT_ENGINE_NEEDS = {"nccl": "cupy"}
+
+
+def runtime_needs(ctx: Ctx) -> tuple[str, ...]:
+    """The capabilities the job's runtime must import (launcher/injob/capabilities.py): the
+    method's, then those the composed config asks for (its rollout's checkpoint engine)."""
+    needs = list(ctx.method.needs)
+    if not ctx.sft:
+        need = CHECKPOINT_ENGINE_NEEDS.get(str(ctx.get("actor_rollout_ref.rollout.checkpoint_engine.backend")))
+        if need and need not in needs:
+            needs.append(need)
+    return tuple(needs)
 
 
 def resolved_values(ctx: Ctx) -> dict:

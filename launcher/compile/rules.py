@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from launcher.compile import resolve
+from launcher.compile import resolve, verlcheck
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
@@ -748,7 +748,13 @@ def rule_runtime_defaults(ctx) -> None:
     """The runtime's default overrides for this verl config (its registry entry's `overrides:`):
     what the image needs (no flash-attn: sdpa, no remove-padding), in the runtime layer: above
     the method's defaults, below the site, config.yaml, --set and the sweep point."""
-    for text in ctx.runtime_overrides.get(ctx.method.config_name, ()):
+    name = ctx.method.config_name
+    table = ctx.runtime_overrides
+    # an experimental trainer's config starts from ppo_trainer: the image's needs are the same
+    # (the H200's one-step-off run took flash-attention without them), unless the runtime
+    # names that config itself
+    lines = table[name] if name in table else table.get(verlcheck.DERIVED_FROM.get(name, ""), ())
+    for text in lines:
         prefix, key, value = split_override(text)
         ctx.set(key, value, "runtime", prefix=prefix, raw_value=value, source="runtime")
 

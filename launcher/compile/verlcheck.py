@@ -40,6 +40,8 @@ EXPERIMENTAL_CONFIGS = {
     "one_step_off_ppo_trainer": ("experimental", "one_step_off_policy", "config"),
     "fully_async_ppo_trainer": ("experimental", "fully_async_policy", "config"),
 }
+# the config each experimental trainer's starts from (its defaults list: `- ppo_trainer`)
+DERIVED_FROM = {name: "ppo_trainer" for name in EXPERIMENTAL_CONFIGS}
 
 
 def _verl_root() -> str | None:

@@ -1,8 +1,10 @@
 """What a method needs from the runtime beyond verl itself, checked in the runtime's own
 interpreter before it can cost a run (issue 22, item 5).
 
-The method catalog names the needs (configs/methods/verl/<version>/<method>.yaml `needs:`);
-the compiler copies them into the Plan (plan.json `runtime_needs`). Each name is a
+The method catalog names the needs (configs/methods/verl/<version>/<method>.yaml `needs:`)
+and the composed config adds its own (launcher.compile.compiler.runtime_needs: a rollout
+whose weights sync over nccl needs cupy); the compiler writes them into the Plan (plan.json
+`runtime_needs`). Each name is a
 capability below: the module that must import in the runtime, why the method needs it, and
 the fix. The check imports the modules in a fresh runtime python (`-c`), not here: the
 supervisor may run on the host's python (a container runtime), and a broken build (a
@@ -31,18 +33,27 @@ class Capability:
     module: str  # what must import in the runtime
     package: str  # what to install
     why: str  # the verl code that needs it, short: the reason line holds it whole
+    instead: str  # the way out when it cannot be installed
 
+
+# Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
+WITHOUT_CRITIC = ("verl/grpo", "verl/rloo", "verl/reinforce-baseline", "verl/remax", "verl/dapo")
 
 CAPABILITIES = {
     # verl 0.9.1's load_valuehead_model (verl/utils/model.py) passes
     # attn_implementation="flash_attention_2" whatever the attention overrides say
     "flash_attn": Capability(
         module="flash_attn", package="flash-attn",
-        why="verl 0.9.1 loads the critic with flash_attention_2 hard-coded: utils/model.py load_valuehead_model"),
+        why="verl 0.9.1 loads the critic with flash_attention_2 hard-coded: utils/model.py load_valuehead_model",
+        instead=f"pick a method without a critic ({', '.join(WITHOUT_CRITIC)})"),
+    # the rollout pool's weight sync (one-step-off, fully async): verl 0.9.1 imports cupy when
+    # the trainer builds the checkpoint engine, after every model has loaded
+    "cupy": Capability(
+        module="cupy", package="cupy-cuda12x or cupy-cuda13x (the CUDA of the runtime's torch)",
+        why="verl 0.9.1 syncs the rollout pool's weights over nccl with cupy: "
+            "checkpoint_engine/nccl_checkpoint_engine.py",
+        instead="run the rollout colocated (verl/grpo)"),
 }
-
-# Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
-WITHOUT_CRITIC = ("verl/grpo", "verl/rloo", "verl/reinforce-baseline", "verl/remax", "verl/dapo")
 CHECKED = states.CAPABILITIES_CHECKED  # the phase it records
 PROBE_TIMEOUT_S = 180  # importing torch and flash-attn on a loaded node takes seconds, not minutes
 
@@ -111,7 +122,7 @@ def reasons(result: dict, method: str, runtime: str) -> list[str]:
         # the fix first; the line is kept whole in the reason (supervise.PREFLIGHT_REASON_CHARS: the
         # H200 run's lost its "why" at the 300 characters kept before)
         lines.append(f"runtime capability {name} missing: {method} needs it. Fix: install {cap.package} in the "
-                     f"runtime ({runtime}), or pick a method without a critic ({', '.join(WITHOUT_CRITIC)}). "
+                     f"runtime ({runtime}), or {cap.instead}. "
                      f"`import {cap.module}` there: {entry['error']}. Why: {cap.why}")
     return lines
 

@@ -93,6 +93,9 @@ RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
 # Ray colours its errors ("\x1b[36mray::TaskRunnerV1.run()\x1b[39m"): a reason is plain text
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TRACEBACK = "Traceback (most recent call last):"
+# Ray's wrapper of a remote task's exception: "ray.exceptions.RayTaskError(ImportError): ray::X.run() (...)"
+RAY_WRAPPER = re.compile(r"^(?:ray\.exceptions\.)?\w+Error\((\w+)\): ray::")
+RAY_TASK = re.compile(r"(ray::[\w.]+\(\))")
 CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
                "The above exception was the direct cause of the following exception:")
 
@@ -129,6 +132,8 @@ def first_cause(lines: list[str], limit: int = 400) -> str | None:
                     exc = line.strip()
                     break
                 j += 1
+            if exc and RAY_WRAPPER.match(exc):
+                exc, j = _ray_cause(clean, j, exc)
             if exc:
                 if linked and chains:
                     chains[-1].append(exc)
@@ -145,6 +150,34 @@ def first_cause(lines: list[str], limit: int = 400) -> str | None:
         return text[:limit]
     errors = [line.strip() for line in clean if ERROR_LINE.match(line.strip())]
     return errors[-1][:limit] if errors else None
+
+
+def _ray_cause(clean: list[str], j: int, header: str) -> tuple[str, int]:
+    """A Ray task error prints, inside the one traceback block, the remote task's traceback
+    after its header ("ray.exceptions.RayTaskError(ImportError): ray::TaskRunner.run() (pid=..)"),
+    nested once per task hop, ending with the original exception ("ImportError: ..."; verl
+    0.9.1's one-step-off trainer on the H200: flash-attn missing in ray::WorkerDict.ref_init_model).
+    Returns that exception with the innermost task named, and the index where the block ends;
+    the header itself when the original is not there."""
+    wanted = RAY_WRAPPER.match(header).group(1)
+    cause, task = None, RAY_TASK.search(header)
+    k = j + 1
+    while k < len(clean):
+        line = clean[k]
+        text = line.strip()
+        if text in CHAIN_MARKS or text == TRACEBACK:
+            break
+        if line and not line[0].isspace():
+            if RAY_WRAPPER.match(text):
+                task = RAY_TASK.search(text) or task
+            elif re.match(rf"^([\w.]*\.)?{re.escape(wanted)}(:|$)", text):
+                cause = text
+            else:
+                break  # the block is over: a log line of another kind
+        k += 1
+    if cause is None:
+        return header, j
+    return (f"{cause} (in {task.group(1)})" if task else cause), k
 
 
 def _exception_line(text: str) -> bool:

@@ -138,8 +138,23 @@ def main(argv: list[str] | None = None) -> None:
     install_in_worker()  # the driver too
     module = importlib.import_module(entry)
 
-    sys.argv = [module.__file__, *argv]
+    sys.argv = [module.__file__, *hydra_argv(module.__file__, argv)]
     module.main()  # Hydra finds the main's config beside its module, whatever argv[0] says
+
+
+def hydra_argv(module_file: str, argv: list[str]) -> list[str]:
+    """The main's arguments, with its config folder named by absolute path when that folder is
+    no Python package. A verl main declares `@hydra.main(config_path="config")`; run as a
+    module, Hydra then loads `<its package>.config` as a package, and verl 0.9.1's wheel ships
+    the experimental trainers' config folders without __init__.py: "Primary config module
+    'verl.experimental.one_step_off_policy.config' not found" (the H200, 2026-12-02). Named by
+    path, Hydra reads the folder as files. A --config-path of the user's own is kept."""
+    if any(a == "-cp" or a.startswith("--config-path") for a in argv):
+        return list(argv)
+    config_dir = os.path.join(os.path.dirname(os.path.abspath(module_file)), "config")
+    if not os.path.isdir(config_dir) or os.path.exists(os.path.join(config_dir, "__init__.py")):
+        return list(argv)
+    return [f"--config-path={config_dir}", *argv]
 
 
 if __name__ == "__main__":

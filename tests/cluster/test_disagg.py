@@ -52,6 +52,8 @@ def test_preflight_rollout_on_its_own_pool(method, config):
     assert roles["actor"]["nodes"] == roles["ref"]["nodes"] == [train_node]
     # the overrides compose against the method's own config on the runtime's verl
     assert report["config_name"] == config and report["overrides"]["ok"]
+    # the nccl weight sync's library, checked in the runtime (it imports without a GPU)
+    assert report["capabilities"] == {"cupy": {"ok": True, "module": "cupy", "error": None}}
     plan = json.loads((RUNS / out["run"] / "plan.json").read_text())
     ov = dict(o.split("=", 1) for o in plan["overrides"])
     assert (ov["rollout.nnodes"], ov["rollout.n_gpus_per_node"]) == ("1", "4")

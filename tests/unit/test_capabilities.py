@@ -27,7 +27,8 @@ def flash_attn_missing(monkeypatch):
     """flash_attn checked as a module no Python has (the test venv may or may not have flash-attn)."""
     cap = capabilities.CAPABILITIES["flash_attn"]
     monkeypatch.setitem(capabilities.CAPABILITIES, "flash_attn",
-                        capabilities.Capability(module=MISSING_MODULE, package=cap.package, why=cap.why))
+                        capabilities.Capability(module=MISSING_MODULE, package=cap.package, why=cap.why,
+                                                    instead=cap.instead))
 
 
 @pytest.mark.parametrize("version", ["0.9.1", "0.9.0"])
@@ -91,7 +92,7 @@ def test_a_missing_capability_is_one_line_naming_it_the_method_and_the_fix(tmp_p
 
 def test_an_importable_capability_passes(tmp_path, monkeypatch):
     monkeypatch.setitem(capabilities.CAPABILITIES, "flash_attn",
-                        capabilities.Capability(module="json", package="flash-attn", why="test"))
+                        capabilities.Capability(module="json", package="flash-attn", why="test", instead="-"))
     result, failures = capabilities.preflight(write_plan(tmp_path), sys.executable)
     assert failures == [] and result == {"flash_attn": {"ok": True, "module": "json", "error": None}}
     assert capabilities.summary(result) == "capabilities: flash_attn ok"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import RUN_DIR, SITE_DICT, base, compile_values, errors_of, overrides_of  # noqa: E402
+from sfc_helpers import RUN_DIR, SITE, SITE_DICT, base, compile_values, errors_of, overrides_of, spec_from_values  # noqa: E402,E501
 
 from launcher.compile import verlcheck  # noqa: E402
 from launcher.spec.site import site_from_dict  # noqa: E402
@@ -262,3 +262,36 @@ def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
         RayResourcePool(name).get_placement_groups()
     assert [next(k for k in c[0] if k.startswith("sf_pool_")) for c in calls] == [
         "sf_pool_train", "sf_pool_gen", "sf_pool_gen"]
+
+
+@needs_verl
+@pytest.mark.parametrize("method", DISAGG)
+def test_nccl_weight_sync_needs_cupy_from_the_composed_config(method):
+    # verl 0.9.1's configs for both trainers set rollout.checkpoint_engine.backend: nccl, and
+    # its nccl engine imports cupy (the H200 kit had to carry it): the plan says so
+    plan = compile_values(_pools(method))
+    assert "cupy" in plan.runtime_needs
+    # another backend in the composed config: no cupy
+    plan = compile_values(_pools(method, overrides=["actor_rollout_ref.rollout.checkpoint_engine.backend=nixl"]))
+    assert "cupy" not in plan.runtime_needs
+    # colocated GRPO's engine is verl's default (naive): nothing to import
+    assert "cupy" not in compile_values(base("grpo")).runtime_needs
+
+
+@needs_verl
+@pytest.mark.parametrize("method", DISAGG)
+def test_runtime_defaults_of_ppo_trainer_reach_the_experimental_configs(method):
+    # the H200 run: the runtime's sdpa defaults were keyed ppo_trainer and one-step-off's config
+    # is one_step_off_ppo_trainer; without them the ref model asked for flash-attention
+    from launcher.compile.compiler import compile_plan
+
+    sdpa = "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+    runtime = {"ppo_trainer": (sdpa, "actor_rollout_ref.model.use_remove_padding=False")}
+    plan = compile_plan(spec_from_values(_pools(method)), SITE, RUN_DIR, runtime_overrides=runtime)
+    sources = dict(zip(plan.overrides, plan.sources, strict=True))
+    assert sources[sdpa] == "runtime"
+    assert sources["actor_rollout_ref.model.use_remove_padding=False"] == "runtime"
+    # a runtime that names the experimental config itself: that list, not ppo_trainer's
+    own = {**runtime, plan.config_name: ("actor_rollout_ref.model.use_remove_padding=False",)}
+    plan = compile_plan(spec_from_values(_pools(method)), SITE, RUN_DIR, runtime_overrides=own)
+    assert sdpa not in plan.overrides and "actor_rollout_ref.model.use_remove_padding=False" in plan.overrides

@@ -63,3 +63,38 @@ def test_ray_colours_are_not_in_the_reason():
     log = ["Traceback (most recent call last):", '  File "main_ppo.py", line 1, in run',
            "ray.exceptions.RayTaskError(ActorDiedError): \x1b[36mray::TaskRunnerV1.run()\x1b[39m (pid=7966)"]
     assert first_cause(log) == "ray.exceptions.RayTaskError(ActorDiedError): ray::TaskRunnerV1.run() (pid=7966)"
+
+
+# verl 0.9.1's one-step-off trainer on the H200 (2026-12-02), abridged: Ray prints the remote
+# tasks' tracebacks inside the driver's one block, a header per task hop, the original last.
+RAY_NESTED = """\
+Error executing job with overrides: ['algorithm.adv_estimator=grpo']
+Traceback (most recent call last):
+  File "/tmp/site/verl/experimental/one_step_off_policy/main_ppo.py", line 124, in main
+    run_ppo(config, task_runner_class=OneStepTaskRunner)
+  File "/tmp/site/ray/_private/worker.py", line 1053, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(ImportError): \x1b[36mray::OneStepTaskRunner.run()\x1b[39m (pid=10385, ip=127.0.0.11)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/tmp/site/verl/experimental/one_step_off_policy/main_ppo.py", line 104, in run
+    trainer.init_workers()
+ray.exceptions.RayTaskError(ImportError): \x1b[36mray::WorkerDict.ref_init_model()\x1b[39m (pid=10748, ip=127.0.0.11)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/transformers/modeling_utils.py", line 1562, in _fa_err
+    raise ImportError(
+ImportError: FlashAttention2 has been toggled on, but it cannot be used: the package seems not installed.
+
+Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.
+"""
+
+
+def test_a_ray_task_error_names_the_original_exception_and_the_task_that_raised_it():
+    cause = first_cause(RAY_NESTED.splitlines())
+    assert cause == ("ImportError: FlashAttention2 has been toggled on, but it cannot be used: the package seems "
+                     "not installed. (in ray::WorkerDict.ref_init_model())"), cause
+
+
+def test_a_ray_task_error_without_the_original_keeps_its_header():
+    lines = ["Traceback (most recent call last):", '  File "w.py", line 1, in get',
+             "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)",
+             "[sf 10:00:00] phase ended rc=1"]
+    assert first_cause(lines) == "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)"
