@@ -170,7 +170,8 @@ EXP=$W/exp; mkdir -p "$EXP/experiments"; cp -r "$HERE"/rl-experiments/* "$EXP/ex
 # it has (results: $L/scale.json, the tables: $L/scale-table.md). SCALE_BESIDE=1 runs it beside
 # the GPU stages instead, from the end of `assets` (the host's CPUs then serve both: the
 # figures say so), its own Slurm and its own port range (scale-site.yaml) beside the kit's.
-# SCALE_ONCE=ray:64: that trial in the first repetition only (Ray alone cannot come up there).
+# SCALE_ONCE=ray:64: that trial in the first repetition only (Ray alone cannot come up there);
+# SCALE_METHODS=sf: sf alone (a repetition of sf's trials).
 SCALE_NODES=${SCALE_NODES:-1,4,8,16,32,64}; SCALE_REPS=${SCALE_REPS:-3}; SCALE_BUDGET_S=${SCALE_BUDGET_S:-600}
 scale_lane() {
   stage "scale: sf vs Ray alone, N=$SCALE_NODES, $SCALE_REPS reps, no trial after ${SCALE_BUDGET_S}s"
@@ -195,7 +196,7 @@ STUB
     sed -e "s#@RUNS@#$SW/runs#; s#@REG@#$SW/runtimes.yaml#; s#@CPUS@#$(nproc)#; s#@TEMP@#/tmp#" \
       "$HERE/scale-site.yaml" >"$SW/site.yaml"
     $PY "$REPO/benchmarks/scale.py" --site "$SW/site.yaml" --sf "$W/bin/sf" --work "$SW/work" --out "$L/scale.json" \
-      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" --once "${SCALE_ONCE:-}" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
+      --nodes "$SCALE_NODES" --reps "$SCALE_REPS" --budget-s "$SCALE_BUDGET_S" --once "${SCALE_ONCE:-}" --methods "${SCALE_METHODS:-sf,ray}" 2>&1 >"$L/scale-table.md" | tee "$L/scale.log"
     echo "scale.py exited ${PIPESTATUS[0]}"
     $PY "$REPO/benchmarks/scale.py" --fit "$L/scale.json" | tee "$L/scale-table.md"
     slurm_n_down "$SW/slurm"
