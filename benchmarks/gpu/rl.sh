@@ -449,6 +449,7 @@ DSTEPS=${DSTEPS:-12}
 # disagg_run TAG EXPERIMENT [ARGS]: one sf run, verl's log lines stamped as they appear
 disagg_run() {
   local tag=$1 exp=$2; shift 2
+  rm -f "$L/$tag.stop"  # an earlier chain's run of this tag left it: the watcher would stop at once
   $PY "$HERE/steptimes.py" watch "$W/runs/$exp-*/metrics/attempt-0.jsonl" "$L/$tag-stamps.jsonl" --stop "$L/$tag.stop" &
   local s0; s0=$(date +%s)
   sf_submit "$tag" "$exp" "$@"

@@ -391,16 +391,26 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
     )
 
 
-# What the composed config needs from the runtime beyond the method's own `needs`: verl 0.9.1
-# imports a weight-sync backend's library when the trainer builds its checkpoint engine
-# (checkpoint_engine/nccl_checkpoint_engine.py: `import cupy`), minutes into the job.
+# What the composed config needs from the runtime beyond the method's own `needs`, each found
+# minutes into a job otherwise: verl 0.9.1 imports a weight-sync backend's library when the
+# trainer builds its checkpoint engine (checkpoint_engine/nccl_checkpoint_engine.py: `import
+# cupy`), and builds the trained model with the attention its override_config names,
+# flash_attention_2 when it names none (workers/config/model.py), which needs flash-attn
+# (the H200: one-step-off's ref model, and SFT before the kit set sdpa).
 CHECKPOINT_ENGINE_NEEDS = {"nccl": "cupy"}
+MODEL_ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+SFT_MODEL_ATTENTION_KEY = "model.override_config.attn_implementation"
+VERL_DEFAULT_ATTENTION = "flash_attention_2"
 
 
 def runtime_needs(ctx: Ctx) -> tuple[str, ...]:
     """The capabilities the job's runtime must import (launcher/injob/capabilities.py): the
-    method's, then those the composed config asks for (its rollout's checkpoint engine)."""
+    method's, then those the composed config asks for (the model's attention, the rollout's
+    checkpoint engine)."""
     needs = list(ctx.method.needs)
+    attention = ctx.get(SFT_MODEL_ATTENTION_KEY if ctx.sft else MODEL_ATTENTION_KEY) or VERL_DEFAULT_ATTENTION
+    if attention == VERL_DEFAULT_ATTENTION and "flash_attn" not in needs:
+        needs.append("flash_attention_2")
     if not ctx.sft:
         need = CHECKPOINT_ENGINE_NEEDS.get(str(ctx.get("actor_rollout_ref.rollout.checkpoint_engine.backend")))
         if need and need not in needs:

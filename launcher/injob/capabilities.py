@@ -2,9 +2,9 @@
 interpreter before it can cost a run (issue 22, item 5).
 
 The method catalog names the needs (configs/methods/verl/<version>/<method>.yaml `needs:`)
-and the composed config adds its own (launcher.compile.compiler.runtime_needs: a rollout
-whose weights sync over nccl needs cupy); the compiler writes them into the Plan (plan.json
-`runtime_needs`). Each name is a
+and the composed config adds its own (launcher.compile.compiler.runtime_needs: a model whose
+attention is flash_attention_2 needs flash-attn, a rollout whose weights sync over nccl needs
+cupy); the compiler writes them into the Plan (plan.json `runtime_needs`). Each name is a
 capability below: the module that must import in the runtime, why the method needs it, and
 the fix. The check imports the modules in a fresh runtime python (`-c`), not here: the
 supervisor may run on the host's python (a container runtime), and a broken build (a
@@ -46,6 +46,15 @@ CAPABILITIES = {
         module="flash_attn", package="flash-attn",
         why="verl 0.9.1 loads the critic with flash_attention_2 hard-coded: utils/model.py load_valuehead_model",
         instead=f"pick a method without a critic ({', '.join(WITHOUT_CRITIC)})"),
+    # the trained model's attention, from the composed config (compiler.runtime_needs): verl
+    # 0.9.1 asks transformers for flash_attention_2 unless override_config names another
+    "flash_attention_2": Capability(
+        module="flash_attn", package="flash-attn",
+        why="verl 0.9.1 builds the model with attn_implementation flash_attention_2 when "
+            "override_config names none: workers/config/model.py",
+        instead="set +actor_rollout_ref.model.override_config.attn_implementation=sdpa (SFT: "
+                "+model.override_config.attn_implementation=sdpa), for every run through the runtime "
+                "registry entry's `overrides:`"),
     # the rollout pool's weight sync (one-step-off, fully async): verl 0.9.1 imports cupy when
     # the trainer builds the checkpoint engine, after every model has loaded
     "cupy": Capability(

@@ -4,7 +4,10 @@ loads the value-head model with flash_attention_2 whatever the overrides say):
 
   - `sf submit examples/ppo --preflight` fails, its reason naming the capability, the
     method and the fix, preflight.json saying which check;
-  - the real job refuses before Ray starts: no node started, no driver, the same reason.
+  - the real job refuses before Ray starts: no node started, no driver, the same reason;
+  - on a runtime published without the sdpa defaults, a GRPO job (whose model verl builds
+    with flash_attention_2 when override_config names no attention) refuses the same way,
+    naming the override that fixes it.
 """
 from __future__ import annotations
 
@@ -41,3 +44,22 @@ def test_ppo_real_job_refuses_before_ray_starts():
     names = [e["phase"] for e in phases(RUNS / out["run"])]
     assert "capabilities_checked" in names and "ended" in names, names
     assert not {"node_started", "head_up", "all_joined", "driver_started"} & set(names), names
+
+
+def test_grpo_on_a_runtime_without_sdpa_defaults_refuses_naming_the_attention_override(tmp_path):
+    import yaml
+
+    registry = yaml.safe_load(Path("/var/lib/sfdev/runtimes.yaml").read_text())
+    for entry in registry["verl"].values():
+        entry.pop("overrides", None)  # as a site that has not set sdpa for its flash-attn-less image
+    path = tmp_path / "runtimes.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    proc = sf("submit", "examples/grpo", "--wait", "--json", env={"FORGE_RUNTIME_REGISTRY_FILE": str(path)})
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert proc.returncode != 0, out
+    reason = str(out.get("reason"))
+    for part in ("runtime capability flash_attention_2 missing", "verl/grpo",
+                 "+actor_rollout_ref.model.override_config.attn_implementation=sdpa", "checked before Ray started"):
+        assert part in reason, reason
+    names = [e["phase"] for e in phases(RUNS / out["run"])]
+    assert "capabilities_checked" in names and not {"node_started", "driver_started"} & set(names), names
