@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_ports (job_json), run alone too
 from sfc_helpers import RUN_DIR, SITE, SITE_DICT, base, compile_values, errors_of, overrides_of, spec_from_values  # noqa: E402,E501
 
 from launcher.compile import verlcheck  # noqa: E402
