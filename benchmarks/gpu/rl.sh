@@ -491,8 +491,9 @@ if want disagg1; then
   [[ -x "$BUNDLE"/bin/py-spy ]] && ln -sf "$BUNDLE"/bin/py-spy "$RTG/bin/py-spy"
   sed -e "s#@RT@#$RTG#; s#/tmp/site#$BUNDLE#" "$HERE/rl-runtimes.yaml" >"$W/runtimes-shared.yaml"
   sed -e "s#@RUNS@#$W/runs#; s#@REG@#$W/runtimes-shared.yaml#; s#@CPUS@#$CPUS#" "$HERE/rl-site.yaml" >"$W/site-shared.yaml"
-  # D1_MODES: which modes, in order (osp = one-step-off, async = fully async); D1_REQUEUE_AT:
-  # the step after which USR1 requeues each run (empty: no requeue, one verl start a mode)
+  # D1_MODES: which modes, in order (osp = one-step-off, async = fully async, sync = colocated
+  # GRPO on n1 alone: the same card, data and 32 samples a step, never requeued); D1_REQUEUE_AT:
+  # the step after which USR1 requeues each disaggregated run (empty: no requeue)
   tags=()
   ( export SF_SITE=$W/site-shared.yaml
     for mode in ${D1_MODES:-osp async}; do
@@ -500,6 +501,7 @@ if want disagg1; then
         osp) REQUEUE_AT=${D1_REQUEUE_AT-5} disagg_run d1-osp tiny-one-step-off --set total_training_steps="$DSTEPS" ;;
         async) REQUEUE_AT=${D1_REQUEUE_AT-5} disagg_run d1-async tiny-async \
                  --set rollout.total_rollout_steps=$(( DSTEPS * 8 )) ;;
+        sync) disagg_run d1-sync tiny-grpo --profile h200:1 --set total_training_steps="$DSTEPS" ;;
       esac
     done )
   for mode in ${D1_MODES:-osp async}; do tags+=("d1-$mode"); done
