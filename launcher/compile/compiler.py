@@ -396,7 +396,10 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
 # trainer builds its checkpoint engine (checkpoint_engine/nccl_checkpoint_engine.py: `import
 # cupy`), and builds the trained model with the attention its override_config names,
 # flash_attention_2 when it names none (workers/config/model.py), which needs flash-attn
-# (the H200: one-step-off's ref model, and SFT before the kit set sdpa).
+# (the H200: one-step-off's ref model, and SFT before the kit set sdpa). Distillation's teacher
+# adds none: verl serves it with the inference engine, not as an HF model (teacher_loop/
+# teacher_model.py gives its vLLM/SGLang server a model config of `path` alone and the server
+# runs `vllm serve PATH` with the engine's own attention), so it has no attention key to read.
 CHECKPOINT_ENGINE_NEEDS = {"nccl": "cupy"}
 MODEL_ATTENTION_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
 SFT_MODEL_ATTENTION_KEY = "model.override_config.attn_implementation"

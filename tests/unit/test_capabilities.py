@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import base, compile_values  # noqa: E402
 
-from launcher.compile import catalog  # noqa: E402
+from launcher.compile import catalog, verlcheck  # noqa: E402
 from launcher.injob import capabilities  # noqa: E402
 from launcher.plan import Plan  # noqa: E402
 
@@ -72,6 +72,35 @@ def test_the_models_attention_in_the_composed_config_decides_the_flash_attn_need
     assert compile_values(sft).runtime_needs == ("flash_attention_2",)
     sft_sdpa = {**sft, "overrides": ["+model.override_config.attn_implementation=sdpa"]}
     assert compile_values(sft_sdpa).runtime_needs == ()
+
+
+TEACHER = "distillation.teacher_models.teacher_model"
+
+
+def test_the_distillation_teacher_adds_no_flash_attn_need():
+    """verl 0.9.1 serves the teacher with the inference engine (vLLM/SGLang), never as an HF
+    model: experimental/teacher_loop/teacher_model.py:82 gives its server a model config of
+    `path` alone, and the server starts `vllm serve PATH` (workers/rollout/vllm_rollout/
+    vllm_async_server.py:456; SGLang: async_sglang_server.py:315), whose attention is the
+    engine's own. So the teacher has no attention key to read and needs no flash-attn: the
+    distillation job's need is the student's alone, gone with the student's sdpa."""
+    assert compile_values(base("distillation")).runtime_needs == ("flash_attention_2",)
+    plan = compile_values(base("distillation", overrides=[SDPA]))
+    assert plan.runtime_needs == ()
+    # the composed teacher entry has no model config, so no override_config or attention key
+    effective, _ = verlcheck.effective_config(plan.config_name, plan.overrides)
+    if effective is not None:  # verl's config installed (the unit venv has it)
+        teacher = effective.get(TEACHER)
+        assert teacher["model_path"] == "/models/teacher"
+        assert set(teacher) == {"_target_", "key", "model_path", "num_replicas", "inference"}
+        assert not {"override_config", "attn_implementation"} & set(teacher["inference"])
+    # the teacher's own engine settings (its vLLM attention backend too) add none
+    for teacher_override in (f"+{TEACHER}.inference.engine_kwargs.vllm.attention_backend=FLASH_ATTN",
+                             f"{TEACHER}.inference.enforce_eager=false"):
+        assert compile_values(base("distillation", overrides=[SDPA, teacher_override])).runtime_needs == ()
+    # a flash-attn need on a distillation plan names the student's key, the one that fixes it
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in \
+        capabilities.CAPABILITIES["flash_attention_2"].instead
 
 
 def test_a_critic_cannot_be_switched_on_by_an_override():
