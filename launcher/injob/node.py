@@ -326,7 +326,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             child = subprocess.Popen(argv, env=ray_port_env(env, ports), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
         except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
-            release(turn)
+            turn.release()
             return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
                         retry_helps=False)
         state["child"] = child
@@ -338,8 +338,8 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
                           port_base=ports.gcs, port_last=ports.max_worker,
                           turn_wait_s=round(turn_wait_s, 2))
-        rc, fatal = wait_for_start(child, output, temp, on_started=lambda held=turn: release(held))
-        release(turn)
+        rc, fatal = wait_for_start(child, output, temp, on_started=turn.release)
+        turn.release()  # a no-op when Ray said it runs: the turn went then
         output.join()
         if state["stopping"]:
             keep_ray_logs(temp, run_dir, job_id, node)
@@ -462,11 +462,6 @@ class OutputPump:
 
     def last_lines(self) -> str:
         return " | ".join(t for t in self._tail if t.strip())[-600:]
-
-
-def release(turn) -> None:
-    if turn is not None:
-        turn.release()
 
 
 def joined(run_dir: str, since: float) -> bool:

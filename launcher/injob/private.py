@@ -156,12 +156,25 @@ def lock_dir(root: str) -> str | None:
 
 
 class Reservation:
-    """An fcntl lock on <lock dir>/b<block>s<slot>, held until release() or process exit."""
+    """An fcntl lock on a file of the lock dir (a port slot's b<block>s<slot>, a start turn's
+    start<i>), held until release() or process exit. Where sf goes on without a lock (no lock
+    dir, no start turn in time) it hands out a lock-less one (Reservation.lockless()), so that
+    callers release what they got and never test for None."""
 
     def __init__(self, fd: int, path: str):
         self.fd, self.path = fd, path
 
+    @classmethod
+    def lockless(cls) -> Reservation:
+        return cls(-1, "")
+
+    @property
+    def held(self) -> bool:
+        """Whether this holds a lock now (not lock-less, not released)."""
+        return self.fd >= 0
+
     def release(self) -> None:
+        """Drop the lock; harmless when lock-less or already released."""
         if self.fd >= 0:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -175,7 +188,7 @@ def reserve(directory: str | None, block: int, slot: int) -> Reservation | None:
     when another process of this user holds it. With no lock directory every block counts
     as reserved-by-us (the bind check is then all there is)."""
     if directory is None:
-        return Reservation(-1, "")
+        return Reservation.lockless()
     return _try_lock(os.path.join(directory, f"b{int(block)}s{int(slot)}"))
 
 
@@ -200,18 +213,18 @@ TURN_POLL_S = 0.2
 
 
 def start_turn(directory: str | None, turns: int, wait_s: float, *, sleep=time.sleep,
-               clock=time.monotonic) -> tuple[Reservation | None, float]:
+               clock=time.monotonic) -> tuple[Reservation, float]:
     """One of `turns` turns to start Ray on this host, waiting at most `wait_s` for one:
-    (the turn to release once Ray runs, or None: no lock directory or none came free in
-    time, start anyway as before; seconds waited)."""
+    (the turn to release once Ray runs, lock-less when there is no lock directory or none
+    came free in time: start anyway as before; seconds waited)."""
     if directory is None:
-        return None, 0.0
+        return Reservation.lockless(), 0.0
     t0 = clock()
     while True:
         for i in random.sample(range(turns), turns):  # spread: no turn is everyone's first try
-            held = _try_lock(os.path.join(directory, f"start{i}"))
-            if held:
-                return held, clock() - t0
+            turn = _try_lock(os.path.join(directory, f"start{i}"))
+            if turn:
+                return turn, clock() - t0
         if clock() - t0 >= wait_s:
-            return None, clock() - t0
+            return Reservation.lockless(), clock() - t0
         sleep(TURN_POLL_S * random.uniform(0.5, 1.5))

@@ -254,13 +254,38 @@ def test_start_turns_let_at_most_n_workers_start_at_once_and_pass_on_when_releas
     assert private.start_turns(1) == private.START_TURNS_MIN and private.start_turns(16) == 16
     locks = private.lock_dir(str(tmp_path))
     turns = [private.start_turn(locks, 2, 0.0)[0] for _ in range(2)]
-    assert all(turns)
+    assert all(t.held for t in turns) and len({t.path for t in turns}) == 2
     clock = iter(float(t) for t in range(100))
     slept = []
-    none, waited = private.start_turn(locks, 2, 3.0, sleep=slept.append, clock=lambda: next(clock))
-    assert none is None and waited >= 3.0 and len(slept) == 2  # waited its limit, then starts anyway
+    late, waited = private.start_turn(locks, 2, 3.0, sleep=slept.append, clock=lambda: next(clock))
+    # waited its limit, then starts anyway, on a lock-less turn its caller releases like any other
+    assert not late.held and waited >= 3.0 and len(slept) == 2
+    late.release()
     turns[0].release()
     turns[0].release()  # releasing twice (once Ray runs, again when the try ends) is harmless
+    assert not turns[0].held
     again, waited = private.start_turn(locks, 2, 0.0)
-    assert again is not None and waited < 1.0
-    assert private.start_turn(None, 2, 60.0) == (None, 0.0)  # no private lock dir: no turns
+    assert again.held and again.path == turns[0].path and waited < 1.0
+    no_dir, waited = private.start_turn(None, 2, 60.0)  # no private lock dir: no turns
+    assert not no_dir.held and waited == 0.0
+    no_dir.release()
+
+
+def test_port_reservations_lock_a_slot_once_and_go_lock_less_without_a_lock_dir(tmp_path):
+    """reserve answers None only for a slot another process of this user holds; with no lock
+    dir it answers a lock-less Reservation (the bind check is then all there is), the same
+    convention as a start turn that came without a lock."""
+    from launcher.injob import private
+
+    locks = private.lock_dir(str(tmp_path))
+    slot = private.reserve(locks, 3, 1)
+    assert slot.held and slot.path.endswith("b3s1")
+    # flock locks belong to an open file: a second reserve (a new open) stands for another node
+    assert private.reserve(locks, 3, 1) is None
+    slot.release()
+    again = private.reserve(locks, 3, 1)
+    assert again.held
+    again.release()
+    lockless = private.reserve(None, 3, 1)
+    assert not lockless.held and lockless.path == ""
+    lockless.release()
