@@ -15,8 +15,10 @@ which also counts what overlaps between steps in the async modes.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -55,9 +57,34 @@ def throughput(run_dir: str, stamps_file: str) -> dict:
     if steady and per_step:
         med = statistics.median(steady)
         out.update(median_step_s=round(med, 3), samples_per_s_verl_timing=round(per_step / med, 2))
-    stamps = sorted(r["t"] for r in read_jsonl(stamps_file) if isinstance(r.get("t"), (int, float)))
+    # trainer rows only: fully async's rollouter logs rows of its own (5 keys, no step time)
+    # under its own counter, beside the trainer's
+    stamps = sorted(r["t"] for r in read_jsonl(stamps_file)
+                    if isinstance(r.get("t"), (int, float)) and "timing_s/step" in (r.get("data") or {}))
     if len(stamps) >= 3 and per_step:  # attempt 0 only (the watcher follows attempt-0.jsonl)
         out["samples_per_s_wall"] = round(per_step * (len(stamps) - 1) / (stamps[-1] - stamps[0]), 2)
+    return out
+
+
+def resumes(run_dir: str) -> list[dict]:
+    """What each restart loaded, from verl's own lines in the run's Slurm logs: the checkpoint
+    folder, and (fully async) the last parameter version the attempt before had synced, so
+    `versions_redone` = trainer steps lost (the rows of verl's file logger lag behind its
+    syncs, and fully async's rollouter rows share the step column: the logged rows cannot say it)."""
+    out: list[dict] = []
+    last_version = None
+    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "slurm-*.out"))):
+        for line in (read_text(path) or "").splitlines():
+            m = re.search(r"_fit_update_weights.*current_param_version: (\d+)", line)
+            if m:
+                last_version = int(m.group(1))
+            m = re.search(r"Load from checkpoint folder: \S*global_step_(\d+)", line)
+            if m:
+                row = {"loaded": f"global_step_{m.group(1)}"}
+                if last_version is not None:
+                    row.update(last_version_synced_before=last_version,
+                               versions_redone=last_version - int(m.group(1)))
+                out.append(row)
     return out
 
 
@@ -76,14 +103,14 @@ def main() -> None:
             result[tag] = {"missing": f"no run dir in {tag}-run-dir.txt"}
             continue
         stamps = os.path.join(args.logs, f"{tag}-stamps.jsonl")
-        result[tag] = {**run_summary(run_dir), **throughput(run_dir, stamps)}
+        result[tag] = {**run_summary(run_dir), **throughput(run_dir, stamps), "resumes": resumes(run_dir)}
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1, default=str)
     for tag in tags:
         r = result[tag]
         print(f"{tag:11s} state={r.get('state')} steps={r.get('steps_per_attempt')} "
               f"lost={r.get('lost_steps_per_requeue')} samples/s (verl timing)={r.get('samples_per_s_verl_timing')} "
-              f"(wall)={r.get('samples_per_s_wall')}")
+              f"(wall)={r.get('samples_per_s_wall')} resumes={r.get('resumes')}")
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ job_of() { grep -oE '"job_id": *"[0-9]+"' "$1" | head -1 | grep -oE '[0-9]+'; }
 requeue_at() {
   local dir=$1 step=$2 job
   for _ in $(seq 900); do
-    if grep -qE "^\{\"step\":$step," "$dir"/metrics/attempt-0.jsonl 2>/dev/null; then
+    # a trainer row (it has timing_s/step): fully async's rollouter logs rows of its own
+    if grep -E "^\{\"step\":$step," "$dir"/metrics/attempt-0.jsonl 2>/dev/null | grep -q '"timing_s/step"'; then
       job=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(str((r.get('job_ids') or [r.get('job_id')])[-1]).split('+')[0])" "$dir/record.json" 2>/dev/null)
       echo "[requeue] step $step logged: scancel --signal=USR1 --batch ${job}"; scancel --signal=USR1 --batch "$job"
       return 0
@@ -468,15 +469,15 @@ if want disagg; then
   REQUEUE_AT=5 disagg_run d-async-rq tiny-async --set rollout.total_rollout_steps=$(( DSTEPS * 8 ))
   $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" 2>&1 | tail -20
 fi
-# -- issue 24 item 4 on ONE GPU (kind nvidia-h200), NOT RUN YET: what one GPU allows. The two
+# -- issue 24 item 4 on ONE GPU (kind nvidia-h200; RESULTS.md parts 8-9): what one GPU allows. The two
 # Slurm nodes share GPU 0 (GPU_SHARE=1: slurm2_up.sh gives n1 and n2 /dev/nvidia0), so the
 # rollout pool (n2, vLLM) and the train pool (n1, FSDP actor) are separate het groups and
 # separate Ray nodes as on two GPUs, on one card: the modes' placement, steps and requeue
-# resume are real, their throughput is not (the pools share the card). sf's GPU check would
+# resume are real, their throughput is one card's (the pools share it), not two GPUs'. sf's GPU check would
 # refuse two nodes on one card by UUID, so these runs use a runtime whose nvidia-smi fails
 # (sf then counts Slurm's GPUs: as in the scale stage). From the start, GPU_SHARE=1 and all:
-#   GPU_SHARE=1 DSTEPS=10 bash benchmarks/gpu/rl.sh start install slurm assets disagg1
-# (about 20 minutes: each mode once with USR1 after step 5, i.e. two verl starts a mode;
+#   GPU_SHARE=1 DSTEPS=10 D1_MODES="async sync osp" bash benchmarks/gpu/rl.sh start install slurm assets disagg1
+# (25 minutes on the device in part 9: each mode once with USR1 after step 5, i.e. two verl starts a mode;
 # D1_REQUEUE_AT= (empty) halves it). The weight sync is NCCL between the two nodes' processes
 # on one card, which NCCL refuses as a duplicate GPU within one host: slurm2_up.sh gives
 # each node its own NCCL_HOSTID (a TaskProlog), so NCCL sees two hosts and uses sockets.
