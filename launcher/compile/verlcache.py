@@ -55,7 +55,9 @@ def fingerprint(config_dir: str) -> str:
 def _entry(config_name: str, overrides: tuple[str, ...], config_dir: str) -> Path:
     # an experimental trainer's config folder counts too (verlcheck.config_dirs)
     prints = [fingerprint(d) for d in verlcheck.config_dirs(config_name) if d != config_dir]
-    digest = hashlib.sha256("\0".join([fingerprint(config_dir), *prints, config_name, *overrides]).encode()).hexdigest()
+    # the checks' revision: a list a newer sf refuses is not answered from an older sf's clean entry
+    digest = hashlib.sha256("\0".join([fingerprint(config_dir), *prints, verlcheck.CHECKS_REVISION, config_name,
+                                        *overrides]).encode()).hexdigest()
     return cache_dir() / digest
 
 

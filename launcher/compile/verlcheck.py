@@ -142,7 +142,8 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
         _BASE_USED = _BASE_USED | {config_name}
         cfg = base_config(config_name)
         base_config.cache_clear()
-        base = BaseSnapshot.of(cfg, [o.key_or_group for o in parsed])
+        base = BaseSnapshot.of(cfg, [o.key_or_group for o in parsed],
+                               [o.key_or_group for o in parsed if o.is_add() or o.is_force_add()])
     else:
         base = base_config(config_name)
         cfg = copy.deepcopy(base)
@@ -239,12 +240,13 @@ class BaseSnapshot:
     `_target_`), taken before the overrides were applied in place; any other key's base value
     is its composed value (the overrides did not touch it). Plain values: it pickles."""
 
-    def __init__(self, values: dict, absent: set):
-        self.values, self.absent = values, absent
+    def __init__(self, values: dict, absent: set, present: set | None = None):
+        self.values, self.absent, self.present = values, absent, present or set()
 
     @classmethod
-    def of(cls, cfg, keys) -> "BaseSnapshot":
-        values, absent = {}, set()
+    def of(cls, cfg, keys, added=()) -> "BaseSnapshot":
+        """`added`: the keys of `+`/`++` overrides, whose parents' presence is kept too (see existed)."""
+        values, absent, present = {}, set(), set()
         for key in keys:
             for k in (key, f"{key.rpartition('.')[0]}._target_" if "." in key else None):
                 if k is None or k in values or k in absent:
@@ -254,7 +256,23 @@ class BaseSnapshot:
                     absent.add(k)
                 else:
                     values[k] = value
-        return cls(values, absent)
+        for key in added:
+            parts = key.split(".")
+            for i in range(1, len(parts)):
+                k = ".".join(parts[:i])
+                if k not in present and k not in absent:
+                    (present if _exists(cfg, k) else absent).add(k)
+        return cls(values, absent, present)
+
+    def existed(self, cfg, key: str) -> bool:
+        """Whether `key` was in the config before the overrides (a `???` value counts as absent)."""
+        if key in self.absent:
+            return False
+        if key in self.values or key in getattr(self, "present", ()):
+            return True
+        if any(key.startswith(k + ".") for k in self.absent):
+            return False
+        return _exists(cfg, key)
 
     def select(self, cfg, key: str, default):
         if key in self.absent:
@@ -286,6 +304,16 @@ def _composed(config_name: str, overrides: tuple[str, ...]):
 
 
 _ABSENT = object()
+
+
+def _exists(cfg, key: str) -> bool:
+    """Whether `key` is in `cfg` (??? included; an interpolation that does not resolve included)."""
+    from omegaconf import OmegaConf  # lazy: Hydra/OmegaConf import cost (~0.3 s)
+
+    try:
+        return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
+    except Exception:
+        return True
 
 
 class Effective:
@@ -426,6 +454,82 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
     return errors
 
 
+# The config nodes verl 0.9.1's RL trainers build as dataclasses, whole (omega_conf_to_dataclass ->
+# hydra.utils.instantiate(node, _convert_="partial"), recursive: the `_target_` nodes inside are
+# built too), and when. Other `_target_` nodes are read as dicts (reward, algorithm,
+# global_profiler: verl's own YAML there holds keys that are no fields), so a key added there
+# is verl's business, not a crash.
+_BUILT_NODES = {
+    "actor_rollout_ref.model": None,  # engine_workers, agent_loop, the rollout servers
+    "actor_rollout_ref.actor": None,  # utils/config.py validate_config, engine_workers
+    "actor_rollout_ref.rollout": None,  # engine_workers, rollout replicas, agent_loop
+    "critic": lambda get: get("critic.enable") if get("critic.enable") is not None
+    else get("algorithm.adv_estimator") == "gae",  # trainer/ppo/utils.py need_critic
+    "distillation": lambda get: bool(get("distillation.enabled")),  # the teacher manager, engine_workers
+}
+# what the checks judge beyond verl's YAML; a change here makes verlcache compose again
+CHECKS_REVISION = "added-key-not-a-field/1"
+# keys hydra.utils.instantiate takes itself, not passed to the class
+_INSTANTIATE_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_", "_args_"})
+
+
+def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) -> list[SpecError]:
+    """Rule added-key-not-a-field: a `+`/`++` override adding a key under a config node verl
+    builds as a dataclass (its `_target_`) that is no field of that dataclass. Hydra composes it,
+    and verl then fails minutes into the job, after Ray started, with "unexpected keyword
+    argument". The key is walked down to its deepest node that existed before the overrides; the
+    next segment must be a field of that node's class (inherited ones and _target_ included). A
+    key inside a free-form dict field (model.override_config.*, rollout.engine_kwargs.*) or under
+    a node without `_target_` passes; a class sf cannot read from verl's source passes."""
+    from omegaconf import DictConfig, OmegaConf  # lazy: Hydra/OmegaConf import cost (~0.3 s)
+
+    if config_name != "ppo_trainer" and DERIVED_FROM.get(config_name) != "ppo_trainer":
+        return []
+    added = [(text.split("=")[0], key) for text in overrides for prefix, key, _ in [_split(text)] if "+" in prefix]
+    if not added:
+        return []
+
+    def existed(key: str) -> bool:
+        return base.existed(cfg, key) if isinstance(base, BaseSnapshot) else _exists(base, key)
+
+    def get(key: str):
+        return Effective._select(cfg, key, None)
+
+    errors = []
+    for written, key in added:
+        parts = key.split(".")
+        if len(parts) < 2 or existed(key):
+            continue
+        depth = max((i for i in range(1, len(parts)) if existed(".".join(parts[:i]))), default=0)
+        path, field = ".".join(parts[:depth]), parts[depth]
+        roots = [r for r in _BUILT_NODES if path == r or path.startswith(r + ".")]
+        if not path or not roots or not all(_BUILT_NODES[r] is None or _BUILT_NODES[r](get) for r in roots):
+            continue
+        try:
+            node = OmegaConf.select(cfg, path, throw_on_missing=False)
+            target = node.get("_target_") if isinstance(node, DictConfig) else None
+        except Exception:
+            continue
+        from launcher.compile.verlfields import dataclass_fields  # lazy: reads verl's source, only here
+
+        fields = dataclass_fields(target) if isinstance(target, str) else None
+        if fields is None or field in fields or field in _INSTANTIATE_KEYS:
+            continue
+        ours = {k.split(".")[depth] for _, k in added if k.startswith(path + ".") and not existed(
+            ".".join(k.split(".")[:depth + 1]))}
+        if set(node.keys()) - fields - _INSTANTIATE_KEYS - ours:
+            continue  # verl's own YAML there holds keys that are no fields: verl does not build it as it is
+        cls = target.rpartition(".")[2]
+        shown = sorted(f for f in fields if f != "_target_")
+        listed = ", ".join(shown[:12]) + (f", ... ({len(shown)} in all)" if len(shown) > 12 else "")
+        close = difflib.get_close_matches(field, shown, n=1, cutoff=0.6)
+        errors.append(SpecError(written, f"verl {installed_verl_version() or '0.9.1'} builds {path} as {cls}, which "
+                                         f"has no field '{field}' (fields: {listed}); verl would fail with "
+                                         f"\"unexpected keyword argument\" when it builds it. Drop the override"
+                                + (f" (closest field: {path}.{close[0]})" if close else "")))
+    return errors
+
+
 def grammar_errors(overrides) -> list[SpecError]:
     """Overrides Hydra's grammar cannot read, each under the key the user wrote, with how to
     quote the value (a space, `;`, brackets or quotes in a --set value)."""
@@ -465,6 +569,7 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
             errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {exc}{cause}")]
         return errors
 
+    errors += added_field_errors(config_name, overrides, cfg, _base)
     set_keys = {_split(o)[1]: _split(o)[2] for o in overrides}
     for key, condition in _MANDATORY.get(config_name, {}).items():
         if _is_missing(cfg, key) and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
