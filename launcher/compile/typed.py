@@ -42,7 +42,7 @@ def _stringy() -> set[str]:
 def _dataclass_index() -> dict:
     """verl's config dataclasses, read with ast (never imported): class name -> (field ->
     annotation text, base class names). Built only when a float meets an int default."""
-    root = verlcheck._verl_root()
+    root = verlcheck.verl_root()
     index: dict = {}
     if root is None:
         return index

@@ -17,6 +17,7 @@ import re
 import warnings
 from functools import lru_cache
 
+from launcher.compile.verlfields import dataclass_fields, verl_root
 from launcher.errors import SpecError
 
 INSTALL_HINT = "pip install 'sf[verl-config]' && pip install --no-deps verl=={version}"
@@ -44,24 +45,16 @@ EXPERIMENTAL_CONFIGS = {
 DERIVED_FROM = {name: "ppo_trainer" for name in EXPERIMENTAL_CONFIGS}
 
 
-def _verl_root() -> str | None:
-    """The installed verl package's folder, found without importing it."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
-
-
 @lru_cache(maxsize=None)
 def verl_config_dir() -> str | None:
-    root = _verl_root()
+    root = verl_root()
     path = os.path.join(root, "trainer", "config") if root else None
     return path if path and os.path.isdir(path) else None
 
 
 @lru_cache(maxsize=None)
 def installed_verl_version() -> str | None:
-    root = _verl_root()
+    root = verl_root()
     if root is None:
         return None
     version_file = os.path.join(root, "version", "version")
@@ -510,8 +503,6 @@ def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) 
             target = node.get("_target_") if isinstance(node, DictConfig) else None
         except Exception:
             continue
-        from launcher.compile.verlfields import dataclass_fields  # lazy: reads verl's source, only here
-
         fields = dataclass_fields(target) if isinstance(target, str) else None
         if fields is None or field in fields or field in _INSTANTIATE_KEYS:
             continue

@@ -30,9 +30,8 @@ class _Unresolved(Exception):
     pass
 
 
-@lru_cache(maxsize=None)
-def _verl_root() -> str | None:
-    """The installed verl package's folder, found without importing it (as verlcheck._verl_root)."""
+def verl_root() -> str | None:
+    """The installed verl package's folder, found without importing it."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -50,7 +49,7 @@ def _tree(path: str) -> ast.Module | None:
 
 def _module_path(module: str) -> tuple[str, str | None] | None:
     """(the module's .py file, its package folder or None) for a dotted verl module."""
-    root = _verl_root()
+    root = verl_root()
     parts = module.split(".")
     if root is None or parts[0] != "verl":
         return None
@@ -64,7 +63,7 @@ def _module_path(module: str) -> tuple[str, str | None] | None:
 
 def _module_of(path: str) -> str:
     """The dotted module name of a .py file under verl's root."""
-    rel = os.path.relpath(path, os.path.dirname(_verl_root() or ""))
+    rel = os.path.relpath(path, os.path.dirname(verl_root() or ""))
     rel = rel[:-3] if rel.endswith(".py") else rel
     parts = rel.split(os.sep)
     if parts[-1] == "__init__":

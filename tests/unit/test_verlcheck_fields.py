@@ -94,7 +94,7 @@ def test_first_compose_snapshot_path(monkeypatch):
 
 @needs_verl
 def test_no_refusal_when_the_class_cannot_be_read(monkeypatch):
-    monkeypatch.setattr(verlfields, "dataclass_fields", lambda target: None)
+    monkeypatch.setattr(verlcheck, "dataclass_fields", lambda target: None)
     assert check_overrides("ppo_trainer", BASE + DISTILL + [TEACHER_SDPA + "x"]) == []
 
 
@@ -124,7 +124,7 @@ def test_unresolvable_sources(tmp_path, monkeypatch):
         "@dataclass\nclass Good(Root):\n    a: int = 1\n    b = 2\n"
         "@dataclass\nclass Foreign(Base):\n    a: int = 1\n"
         "class Plain:\n    a: int = 1\n")
-    monkeypatch.setattr(verlfields, "_verl_root", lambda: str(root))
+    monkeypatch.setattr(verlfields, "verl_root", lambda: str(root))
     for cached in (verlfields._find_class, verlfields._tree, verlfields.dataclass_fields):
         cached.cache_clear()
     try:
