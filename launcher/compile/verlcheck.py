@@ -261,7 +261,7 @@ class BaseSnapshot:
         """Whether `key` was in the config before the overrides (a `???` value counts as absent)."""
         if key in self.absent:
             return False
-        if key in self.values or key in getattr(self, "present", ()):
+        if key in self.values or key in self.present:
             return True
         if any(key.startswith(k + ".") for k in self.absent):
             return False
