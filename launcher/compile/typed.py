@@ -10,11 +10,7 @@ not in verl's config (`+reward.reward_kwargs.*`), the type of the knob that sets
 
 from __future__ import annotations
 
-import ast
-import os
-from functools import lru_cache
-
-from launcher.compile import resolve, rules, verlcheck
+from launcher.compile import resolve, rules, verlfields
 
 _NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
 _KNOB_TYPES = {"int": int, "float": float, "bool": bool}
@@ -38,48 +34,12 @@ def _stringy() -> set[str]:
         "trainer.resume_mode"}
 
 
-@lru_cache(maxsize=None)
-def _dataclass_index() -> dict:
-    """verl's config dataclasses, read with ast (never imported): class name -> (field ->
-    annotation text, base class names). Built only when a float meets an int default."""
-    root = verlcheck.verl_root()
-    index: dict = {}
-    if root is None:
-        return index
-    for folder in ("workers/config", "trainer/config"):
-        path = os.path.join(root, folder)
-        if not os.path.isdir(path):
-            continue
-        for name in sorted(os.listdir(path)):
-            if not name.endswith(".py"):
-                continue
-            try:
-                tree = ast.parse(open(os.path.join(path, name), encoding="utf-8").read())
-            except (OSError, SyntaxError, UnicodeDecodeError):
-                continue
-            for node in tree.body:
-                if isinstance(node, ast.ClassDef):
-                    fields = {n.target.id: ast.unparse(n.annotation) for n in node.body
-                              if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-                    bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
-                    index[node.name] = (fields, bases)
-    return index
-
-
 def _annotation(ctx, key: str) -> str | None:
     """The annotation of `key`'s field in the dataclass its parent node targets (`_target_`)."""
     parent, _, leaf = key.rpartition(".")
     target = ctx.effective.base(f"{parent}._target_") if parent else None
-    if not isinstance(target, str):
-        return None
-    name, index, seen = target.rsplit(".", 1)[-1], _dataclass_index(), set()
-    while name and name in index and name not in seen:
-        seen.add(name)
-        fields, bases = index[name]
-        if leaf in fields:
-            return fields[leaf]
-        name = bases[0] if bases else None
-    return None
+    annotations = verlfields.field_annotations(target) if isinstance(target, str) else None
+    return (annotations or {}).get(leaf)
 
 
 def expected_type(ctx, key: str):

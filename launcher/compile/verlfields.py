@@ -153,11 +153,11 @@ def _init_false(value: ast.expr | None) -> bool:
         kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False for kw in value.keywords)
 
 
-def _fields_of(path: str, cls: ast.ClassDef, depth: int = 0) -> dict[str, bool]:
-    """{field: taken by __init__} of a class, its dataclass bases' first."""
+def _fields_of(path: str, cls: ast.ClassDef, depth: int = 0) -> dict[str, tuple[bool, str]]:
+    """{field: (taken by __init__, its annotation's text)} of a class, its dataclass bases' first."""
     if depth > 20:
         raise _Unresolved
-    fields: dict[str, bool] = {}
+    fields: dict[str, tuple[bool, str]] = {}
     tree = _tree(path)
     for base in reversed(cls.bases):
         base_fields = _base_fields(path, tree, base, depth)
@@ -166,11 +166,11 @@ def _fields_of(path: str, cls: ast.ClassDef, depth: int = 0) -> dict[str, bool]:
         for stmt in cls.body:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
                     and not _is_classvar(stmt.annotation):
-                fields[stmt.target.id] = not _init_false(stmt.value)
+                fields[stmt.target.id] = (not _init_false(stmt.value), ast.unparse(stmt.annotation))
     return fields
 
 
-def _base_fields(path: str, tree: ast.Module | None, base: ast.expr, depth: int) -> dict[str, bool]:
+def _base_fields(path: str, tree: ast.Module | None, base: ast.expr, depth: int) -> dict[str, tuple[bool, str]]:
     if isinstance(base, ast.Subscript):  # Generic[T], Mapping[str, Any]
         base = base.value
     if isinstance(base, ast.Attribute):  # collections.abc.Mapping
@@ -200,9 +200,10 @@ def _base_fields(path: str, tree: ast.Module | None, base: ast.expr, depth: int)
 
 
 @lru_cache(maxsize=None)
-def dataclass_fields(target: str) -> frozenset[str] | None:
-    """The keyword arguments verl's dataclass `target` ('verl.pkg.mod.ClassName') takes, inherited
-    ones and `_target_` (BaseConfig's) included; None when that cannot be told from the source."""
+def field_annotations(target: str) -> dict[str, str] | None:
+    """{keyword argument: its annotation's text} of verl's dataclass `target`
+    ('verl.pkg.mod.ClassName'), inherited ones and `_target_` (BaseConfig's) included; None when
+    that cannot be told from the source."""
     module, _, name = target.rpartition(".")
     if not module.startswith("verl.") or not name:
         return None
@@ -213,4 +214,10 @@ def dataclass_fields(target: str) -> frozenset[str] | None:
         fields = _fields_of(*found)
     except _Unresolved:
         return None
-    return frozenset(k for k, init in fields.items() if init)
+    return {k: annotation for k, (init, annotation) in fields.items() if init}
+
+
+def dataclass_fields(target: str) -> frozenset[str] | None:
+    """The keyword arguments verl's dataclass `target` takes (field_annotations' keys)."""
+    annotations = field_annotations(target)
+    return None if annotations is None else frozenset(annotations)

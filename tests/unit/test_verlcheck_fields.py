@@ -125,12 +125,12 @@ def test_unresolvable_sources(tmp_path, monkeypatch):
         "@dataclass\nclass Foreign(Base):\n    a: int = 1\n"
         "class Plain:\n    a: int = 1\n")
     monkeypatch.setattr(verlfields, "verl_root", lambda: str(root))
-    for cached in (verlfields._find_class, verlfields._tree, verlfields.dataclass_fields):
+    for cached in (verlfields._find_class, verlfields._tree, verlfields.field_annotations):
         cached.cache_clear()
     try:
         assert verlfields.dataclass_fields("verl.cfg.Good") == frozenset({"_target_", "a"})
         assert verlfields.dataclass_fields("verl.cfg.Foreign") is None
         assert verlfields.dataclass_fields("verl.cfg.Plain") is None
     finally:
-        for cached in (verlfields._find_class, verlfields._tree, verlfields.dataclass_fields):
+        for cached in (verlfields._find_class, verlfields._tree, verlfields.field_annotations):
             cached.cache_clear()
