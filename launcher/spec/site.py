@@ -78,6 +78,12 @@ class Site:
     # SBATCH_* variables sf passes on to its sbatch calls (all others are left out: they
     # would override the script's #SBATCH lines without a word)
     pass_sbatch_env: tuple[str, ...] = ()
+    # RAY_* variables of the submitting shell that reach the job (all others are left out and
+    # named at submit: they would silently override sf's Ray settings on every node)
+    pass_ray_env: tuple[str, ...] = ()
+    # A group (e.g. a project's) that may read a run's checkpoints, metrics and exports;
+    # None: the job's user alone (folders 0700, files 0600)
+    share_group: str | None = None
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -148,6 +154,22 @@ def _sbatch_names(names, path: str) -> tuple[str, ...]:
         raise SpecError("site.slurm.pass_sbatch_env", f"{names!r} in {path} must be a list of SBATCH_* variable names, "
                         "e.g. [SBATCH_RESERVATION]")
     return tuple(names)
+
+
+def _ray_names(names, path: str) -> tuple[str, ...]:
+    if isinstance(names, str) or not all(isinstance(n, str) and re.fullmatch(r"RAY_[A-Za-z0-9_]+", n) for n in names):
+        raise SpecError("site.slurm.pass_ray_env", f"{names!r} in {path} must be a list of RAY_* variable names, "
+                        "e.g. [RAY_DEDUP_LOGS]")
+    return tuple(names)
+
+
+def _share_group(value, path: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", value):
+        raise SpecError("site.share_group", f"{value!r} in {path} is not a group name (e.g. ml-proj); "
+                        "leave it out to keep runs readable by their user alone")
+    return value
 
 
 def _login_names(names, path: str) -> tuple[str, ...]:
@@ -234,6 +256,8 @@ def site_from_dict(data: dict, path: str = "<memory>") -> Site:
         # SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment
         pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
         + _login_names(slurm.get("pass_login_env") or (), path),
+        pass_ray_env=_ray_names(slurm.get("pass_ray_env") or (), path),
+        share_group=_share_group(data.get("share_group"), path),
         raw=data,
     )
 
