@@ -76,6 +76,42 @@ def os_error(exc: OSError) -> SpecError:
     return SpecError(path, f"{where}{other}: {exc.strerror or exc}; fix the path or its permissions")
 
 
+def _exc_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def crash_dir() -> str:
+    """Where crash reports go: $SF_CACHE_DIR, else $XDG_CACHE_HOME/sf, else ~/.cache/sf; crashes/."""
+    import os
+
+    root = os.environ.get("SF_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sf")
+    return os.path.join(root, "crashes")
+
+
+def save_crash_report(exc: BaseException) -> str | None:
+    """The traceback and the command line of an unexpected exception, in a file of its own in
+    crash_dir() (mode 0600: a command line may hold paths the user would not share); its path,
+    or None when it cannot be written."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    try:
+        folder = crash_dir()
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd, path = tempfile.mkstemp(dir=folder, prefix=time.strftime("crash-%Y%m%d-%H%M%S-", time.gmtime()),
+                                    suffix=".txt")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"sf {__version__}\ncommand: {sys.argv!r}\ncwd: {os.getcwd()}\n\n")
+            handle.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return path
+    except Exception:  # noqa: BLE001 - the report is best effort; the one line still goes out
+        return None
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
@@ -116,6 +152,13 @@ class LazyGroup(click.Group):
             param = getattr(exc, "param", None)
             field = param.opts[0] if param is not None and getattr(param, "opts", None) else "usage"
             self._fail(ctx, [SpecError(field, exc.format_message())], 2, "sf: error: ")
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own endings (--help, exit codes, Ctrl-C at a prompt)
+        except Exception as exc:  # a bug in sf: one line and a saved report, never a traceback
+            report = save_crash_report(exc)
+            where = f"; report saved in {report}" if report else " (no report: the cache dir is not writable)"
+            self._fail(ctx, [SpecError("internal", f"sf failed unexpectedly ({_exc_line(exc)}){where}; "
+                                       "please send the report to sf's maintainers")], 1, "sf: error: ")
 
     @staticmethod
     def _fail(ctx, errors: list[SpecError], exit_code: int, prefix: str):
