@@ -91,6 +91,57 @@ def detect_format(actor: Path) -> str | None:
     return None
 
 
+# The most bytes sf reads of a checkpoint's small files (the tracker, fsdp_config.json), and the
+# largest step and world size it takes from them: beyond these a file is damaged, not a checkpoint.
+SMALL_FILE_BYTES = 65536
+MAX_STEP = 10**12
+MAX_WORLD_SIZE = 1 << 20
+
+
+def _read_small(path: Path) -> str:
+    """A checkpoint's small text file, or a LayoutError naming it (unreadable, too big, binary)."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(SMALL_FILE_BYTES + 1)
+    except OSError as exc:
+        raise LayoutError(f"cannot read {path}: {exc.strerror}; fix its permissions or pass a global_step_N "
+                          "dir") from None
+    if len(raw) > SMALL_FILE_BYTES:
+        raise LayoutError(f"{path} is over {SMALL_FILE_BYTES} bytes: it is damaged (verl writes a few bytes); "
+                          "fix or remove it, or pass a global_step_N dir")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LayoutError(f"{path} is not text (a binary file): it is damaged; fix or remove it, "
+                          "or pass a global_step_N dir") from None
+
+
+def read_tracker(path: Path) -> int:
+    """The step in latest_checkpointed_iteration.txt: ASCII digits only (not '٣' or '²', which
+    str.isdigit takes), at most MAX_STEP; else a LayoutError naming the file."""
+    text = _read_small(path).strip()
+    if not re.fullmatch(r"[0-9]{1,13}", text) or int(text) > MAX_STEP:
+        shown = text[:40] + ("..." if len(text) > 40 else "")
+        raise LayoutError(f"{path} holds {shown!r}, not a step number (verl writes the last saved step, e.g. 200); "
+                          "fix the file or pass a global_step_N dir instead")
+    return int(text)
+
+
+def read_world_size(config: Path) -> int:
+    """`world_size` of fsdp_config.json: a whole number from 1 to MAX_WORLD_SIZE (a bigger one
+    would have sf check 10**12 shard files), else a LayoutError naming the file."""
+    text = _read_small(config)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise LayoutError(f"{config} is not JSON: it is damaged; fix it (verl writes {{\"world_size\": W}})") from None
+    value = data.get("world_size") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:
+        raise LayoutError(f"{config} has world_size {value!r}: not a number of ranks from 1 to {MAX_WORLD_SIZE}; "
+                          "fix it to the number of model_world_size_W_rank_R.pt shards")
+    return value
+
+
 def _check_fsdp(actor: Path) -> list[str]:
     missing = []
     config = actor / "fsdp_config.json"
@@ -98,15 +149,13 @@ def _check_fsdp(actor: Path) -> list[str]:
     if not config.is_file():
         missing.append("fsdp_config.json")
     else:
-        try:
-            world_size = int(json.loads(config.read_text())["world_size"])
-        except (ValueError, KeyError, TypeError):
-            missing.append("a world_size in fsdp_config.json")
-    if world_size:
-        for rank in range(world_size):
-            name = f"model_world_size_{world_size}_rank_{rank}.pt"
-            if not (actor / name).is_file():
-                missing.append(name)
+        world_size = read_world_size(config)
+    if world_size:  # one listing of the folder, not one stat per rank
+        shard = re.compile(rf"model_world_size_{world_size}_rank_([0-9]+)\.pt")
+        have = {int(m.group(1)) for child in actor.iterdir() if (m := shard.fullmatch(child.name)) and child.is_file()}
+        absent = [rank for rank in range(world_size) if rank not in have]
+        names = [f"model_world_size_{world_size}_rank_{rank}.pt" for rank in absent[:5]]
+        missing += names + ([f"{len(absent) - 5} more shards"] if len(absent) > 5 else [])
     elif not any(actor.glob("model_world_size_*_rank_*.pt")):
         missing.append("model_world_size_W_rank_R.pt shards")
     if not (actor / "huggingface" / "config.json").is_file():
@@ -148,11 +197,7 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
         raise LayoutError(f"{root} is a file, not a directory; {VALID_LAYOUT}")
     step = None
     if (root / TRACKER).is_file():
-        text = (root / TRACKER).read_text().strip()
-        if not text.isdigit():
-            raise LayoutError(f"{root / TRACKER} holds {text[:40]!r}, not a step number; "
-                              "pass a global_step_N dir instead")
-        step = int(text)
+        step = read_tracker(root / TRACKER)
         step_dir = root / f"global_step_{step}"
         if not step_dir.is_dir():
             have = ", ".join(f"global_step_{s}" for s in _step_dirs(root)) or "none"

@@ -61,6 +61,53 @@ log_path = _checker(LOG_PATH, "an absolute path of letters, digits and ._/+-% on
 env_key = _checker(ENV_KEY, "environment names are letters, digits and _, not starting with a digit")
 
 
+_FEATURE = re.compile(r"!?[A-Za-z0-9_.:-]+")
+
+
+def features(value, field: str) -> str:
+    """A node-feature expression as sbatch's --constraint reads it: features (`!` may negate
+    one, `*N` counts nodes) joined by & | , and grouped by ( ) or [ ]; `&&`, a trailing `|`,
+    `()` or an unclosed bracket are refused here, not by sbatch at submit (or never: some
+    Slurm versions drop what they cannot parse)."""
+    text = check(CONSTRAINT, value, field, "features joined by & | , only; no spaces")
+    pos, stack, want_term = 0, [], True
+    problem = None
+    while pos < len(text) and problem is None:
+        ch = text[pos]
+        if want_term:
+            if ch in "([":
+                stack.append(")" if ch == "(" else "]")
+                pos += 1
+                continue
+            m = _FEATURE.match(text, pos)
+            if not m:
+                problem = f"a feature name is missing at position {pos + 1}"
+                break
+            pos, want_term = m.end(), False
+        elif ch in "&|,":
+            pos, want_term = pos + 1, True
+        elif ch in ")]":
+            if not stack or stack.pop() != ch:
+                problem = f"{ch!r} at position {pos + 1} closes nothing"
+            pos += 1
+        elif ch == "*":
+            m = re.compile(r"\*[0-9]{1,6}").match(text, pos)
+            if not m:
+                problem = f"'*' at position {pos + 1} needs a node count (feature*2)"
+            else:
+                pos = m.end()
+        else:
+            problem = f"{ch!r} at position {pos + 1} cannot follow a feature"
+    if problem is None and want_term:
+        problem = "it ends with an operator"
+    if problem is None and stack:
+        problem = f"a {'(' if stack[-1] == ')' else '['} is never closed"
+    if problem:
+        raise SpecError(field, f"{text!r} is not a node-feature expression ({problem}); write features joined by "
+                        "& (and), | (or) or , such as a100&ib or [rack1|rack2]")
+    return text
+
+
 # --- the scheduler options (launcher.compile.scheduler_options checks and places them) ------
 # value patterns: no spaces, quotes, `#`, `$`, `;` or newlines in any of them
 RESERVATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,7}$")

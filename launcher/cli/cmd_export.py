@@ -15,7 +15,14 @@ import sys
 import click
 
 from launcher import runs
-from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options, say_sbatch_env_left_out
+from launcher.cli.options import (
+    complete_run_ids,
+    json_option,
+    nonblank,
+    print_json,
+    runs_options,
+    say_sbatch_env_left_out,
+)
 from launcher.errors import SpecError
 from launcher.spec.site import load_site, runs_root
 from launcher.submit import export as export_jobs
@@ -51,21 +58,23 @@ def _send(request, *, dry_run: bool, local: bool, what: str, as_json: bool = Fal
 
 @click.command("export")
 @click.argument("name", metavar="NAME|RUN", shell_complete=complete_run_ids)
-@click.option("--checkpoint", "checkpoint", default=None, metavar="PATH",
+@click.option("--checkpoint", "checkpoint", default=None, metavar="PATH", callback=nonblank("a checkpoint path"),
               help="verl checkpoints dir, a global_step_N dir, or its actor/ dir "
                    "(default for a RUN: its checkpoints/).")
 @click.option("--checkpoint-format", "fmt", type=click.Choice(["verl-fsdp", "verl-megatron"]), default=None,
               help="How the checkpoint was saved (default: detected from its files).")
-@click.option("--target", default=None, metavar="DIR",
+@click.option("--target", default=None, metavar="DIR", callback=nonblank("a folder to write"),
               help="Hugging Face folder to write (default: <run>/exports/global_step_N).")
 @click.option("--local", is_flag=True, help="Run the merge here instead of as a Slurm job.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit and record nothing.")
 @click.option("--preflight", is_flag=True,
               help="The job checks the checkpoint, verl's merger and the target, and merges nothing.")
-@click.option("--framework-version", default=None, metavar="V",
+@click.option("--framework-version", default=None, metavar="V", callback=nonblank("a verl version such as 0.9.1"),
               help="verl runtime (default: the run's, else the newest published).")
-@click.option("--partition", default=None, help="Partition (default: the site's default series').")
-@click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", help="Time limit (default: the site's).")
+@click.option("--partition", default=None, callback=nonblank("a partition"),
+              help="Partition (default: the site's default series').")
+@click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", callback=nonblank("a time limit (01:00:00)"),
+              help="Time limit (default: the site's).")
 @click.option("--gpus", type=int, default=None, help="GPUs for the job (default: 0 for FSDP, 1 for Megatron).")
 @json_option
 @runs_options
@@ -114,24 +123,25 @@ def export(name, checkpoint, fmt, target, local, dry_run, preflight, framework_v
 
 @click.command("eval")
 @click.argument("name", metavar="NAME|RUN")
-@click.option("--run-id", default=None, metavar="RUN",
+@click.option("--run-id", default=None, metavar="RUN", callback=nonblank("a run id"),
               help="Training run to attach the samples to (default: NAME|RUN).")
-@click.option("--model", "model", default=None, metavar="DIR", help="A Hugging Face model folder to evaluate.")
-@click.option("--checkpoint", default=None, metavar="PATH",
+@click.option("--model", "model", default=None, metavar="DIR", callback=nonblank("a Hugging Face model folder"),
+              help="A Hugging Face model folder to evaluate.")
+@click.option("--checkpoint", default=None, metavar="PATH", callback=nonblank("a checkpoint path"),
               help="A verl checkpoint to merge first (default: the run's latest checkpoint).")
 @click.option("--checkpoint-format", "fmt", type=click.Choice(["verl-fsdp", "verl-megatron"]), default=None)
-@click.option("--validation-data", "data", default=None, metavar="FILE",
+@click.option("--validation-data", "data", default=None, metavar="FILE", callback=nonblank("a parquet or jsonl file"),
               help="parquet/jsonl of SFT samples (default: the run's data.val_files).")
-@click.option("--messages-key", default=None,
+@click.option("--messages-key", default=None, callback=nonblank("a column name"),
               help="Column of chat messages (default: the run's data.messages_key, else messages).")
 @click.option("--max-samples", type=int, default=64, show_default=True)
 @click.option("--max-new-tokens", type=int, default=128, show_default=True)
 @click.option("--gpus", type=int, default=1, show_default=True)
 @click.option("--local", is_flag=True, help="Run here instead of as a Slurm job.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; submit and record nothing.")
-@click.option("--framework-version", default=None, metavar="V")
-@click.option("--partition", default=None)
-@click.option("--time", "time_limit", default=None, metavar="HH:MM:SS")
+@click.option("--framework-version", default=None, metavar="V", callback=nonblank("a verl version such as 0.9.1"))
+@click.option("--partition", default=None, callback=nonblank("a partition"))
+@click.option("--time", "time_limit", default=None, metavar="HH:MM:SS", callback=nonblank("a time limit (01:00:00)"))
 @json_option
 @runs_options
 def eval_cmd(name, run_id, model, checkpoint, fmt, data, messages_key, max_samples, max_new_tokens, gpus, local,

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options
+from launcher.cli.options import complete_run_ids, finite_seconds, json_option, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
 from launcher.spec.site import runs_root
@@ -105,6 +105,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     asking Slurm). With a SWEEP id: every point. One sacct call per poll however many
     runs and array tasks; falls back to squeue (and says so) without accounting.
     """
+    finite_seconds(interval, "--interval")
     root = runs_root(runs_dir, site_path=site_path)
     if target:
         watched = [runs.open_run(root, target)]
@@ -248,6 +249,8 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, 
 
     With --json: one document {"run", "logs": [{"file", "text"}]} (--list: {"run", "files"};
     --stacks: {"run", "stacks"}); with -f, one JSON object {"file", "text"} per line."""
+    finite_seconds(interval, "--interval")
+    finite_seconds(check_every, "--check-every")
     if node and role:
         raise SpecError("--node/--role", "give one of --node and --role, not both")
     run, array_id, only = _log_target(runs_root(runs_dir, site_path=site_path), run_id, task)

@@ -21,7 +21,14 @@ from pathlib import Path
 import click
 
 from launcher import runs
-from launcher.cli.options import json_option, print_json, say_sbatch_env_left_out, spec_flags, spec_options
+from launcher.cli.options import (
+    json_option,
+    nonblank,
+    print_json,
+    say_sbatch_env_left_out,
+    spec_flags,
+    spec_options,
+)
 from launcher.errors import SpecError
 from launcher.render.logger_env import after_submit
 from launcher.states import SLURM_COMPLETED
@@ -37,7 +44,7 @@ def _warn(warnings) -> None:
 @click.command()
 @click.argument("name")
 @spec_options
-@click.option("-o", "--output", "out_dir", required=True, metavar="DIR",
+@click.option("-o", "--output", "out_dir", required=True, metavar="DIR", callback=nonblank("a folder"),
               help="Folder for job.sbatch, overrides.txt and plan.json (also the job's run dir).")
 @click.option("--preflight", is_flag=True, help="Render the preflight variant of the job.")
 @json_option
@@ -53,9 +60,9 @@ def render(name, out_dir, preflight, as_json, **kwargs):
                         f"`sf submit` queues the export first, or `sf export {ce.run_id}` and render after it")
     out = Path(out_dir).expanduser().resolve()
     files = request.rendered(str(out)).files
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    run = runs.make_run_dir(out, share_group=request.site.share_group if request.site else None)
     for file_name in ("job.sbatch", "overrides.txt", "plan.json"):
-        (out / file_name).write_text(files[file_name])
+        run.write_text(file_name, files[file_name])
     _warn(request.warnings)
     if as_json:
         print_json({"ok": True, "files": [str(out / f) for f in ("job.sbatch", "overrides.txt", "plan.json")],

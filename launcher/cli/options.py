@@ -13,31 +13,59 @@ launcher.spec.site.runs_root's).
 from __future__ import annotations
 
 import json
+import math
 
 import click
 from click.shell_completion import CompletionItem
 
 from launcher import sbatch_values
 from launcher.compile import scheduler_options
+from launcher.errors import SpecError
 from launcher.slurm import login_env_variables, sbatch_input_variables
 from launcher.spec.site import runs_root
 
+
+def not_blank(value, flag: str, what: str, required: bool = False):
+    """A flag given as '' (or spaces): a SpecError naming it, never read as "not given" (`--model ''`
+    would fall back to config.yaml's model) nor as the current folder (`--train-data ''`)."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if item is not None and not str(item).strip():
+            raise SpecError(flag, f"{item!r} is empty; pass {what}" + ("" if required else f", or leave {flag} out"))
+    return value
+
+
+def nonblank(what: str):
+    """A click callback: not_blank on the option's value (its SpecError is one line, launcher.cli.app)."""
+    return lambda ctx, param, value: not_blank(value, max(param.opts, key=len), what, param.required)
+
+
+def finite_seconds(value, flag: str, maximum: float = 86400.0):
+    """A number of seconds a loop sleeps: a SpecError for nan, inf or more than `maximum`."""
+    if value is not None and not (math.isfinite(value) and value <= maximum):
+        raise SpecError(flag, f"{value!r} is not a number of seconds sf can wait; pass a number up to {maximum:g}")
+    return value
+
+
 _OPTIONS = (
     click.option("--model", metavar="PATH_OR_HF_ID|run:RUN", shell_complete=lambda *a: complete_model(*a),
+                 callback=nonblank("a model path, a Hugging Face id or run:RUN"),
                  help="Model -> actor_rollout_ref.model.path (model.path for SFT); run:RUN takes RUN's export "
                       "(exported on the fly, after RUN succeeds, when it has none yet)."),
-    click.option("--train-data", "train_data", metavar="FILE", multiple=True,
+    click.option("--train-data", "train_data", metavar="FILE", multiple=True, callback=nonblank("a training file"),
                  help="Training file -> data.train_files (repeatable; relative to --train-dataset when given)."),
     click.option("--validation-data", "validation_data", metavar="FILE", multiple=True,
+                 callback=nonblank("a validation file"),
                  help="Validation file -> data.val_files (repeatable)."),
     click.option("--train-dataset", "train_dataset", metavar="OWNER/NAME@VERSION",
+                 callback=nonblank("OWNER/NAME@VERSION"),
                  help="Platform dataset under the site's dataset_roots; --train-data picks a file in it."),
-    click.option("--profile", metavar="SERIES:G|SERIES:NxG",
+    click.option("--profile", metavar="SERIES:G|SERIES:NxG", callback=nonblank("SERIES:G or SERIES:NxG"),
                  help="GPUs of the training pool, e.g. h200:8 or h200:2x8."),
     click.option("--set", "set_", metavar="KEY=VALUE", multiple=True,
                  help="A knob (rollout_n=8) or a raw Hydra key (a.b.c=1); repeatable."),
-    click.option("--site", metavar="FILE", help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...)."),
-    click.option("--runs-dir", "runs_dir", default=None, metavar="DIR",
+    click.option("--site", metavar="FILE", callback=nonblank("a site file"),
+                 help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ...)."),
+    click.option("--runs-dir", "runs_dir", default=None, metavar="DIR", callback=nonblank("a folder"),
                  help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir)."),
 )
 
@@ -150,9 +178,9 @@ def print_json(doc: dict) -> None:
 
 def runs_options(func):
     """Decorator adding --runs-dir and --site (passed as `runs_dir`, `site_path`)."""
-    func = click.option("--runs-dir", default=None, metavar="DIR",
+    func = click.option("--runs-dir", default=None, metavar="DIR", callback=nonblank("a folder"),
                         help="Run records folder (default: $SF_RUNS_DIR, then the site's runs_dir).")(func)
-    func = click.option("--site", "site_path", default=None, metavar="FILE",
+    func = click.option("--site", "site_path", default=None, metavar="FILE", callback=nonblank("a site file"),
                         help="Site file (default: $SF_SITE, /etc/sf/site.yaml, ~/.config/sf/site.yaml).")(func)
     return func
 

@@ -137,6 +137,8 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
             if not isinstance(value, str):
                 raise SpecError(field, f"{value!r} must be text: {what}")
             out[key] = sbatch_values.check(pattern, value, field, what)
+            if key == "constraint":
+                sbatch_values.features(value, field)
     extra = slurm.get("sbatch") or {}
     if not isinstance(extra, dict):
         raise SpecError(_field("sbatch", provenance), f"{extra!r} must be a mapping of sbatch option -> value, "

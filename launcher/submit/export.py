@@ -33,6 +33,7 @@ from launcher.checkpoints import (
     merge_argv,
 )
 from launcher.compile.scheduler_options import DEPENDENCY
+from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
 from launcher.spec import paths
 from launcher.spec.runtime import registry_path, resolve_runtime
@@ -230,6 +231,25 @@ def version_for(site, run, explicit: str | None) -> str:
     raise SpecError("--framework-version", "no verl version known for this job; pass --framework-version (e.g. 0.9.1)")
 
 
+def check_time(time_limit) -> None:
+    """--time as Slurm reads it: `0` (no limit to Slurm) or 99:99:99 refused naming the flag."""
+    if time_limit is not None:
+        time_seconds(time_limit, "--time")
+
+
+def check_target(target_dir: str) -> None:
+    """--target must be a folder the merger can create or fill: not a file, a device
+    (/dev/null) or a path through a file."""
+    path = Path(target_dir)
+    for here in (path, *path.parents):
+        if here.exists() or here.is_symlink():
+            if not here.is_dir():
+                what = "is a file" if here.is_file() else "is not a folder (a device, FIFO or broken link)"
+                raise SpecError("--target", f"{here} {what}; the merger writes a Hugging Face folder there: "
+                                "pass a new or empty folder")
+            return
+
+
 def checkpoint_at(path, fmt):
     try:
         return find_actor_dir(path, fmt)
@@ -256,6 +276,7 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
     bad input raises SpecError and leaves nothing behind). `later`: the job looks up the
     run's last checkpoint itself when it runs (a chained export, queued with `after` =
     afterok:<the run's job> before that checkpoint exists). `preflight`: check, merge nothing."""
+    check_time(time_limit)
     if later:
         fmt = fmt or _format_of(run)
         ckpt = LaterCheckpoint(str(run.checkpoints_dir), fmt)
@@ -276,6 +297,7 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
 
     def render(run_dir: str) -> Rendered:
         target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
+        check_target(target_dir)
         if (Path(target_dir) / "config.json").is_file():
             raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
                             "pass another --target or remove it")
@@ -330,6 +352,12 @@ def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data
                  time_limit=None) -> tuple[Request, str, str]:
     """The pipeline Request of one eval job of SFT run `run` (its samples land in the run):
     (request, eval id, output folder). SpecError names the flag to fix."""
+    for flag, value in (("--max-samples", max_samples), ("--max-new-tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(flag, f"{value!r} would evaluate nothing; pass 1 or more")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise SpecError("--gpus", f"{gpus!r} is not a number of GPUs; pass 0 or more")
+    check_time(time_limit)
     plan = run.read_json("plan.json")
     if plan and plan.get("method") not in (None, "sft"):
         raise SpecError("RUN", f"run {run.id} is a {plan.get('method')} run; sf eval is for SFT runs "

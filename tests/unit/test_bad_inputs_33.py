@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import write_site  # noqa: E402
+from sfc_helpers import write_exp, write_site  # noqa: E402
 
 from launcher.cli import app  # noqa: E402
 from launcher.cli.app import COMMANDS, main  # noqa: E402
@@ -102,3 +102,181 @@ def test_crash_report_unwritable_still_one_line(env, monkeypatch):
     (env / "cache").write_text("a file where the cache folder should be")
     monkeypatch.setattr(click.Command, "invoke", lambda self, ctx: 1 / 0)
     refused(sf("list"), "ZeroDivisionError", "no report", code=1)
+
+
+# --- 2. command values --------------------------------------------------------------------
+
+@pytest.fixture
+def exp(env):
+    write_exp(env, "exp", GOOD)
+    return env
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["validate", "exp", "--model", ""], ["--model", "is empty", "leave --model out"]),
+    (["validate", "exp", "--model", "  "], ["--model", "is empty"]),
+    (["validate", "exp", "--train-data", ""], ["--train-data", "is empty", "training file"]),
+    (["validate", "exp", "--train-data", "/d/a.parquet", "--train-data", ""], ["--train-data", "is empty"]),
+    (["validate", "exp", "--validation-data", ""], ["--validation-data", "is empty"]),
+    (["validate", "exp", "--profile", ""], ["--profile", "is empty"]),
+    (["validate", "exp", "--runs-dir", ""], ["--runs-dir", "is empty"]),
+    (["render", "exp", "-o", ""], ["--output", "is empty", "pass a folder"]),
+    (["validate", "exp", "--constraint", "&&"], ["--constraint", "'&&'", "feature", "a100&ib"]),
+    (["validate", "exp", "--constraint", "a100&"], ["--constraint", "ends with an operator"]),
+    (["validate", "exp", "--constraint", "(a100|h200"], ["--constraint", "never closed"]),
+    (["validate", "exp", "--constraint", "a100**2"], ["--constraint", "node count"]),
+    (["status", "--watch", "--interval", "nan"], ["--interval", "nan", "number of seconds"]),
+    (["status", "--watch", "--interval", "inf"], ["--interval", "inf"]),
+    (["logs", "x", "--interval", "nan"], ["--interval", "nan"]),
+    (["logs", "x", "--check-every", "inf"], ["--check-every", "inf"]),
+    (["list", "--runs-dir", " "], ["--runs-dir", "is empty"]),
+])
+def test_command_value_refused(exp, args, needles):
+    refused(sf(*args), *needles)
+
+
+def test_command_value_refused_json(exp):
+    line, doc = json_refused(sf("status", "--interval", "nan", "--json"), "--interval")
+    assert doc["errors"][0]["field"] == "--interval"
+
+
+def test_good_constraint_still_passes(exp):
+    r = sf("validate", "exp", "--constraint", "[rack1|rack2]&a100*2")
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.fixture
+def ckpt_env(env, monkeypatch):
+    """A runtime registry (export and eval need one) and a good FSDP checkpoint in `ckpt`."""
+    registry = env / "runtimes.yaml"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {env / "rt"}}}\n')
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(registry))
+    monkeypatch.delenv("FORGE_IMAGE_VERL", raising=False)
+    fsdp_layout(env / "ckpt", step=5, world=2)
+    return env
+
+
+def fsdp_layout(root: Path, step: int = 5, world: int = 2) -> Path:
+    actor = root / f"global_step_{step}" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "huggingface" / "config.json").write_text("{}")
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 1, "world_size": world}))
+    for rank in range(world):
+        (actor / f"model_world_size_{world}_rank_{rank}.pt").write_bytes(b"x")
+    (root / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
+    return actor
+
+
+def export(env, *args):
+    return sf("export", "my-grpo", "--checkpoint", env / "ckpt", "--checkpoint-format", "verl-fsdp", "--dry-run",
+              "--target", env / "hf", *args)
+
+
+def sft_run(env):
+    from launcher import runs
+
+    val = env / "val.jsonl"
+    val.write_text('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n')
+    run = runs.create_run(env / "runs", "my-sft")
+    run.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1",
+                                 "overrides": [f"data.val_files={val}", "data.messages_key=messages"]})
+    fsdp_layout(run.checkpoints_dir, step=3, world=1)
+    return run
+
+
+def test_export_good_is_accepted(ckpt_env):
+    r = export(ckpt_env, "--time", "01:00:00")
+    assert r.exit_code == 0, r.output
+    assert "#SBATCH --time=01:00:00" in r.output
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--time", "0"], ["--time", "'0'", "no time at all"]),
+    (["--time", "99:99:99"], ["--time", "minutes must be below 60"]),
+    (["--time", ""], ["--time", "is empty"]),
+    (["--target", ""], ["--target", "is empty"]),
+    (["--checkpoint", ""], ["--checkpoint", "is empty"]),
+])
+def test_export_value_refused(ckpt_env, args, needles):
+    refused(export(ckpt_env, *args), *needles)
+
+
+def test_export_target_dev_null_refused(ckpt_env):
+    r = sf("export", "my-grpo", "--checkpoint", ckpt_env / "ckpt", "--checkpoint-format", "verl-fsdp", "--dry-run",
+           "--target", "/dev/null")
+    refused(r, "--target", "/dev/null", "not a folder", "new or empty folder")
+    (ckpt_env / "afile").write_text("x")
+    r = sf("export", "my-grpo", "--checkpoint", ckpt_env / "ckpt", "--dry-run", "--target", ckpt_env / "afile" / "hf")
+    refused(r, "--target", "afile is a file")
+
+
+def test_eval_good_is_accepted(ckpt_env):
+    run = sft_run(ckpt_env)
+    r = sf("eval", run.id, "--dry-run", "--max-samples", "1", "--max-new-tokens", "1", "--time", "10")
+    assert r.exit_code == 0, r.output
+    assert "--max-samples 1" in r.output
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--time", "0"], ["--time", "no time at all"]),
+    (["--time", "99:99:99"], ["--time", "below 60"]),
+    (["--max-samples", "0"], ["--max-samples", "evaluate nothing", "1 or more"]),
+    (["--max-samples", "-3"], ["--max-samples", "1 or more"]),
+    (["--max-new-tokens", "0"], ["--max-new-tokens", "1 or more"]),
+    (["--gpus", "-1"], ["--gpus", "0 or more"]),
+    (["--model", ""], ["--model", "is empty"]),
+    (["--validation-data", ""], ["--validation-data", "is empty"]),
+])
+def test_eval_value_refused(ckpt_env, args, needles):
+    run = sft_run(ckpt_env)
+    refused(sf("eval", run.id, "--dry-run", *args), *needles)
+
+
+# --- 3. checkpoints read by export and eval -----------------------------------------------
+
+@pytest.mark.parametrize("tracker, needles", [
+    ("\u0663", ["latest_checkpointed_iteration.txt", "not a step number"]),  # ARABIC-INDIC THREE
+    ("\u00b2", ["latest_checkpointed_iteration.txt", "not a step number"]),  # superscript two: isdigit, not int
+    ("7" * 5000, ["latest_checkpointed_iteration.txt", "not a step number", "..."]),
+    ("-1", ["latest_checkpointed_iteration.txt", "not a step number"]),
+    (b"\xff\xfe\x00", ["latest_checkpointed_iteration.txt", "not text"]),
+    ("1" * 70000, ["latest_checkpointed_iteration.txt", "damaged"]),
+])
+def test_damaged_tracker_refused(ckpt_env, tracker, needles):
+    path = ckpt_env / "ckpt" / "latest_checkpointed_iteration.txt"
+    path.write_bytes(tracker if isinstance(tracker, bytes) else tracker.encode())
+    line = refused(export(ckpt_env), "--checkpoint", *needles)
+    assert len(line) < 600, line
+    run = sft_run(ckpt_env)
+    (run.checkpoints_dir / "latest_checkpointed_iteration.txt").write_bytes(path.read_bytes())
+    refused(sf("eval", run.id, "--dry-run"), "--checkpoint", *needles)
+
+
+@pytest.mark.parametrize("config, needles", [
+    ({"world_size": 10**12}, ["fsdp_config.json", "world_size 1000000000000", "from 1 to"]),
+    ({"world_size": -1}, ["fsdp_config.json", "world_size -1"]),
+    ({"world_size": 0}, ["fsdp_config.json", "world_size 0"]),
+    ({"world_size": True}, ["fsdp_config.json", "world_size True"]),
+    ({"world_size": "2"}, ["fsdp_config.json", "world_size '2'"]),
+    ({"FSDP_version": 1}, ["fsdp_config.json", "world_size None"]),
+    ([2], ["fsdp_config.json", "world_size None"]),
+    ("{not json", ["fsdp_config.json", "not JSON"]),
+])
+def test_damaged_fsdp_config_refused_quickly(ckpt_env, config, needles):
+    import time
+
+    path = ckpt_env / "ckpt" / "global_step_5" / "actor" / "fsdp_config.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config))
+    start = time.monotonic()
+    refused(export(ckpt_env), "--checkpoint", *needles)
+    run = sft_run(ckpt_env)
+    (run.checkpoints_dir / "global_step_3" / "actor" / "fsdp_config.json").write_bytes(path.read_bytes())
+    refused(sf("eval", run.id, "--dry-run"), "--checkpoint", *needles)
+    assert time.monotonic() - start < 10
+
+
+def test_missing_shards_listed_briefly(ckpt_env):
+    actor = ckpt_env / "ckpt" / "global_step_5" / "actor"
+    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 64}))
+    line = refused(export(ckpt_env), "--checkpoint", "model_world_size_64_rank_0.pt", "59 more shards")
+    assert "rank_63" not in line
