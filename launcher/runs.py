@@ -17,6 +17,7 @@ One directory per run under the site's runs_dir, named by a short readable id
                          logs/ as slurm-<array id>_<task>.out or logs/<task>/...)
         logs/            slurm-%j.out and the per-node/per-role logs of the job
         checkpoints/     verl's trainer.default_local_dir
+        metrics/         verl's file logger, one file per attempt
 
 record.json holds:
     id, experiment, kind ("run" or "sweep"), created (ISO UTC), state, history
@@ -36,6 +37,13 @@ file in the same directory, fsynced and renamed over the old one, so two `sf` co
 at once never corrupt a record or lose a change, and a crash leaves the old file.
 Inside the job (compute nodes) nothing locks: record_phase appends one line with
 O_APPEND in a single write.
+
+Shared clusters (launcher.ownership): the runs folder must be trusted (nobody else can rename
+what is in it: root's or yours, sticky if others may write it, and so every folder above it);
+a run folder and what sf makes in it get explicit modes whatever the umask: 0700 (logs/ always),
+or 2750 with the site's share_group for the run, checkpoints/ and metrics/; files are 0600
+and never opened through a symlink. The lock is 0600 in the run's own folder, and a wait for
+it is bounded (LOCK_WAIT_S): a command gives up naming the lock file instead of hanging.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from launcher import ownership
 from launcher.errors import SpecError
 from launcher.states import CREATED, REQUEUED
 
@@ -61,7 +70,14 @@ RECORD = "record.json"
 EVENTS = "events.jsonl"
 REASON = "reason"
 LOCK = ".record.lock"
-SUBDIRS = ("logs", "checkpoints")
+SUBDIRS = ("logs", "checkpoints", "metrics")
+PRIVATE_SUBDIRS = ("logs",)  # Ray's and the driver's output: never shared with a group
+LOCK_WAIT_S = 10.0  # a record change takes milliseconds; longer is a stuck or hostile holder
+LOCK_POLL_S = 0.05
+
+
+class RecordBusy(SpecError):
+    """The record's lock was not free within LOCK_WAIT_S."""
 
 _B32 = "abcdefghijklmnopqrstuvwxyz234567"
 _SUFFIX_LEN = 5
@@ -185,15 +201,27 @@ class Run:
         return self.write_text(name, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
     @contextlib.contextmanager
-    def locked(self):
-        """Exclusive lock on the record (fcntl on .record.lock); not reentrant."""
-        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    def locked(self, wait_s: float = LOCK_WAIT_S):
+        """Exclusive lock on the record (fcntl on .record.lock, 0600, this user's, never through
+        a symlink); not reentrant. RecordBusy, naming the file, after `wait_s` without it."""
+        fd = ownership.open_own_file(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.fchmod(fd, 0o600)  # a lock file of an older sf was 0644: others could take it
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise RecordBusy("run", f"the record of {self.id} stayed locked for {wait_s:g} s "
+                                         f"({self.dir / LOCK}: another sf command, or a process holding that "
+                                         "file, has it); try again, or look at who holds it with "
+                                         f"`fuser {self.dir / LOCK}`") from None
+                    time.sleep(LOCK_POLL_S)
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            os.close(fd)  # drops the lock
 
     def mutate(self, fn: Callable[[dict], dict | None]) -> dict:
         """Read-modify-write record.json under the lock. `fn` edits the dict in place or
@@ -251,20 +279,37 @@ def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None)
     }
 
 
+def make_runs_root(runs_dir, share_group: str | None = None, field: str = "runs_dir") -> Path:
+    """The runs folder, made (with its missing parents) when it is not there: every existing
+    folder on its path must be trusted (ownership.trusted_chain), what sf makes is 0700, or
+    0750 with the site's share_group so that the group reaches the runs shared with it."""
+    root = Path(runs_dir).expanduser().absolute()
+    ownership.trusted_chain(root, field)
+    missing = [p for p in (root, *root.parents) if not p.exists()]
+    for folder in reversed(missing):
+        try:
+            ownership.make_own_dir(folder, 0o750 if share_group else ownership.PRIVATE_DIR, group=share_group,
+                                   field=field)
+        except FileExistsError:  # another sf command made it a moment ago
+            ownership.trusted_chain(folder, field)
+    return root
+
+
 def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | None = None,
-               **fields) -> Run:
-    """Make `<runs_dir>/<id>/` (logs/, checkpoints/) with record state "created".
+               share_group: str | None = None, **fields) -> Run:
+    """Make `<runs_dir>/<id>/` (logs/, checkpoints/, metrics/) with record state "created".
 
     `sweep` is {"id": SWEEP_ID, "index": i} for a point of a sweep; extra `fields` go into
-    the record (e.g. members=[...] for a sweep)."""
+    the record (e.g. members=[...] for a sweep). `share_group` (the site's): the group may
+    read the run's checkpoints and metrics; else nobody but this user reads anything of it."""
     if kind not in ("run", "sweep"):
         raise ValueError(f"kind must be 'run' or 'sweep', not {kind!r}")
-    root = Path(runs_dir).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_runs_root(runs_dir, share_group)
+    mode = ownership.SHARED_DIR if share_group else ownership.PRIVATE_DIR
     for _ in range(100):
         run_id = new_run_id(experiment)
         try:
-            (root / run_id).mkdir()
+            ownership.make_own_dir(root / run_id, mode, group=share_group)
         except FileExistsError:
             continue
         break
@@ -272,12 +317,27 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
         raise RuntimeError(f"could not find a free run id under {root}")
     run = Run(root / run_id)
     for sub in SUBDIRS:
-        # logs/ holds Ray's and the driver's output: the job's user's only
-        (run.dir / sub).mkdir(mode=0o700 if sub == "logs" else 0o777)
+        ownership.make_own_dir(run.dir / sub, ownership.PRIVATE_DIR if sub in PRIVATE_SUBDIRS else mode,
+                               group=None if sub in PRIVATE_SUBDIRS else share_group)
     rec = _initial_record(run_id, experiment, kind, sweep)
     rec.update(fields)
     run.write_json(RECORD, rec)
     return run
+
+
+def make_run_dir(path, share_group: str | None = None) -> Run:
+    """`sf render -o DIR`: DIR as a run dir the job will accept (its parent trusted, DIR this
+    user's with the modes of create_run; an existing DIR must be this user's already), for a
+    job submitted by hand. Its files are the caller's to write (Run.write_text)."""
+    path = Path(path).absolute()
+    make_runs_root(path.parent, share_group, field="--output")
+    mode = ownership.SHARED_DIR if share_group else ownership.PRIVATE_DIR
+    ownership.make_own_dir(path, mode, group=share_group, exist_ok=True, field="--output")
+    for sub in SUBDIRS:
+        private = sub in PRIVATE_SUBDIRS
+        ownership.make_own_dir(path / sub, ownership.PRIVATE_DIR if private else mode,
+                               group=None if private else share_group, exist_ok=True, field="--output")
+    return Run(path)
 
 
 def _run_ids(root: Path) -> list[str]:
@@ -355,7 +415,7 @@ def record_phase(run_dir, phase: str, **info) -> dict:
             event["restart"] = int(os.environ["SLURM_RESTART_COUNT"])
     event.update(info)
     line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
-    fd = os.open(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = ownership.open_own_file(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
     finally:

@@ -97,11 +97,33 @@ def parse_sbatch_parsable(stdout: str) -> str:
     return job_id
 
 
+def _passed(name: str, passed) -> bool:
+    """Whether `passed` (names, or prefixes ending in `*`) lets `name` through."""
+    return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in passed)
+
+
 def sbatch_input_variables(environ=None, passed=()) -> list[str]:
     """The SBATCH_* variables set in `environ` (default: ours) that sbatch would read as
     options, overriding the script's #SBATCH lines, less those `passed` on purpose."""
     environ = os.environ if environ is None else environ
-    return sorted(name for name in environ if name.startswith("SBATCH_") and name not in passed)
+    return sorted(name for name in environ if name.startswith("SBATCH_") and not _passed(name, passed))
+
+
+# What else in the submitting shell would steer the job: sbatch passes its whole environment
+# into the job, where every srun reads SLURM_*/SRUN_* inputs (SLURM_TIMELIMIT=1 would kill each
+# Ray node after a minute, SLURM_EXPORT_ENV=NONE every step), Ray reads RAY_* (RAY_ADDRESS would
+# reach every node), and the in-job code reads the SF_TEST_* test hooks. None of them reaches the
+# job unless the site lets it (slurm.pass_ray_env; test_hooks for the dev cluster's tests).
+STEERING_PREFIXES = ("SLURM_", "SRUN_", "SALLOC_", "RAY_", "SF_TEST_")
+STEERING_KEPT = ("SLURM_CONF",)  # which cluster sbatch talks to
+
+
+def steering_variables(environ=None, passed=()) -> list[str]:
+    """The STEERING_PREFIXES variables set in `environ` (default: ours) that sf's sbatch calls
+    leave out, less those `passed` (site.pass_sbatch_env)."""
+    environ = os.environ if environ is None else environ
+    return sorted(name for name in environ if name.startswith(STEERING_PREFIXES)
+                  and name not in STEERING_KEPT and not _passed(name, passed))
 
 
 def login_env_variables(environ=None, passed=()) -> list[str]:
@@ -111,20 +133,26 @@ def login_env_variables(environ=None, passed=()) -> list[str]:
     return [name for name in LOGIN_ENV if environ.get(name) and name not in passed]
 
 
-def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S, pass_env=()) -> str:
+def sbatch(script_path, *, extra_args=(), cwd=None, timeout: float = DEFAULT_TIMEOUT_S, pass_env=(),
+           umask: int = 0o077) -> str:
     """Submit a batch script; returns the job id (leader id for a hetjob, array id for an
-    array). sbatch runs without our SBATCH_* variables but those in `pass_env`: the script
-    says what the job asks for."""
+    array). sbatch runs without our SBATCH_* and steering variables but those in `pass_env`:
+    the script says what the job asks for. `umask` is the job's (Slurm gives the batch step
+    and every srun task the submitter's; the user's own may be 000)."""
     proc = _run(["sbatch", "--parsable", *extra_args, str(script_path)], cwd=cwd, timeout=timeout,
-                env=_sbatch_env(pass_env))
+                env=_sbatch_env(pass_env, umask))
     return parse_sbatch_parsable(proc.stdout)
 
 
-def _sbatch_env(pass_env) -> dict:
-    """Our environment less the SBATCH_* variables. The LOGIN_ENV ones stay: sbatch may need
-    LD_LIBRARY_PATH to run at all; the job's script unsets them (sbatch_values.login_env_unset)."""
-    left_out = set(sbatch_input_variables(passed=pass_env))
-    return {name: value for name, value in os.environ.items() if name not in left_out}
+def _sbatch_env(pass_env, umask: int = 0o077) -> dict:
+    """Our environment less the SBATCH_* and steering variables, with the job's umask
+    (sbatch sends SLURM_UMASK as it finds it, else its own umask). The LOGIN_ENV ones stay:
+    sbatch may need LD_LIBRARY_PATH to run at all; the job's script unsets them
+    (sbatch_values.login_env_unset)."""
+    left_out = set(sbatch_input_variables(passed=pass_env)) | set(steering_variables(passed=pass_env))
+    env = {name: value for name, value in os.environ.items() if name not in left_out}
+    env["SLURM_UMASK"] = f"{umask:04o}"
+    return env
 
 
 def sbatch_test_only(script_path, *, extra_args=(), cwd=None, pass_env=()) -> str:

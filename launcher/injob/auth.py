@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import stat
 from pathlib import Path
+
+from launcher import ownership
 
 MODE = "token"
 FOLDER = ".ray-auth"
@@ -35,12 +39,23 @@ def token_path(run_dir: str, job_id: str) -> Path:
 
 
 def make_token(run_dir: str, job_id: str) -> Path:
-    """Write a fresh random token, readable by this user only; returns its path."""
+    """Write a fresh random token, readable by this user only, into a token folder this very
+    call makes (an earlier attempt's goes first: a folder that is not this user's own, or a
+    symlink, is refused, never reused: its owner could swap the token); returns its path."""
     path = token_path(run_dir, job_id)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(path.parent, 0o700)  # an older folder, or a umask that widened it
-    path.unlink(missing_ok=True)  # an earlier attempt of this job (requeue): a new token
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    folder = path.parent
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise ownership.UnsafePath("run", f"{folder} is not a folder sf made ({ownership.user_name(st.st_uid)}'s"
+                                       f"{', a symlink' if stat.S_ISLNK(st.st_mode) else ''}): the job's Ray token is "
+                                       "never written there; remove it and submit again")
+        shutil.rmtree(folder)  # an earlier attempt's (a requeue): a new folder, a new token
+    ownership.make_own_dir(folder, 0o700)  # exclusive: fails if anything appeared meanwhile
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, secrets.token_hex(32).encode())
     finally:

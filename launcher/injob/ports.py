@@ -1,15 +1,17 @@
 """Ray ports per (job, node slot), derived from SLURM_JOB_ID inside the site's range.
 
 The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
-A job takes block `job_id % n_blocks`; node i of the job takes slot `i % SLOTS_PER_JOB`.
-Two jobs whose ids differ by less than n_blocks never share a port, and nor do two
-nodes of one job (emulated nodes, or several jobs on one shared host): a job's nodes past
-the first SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds
-every port a Ray node opens (head-only ones too) and a worker port range.
+A job's head draws its first block at random (random_block: nobody can predict it); node
+i of the job tries slot `i % SLOTS_PER_JOB` of it first. Two nodes never share a port on one
+host: a node takes the next slot another node of this user does not hold (a lock) and no
+other process uses (a bind check of every port of the slot); a job's nodes past the first
+SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds every port a Ray
+node opens (head-only ones too) and a worker port range.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import asdict, dataclass
 
 SLOT_SIZE = 128
@@ -70,8 +72,15 @@ def n_blocks(port_range: tuple[int, int]) -> int:
 
 
 def job_block(job_id: int | str, port_range: tuple[int, int]) -> int:
-    """The block a job tries first."""
+    """The block job `job_id` would take by its id: predictable by anyone, so only the
+    benchmarks' "Ray alone" baseline uses it; sf's jobs take random_block."""
     return int(job_id) % n_blocks(port_range)
+
+
+def random_block(port_range: tuple[int, int]) -> int:
+    """The block a job's head tries first, drawn at random: another user who wants to squat
+    the ports of a job cannot know them before it starts (the workers follow the head's)."""
+    return secrets.randbelow(n_blocks(port_range))
 
 
 def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:

@@ -53,7 +53,8 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from launcher import runs, slurm, states
+from launcher import ownership, runs, slurm, states
+from launcher.errors import SpecError
 from launcher.injob import address as addr_mod
 from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_main
 from launcher.injob import gpus as gpus_mod
@@ -313,6 +314,10 @@ def tcp_open(host: str, port: int) -> bool:
         return False
 
 
+class PortsTaken(RuntimeError):
+    """No port slot of the site's range is free on the head's host (the message says which)."""
+
+
 class Supervisor:
     def __init__(self, contract: Contract, run_dir: str, preflight: bool = False):
         self.contract = contract
@@ -340,7 +345,7 @@ class Supervisor:
         """Append a phase (a launcher.states constant) to the run's events."""
         try:
             runs.record_phase(self.run_dir, phase, **info)
-        except OSError as exc:
+        except (OSError, SpecError) as exc:
             log(f"warning: cannot record phase {phase}: {exc}")
         log(f"phase {phase} " + " ".join(f"{k}={v}" for k, v in info.items() if v is not None))
 
@@ -485,30 +490,31 @@ class Supervisor:
         self.job = replace(self.job, head=f"{self.head_addr}:{self.ports.gcs}", port_block=block, head_slot=slot)
 
     def free_head_slot(self) -> tuple[int, int]:
-        """(block, slot) of the head's ports: the job's block first, reserved on the head's
-        host for the whole job (private.reserve: an fcntl lock this process holds until it
-        exits, so two jobs of this user starting on one host at once never take one slot)
-        and with its head ports free (another user's job or program is seen by the bind
-        check). Raises when the whole range is taken on this host."""
-        from launcher.injob.node import busy_ports
+        """(block, slot) of the head's ports: a block chosen at random (another user cannot
+        predict it and squat it beforehand), reserved on the head's host for the whole job
+        (private.reserve: an fcntl lock this process holds until it exits, so two jobs of this
+        user starting on one host at once never take one slot) and with every port of the slot
+        free, the worker range included (another user's job or program is seen by the bind
+        check). PortsTaken, naming the ports and the fix, when no slot of the range is free."""
+        from launcher.injob.node import busy_ports, ports_taken_text
 
         locks = private.lock_dir(self.ray.temp_root)
         if locks is None:
             log(f"warning: no private lock dir under {self.ray.temp_root}: the port block is not reserved")
-        first = ports_mod.job_block(self.job_id, self.ray.port_range)
+        first = ports_mod.random_block(self.ray.port_range)
+        busy: list[int] = []
         for block, slot in ports_mod.candidate_slots(first, 0, self.ray.port_range):
             reservation = private.reserve(locks, block, slot)
             if reservation is None:
                 continue
-            if not busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.ray.port_range), head=True):
-                if (block, slot) != (first, 0):
-                    log(f"ports: block {first} slot 0 is taken on {self.head_addr}; using block {block} slot {slot}")
+            busy = busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.ray.port_range), head=True)
+            if not busy:
+                if slot != 0:
+                    log(f"ports: slot 0 of block {block} is taken on {self.head_addr}; using slot {slot}")
                 self.port_reservation = reservation
                 return block, slot
             reservation.release()
-        lo, hi = self.ray.port_range
-        raise RuntimeError(f"port collision: every port slot of {lo}-{hi} is taken on {self.head_addr} "
-                           "(other Ray nodes on this host); widen ray.port_range or submit again later")
+        raise PortsTaken(ports_taken_text(self.head_addr, self.ray.port_range, busy))
 
     def may_requeue(self) -> bool:
         c = self.contract
@@ -879,8 +885,27 @@ class Supervisor:
                 pass
 
 
+def own_run_dir(run_dir: str) -> str | None:
+    """Why this job must not run in `run_dir` (another user's, a symlink, open to others, in a
+    folder others may rename it out of), or None. Checked before the job writes anything."""
+    try:
+        ownership.check_own_dir(run_dir)
+        ownership.trusted_chain(os.path.dirname(os.path.abspath(run_dir)))
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    unsafe = own_run_dir(args.run_dir)
+    if unsafe:
+        # nothing is written into it: not the reason, not an event (they would go where the other user says)
+        log(f"refusing to run: {unsafe}")
+        return 2
+    # what the job makes (checkpoints, metrics, verl's and Ray's files) is its user's alone, or its
+    # group's to read when the run is shared (ownership.run_umask), whatever umask it came with
+    os.umask(ownership.run_umask(args.run_dir))
     sup = Supervisor(read_contract(args), args.run_dir, preflight=args.preflight)
 
     def on_term(signum, _frame):
@@ -898,6 +923,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the batch script's requeue trap handles it
     try:
         return sup.run()
+    except PortsTaken as exc:  # another user's or program's ports: the reason says which, no traceback
+        return sup.fail(str(exc), rc=1)
     except Exception as exc:  # a bug or a broken allocation: still leave a reason behind
         import traceback
 

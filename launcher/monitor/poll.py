@@ -19,6 +19,7 @@ from pathlib import Path
 from launcher import runs as runs_mod
 from launcher import slurm
 from launcher import states as vocabulary
+from launcher.errors import SpecError
 from launcher.states import (
     CANCELLED,
     CANCELLING,
@@ -322,8 +323,8 @@ def _write_back(run: runs_mod.Run, rec: dict, status: RunStatus) -> None:
 
     try:
         run.mutate(apply)
-    except OSError:
-        pass  # someone else's read-only runs dir: status still shows the truth
+    except (OSError, SpecError):
+        pass  # someone else's read-only runs dir, or a record locked too long: status still shows the truth
 
 
 def _read_records(runs: list[runs_mod.Run], runs_dir) -> tuple[dict, dict]:

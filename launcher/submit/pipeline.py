@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher import runs, slurm
+from launcher import ownership, runs, slurm
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
 from launcher.compile.verlcheck import version_note
@@ -125,7 +125,8 @@ def bind(request: Request, after: str | None = None, record: dict | None = None)
     fields) and the request rendered for it, its files written. A failure to render records
     submit_failed on a new run."""
     new = request.run is None
-    run = request.run or runs.create_run(request.runs_dir, request.experiment, **request.record, **(record or {}))
+    run = request.run or runs.create_run(request.runs_dir, request.experiment, **request.record, **(record or {}),
+                                         share_group=getattr(request.site, "share_group", None))
     try:
         rendered = request.rendered(str(run.dir), after=after)
     except Exception as exc:
@@ -162,7 +163,8 @@ def submit(request: Request) -> Submitted:
     script = run.path(rendered.script_name)
     try:
         job_id = slurm.sbatch(script, pass_env=request.pass_sbatch_env,
-                              cwd=str(run.dir) if request.sbatch_in_run_dir else None)
+                              cwd=str(run.dir) if request.sbatch_in_run_dir else None,
+                              umask=ownership.run_umask(run.dir))
     except SlurmError as exc:
         if rendered.entry is not None:
             list_entry(run, request.entry_key, {**rendered.entry, "job_id": None, "state": SUBMIT_FAILED,
