@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from launcher import runs, slurm
+from launcher import ownership, runs, slurm
 from launcher.cli.cmd_run import chain_line
 from launcher.cli.options import say_sbatch_env_left_out, spec_flags, spec_options
 from launcher.errors import SlurmError, SpecError, SpecErrors
@@ -172,12 +172,13 @@ def _submit(compiled, points, site, runtime, grid, k, mode, preflight, as_json, 
                                 points=[{"index": i, "params": params, "given": given}
                                         for i, ((params, _r), given) in enumerate(zip(compiled, points, strict=True))],
                                 max_parallel=k, preflight=preflight, runtime=runtime.to_dict(), members=[],
-                                submissions=[])
+                                submissions=[], share_group=site.share_group)
     members, plans = [], []
     try:
         for index, (params, request) in enumerate(compiled):
             member = runs.create_run(request.runs_dir, request.experiment, sweep={"id": sweep_run.id, "index": index},
-                                     params=params, preflight=preflight, runtime=runtime.to_dict(), attempts=[],
+                                     share_group=site.share_group, params=params, preflight=preflight,
+                                     runtime=runtime.to_dict(), attempts=[],
                                      **({"model_from": dict(request.chain)} if request.chain else {}))
             members.append(member)
             plan = request.plan.with_run_dir(str(member.dir))  # compiled once, bound here
@@ -244,7 +245,8 @@ def _submit_array(sweep_run, members, indices, n, k, pass_env, after: str | None
         own = sweep_mod.script_dependency(sweep_run.read_text("job.sbatch") or "")
         extra.append(f"--dependency={sweep_mod.throttled_dependency(own, after)}")
     try:
-        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env)
+        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env,
+                                umask=ownership.run_umask(sweep_run.dir))
     except SlurmError as exc:
         for r in [sweep_run, *chosen]:
             r.add_state(SUBMIT_FAILED, error=str(exc))
@@ -293,7 +295,7 @@ def _submit_hetjobs(sweep_run, members, k, pass_env, waits: list[str | None] | N
                                                   (waits or [None] * len(members))[i]))
         try:
             job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
-                                  pass_env=pass_env)
+                                  pass_env=pass_env, umask=ownership.run_umask(m.dir))
         except SlurmError as exc:
             m.add_state(SUBMIT_FAILED, error=str(exc))
             click.echo(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}", err=True)

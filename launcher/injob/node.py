@@ -70,12 +70,25 @@ def redirect_output(path: Path) -> None:
 
 
 def busy_ports(address: str, ports, *, head: bool) -> list[int]:
-    """The fixed ports of a node slot that something on this host already holds."""
+    """The ports of a node slot that something on this host already holds: every port Ray
+    will open (its fixed ones, the head's too when `head`) and the whole worker range, so a
+    port another user squats anywhere in the slot skips the slot before Ray starts instead of
+    failing a worker after it ran."""
     fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
              ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
     if head:
-        fixed += [ports.gcs, ports.client_server, ports.dashboard_metrics, ports.autoscaler_metrics]
-    return [p for p in fixed if not port_free(address, p)]
+        fixed += [ports.gcs, ports.client_server, ports.dashboard, ports.rdzv, ports.dashboard_metrics,
+                  ports.autoscaler_metrics]
+    wanted = fixed + list(range(ports.min_worker, ports.max_worker + 1))
+    return [p for p in wanted if not port_free(address, p)]
+
+
+def ports_taken_text(address: str, port_range, busy: list[int]) -> str:
+    """The reason when no slot of the range is free on a host: the ports seen taken, the fix."""
+    shown = ", ".join(str(p) for p in busy[:8]) + (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
+    return (f"port collision: no port slot of ray.port_range {port_range[0]}-{port_range[1]} is free on {address} "
+            f"(last slot tried: port {shown} taken by another process, of another user or another program; "
+            f"`ss -ltnp` on that node shows it); widen or move ray.port_range in the site file, or exclude the node")
 
 
 def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
@@ -263,8 +276,9 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
         ports = ports_mod.block_ports(first_block, head_slot, port_range)
         busy = busy_ports(address, ports, head=True)
         if busy:
-            return None, (f"port collision: ports {busy} of the head's slot on {address} are held by "
-                          "another process (not an sf job of this user)")
+            return None, (f"port collision: port {', '.join(map(str, busy[:8]))} of the head's slot on {address} "
+                          "was taken after the supervisor checked it (by another process: another user's or "
+                          "another program); submit again, or move ray.port_range in the site file")
         return ports, None
     # A worker's ports only have to be free on its own host: it takes the first slot there that
     # no other job of this user holds (the lock) and no other program uses (the bind check).
@@ -282,8 +296,7 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
             held["reservation"] = reservation
             return ports, None
         reservation.release()
-    return None, (f"port collision: every port slot of {port_range[0]}-{port_range[1]} is taken on {address} "
-                  f"(last tried: {busy}); widen ray.port_range")
+    return None, ports_taken_text(address, port_range, busy)
 
 
 # A start attempt and its watch share the child's state (pid, port slot, deadline).
