@@ -21,7 +21,7 @@ from click.shell_completion import CompletionItem
 from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
-from launcher.slurm import login_env_variables, sbatch_input_variables
+from launcher.slurm import login_env_variables, sbatch_input_variables, steering_variables
 from launcher.spec.site import runs_root
 
 
@@ -196,3 +196,9 @@ def say_sbatch_env_left_out(passed=()) -> None:
     if names:
         click.echo(f"sf: left out of sbatch's environment: {', '.join(names)} (they would override the script's "
                    "#SBATCH lines; the site's slurm.pass_sbatch_env lets named ones through)", err=True)
+    steering = steering_variables(passed=passed)
+    if steering:
+        shown = ", ".join(steering[:8]) + (f" and {len(steering) - 8} more" if len(steering) > 8 else "")
+        click.echo(f"sf: left out of the job's environment: {shown} (they would steer the job's srun steps, Ray "
+                   "or sf's test hooks instead of sf; the site's slurm.pass_ray_env lets named RAY_* ones through)",
+                   err=True)
