@@ -1,0 +1,203 @@
+"""What sf makes in a run is its user's alone (launcher.ownership, runs, auth, ports, slurm's env).
+
+The attacks themselves, as a second user against real jobs, are tests/cluster/test_multiuser.py;
+these pin the rules one by one on local folders.
+"""
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher import ownership, runs, slurm
+from launcher.injob import auth, ports
+from launcher.injob.node import busy_ports
+from launcher.spec.site import site_from_dict
+
+NOBODY = pwd.getpwnam("nobody")
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture
+def umask_000():
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def test_a_run_made_under_umask_000_is_its_users_alone(tmp_path, umask_000):
+    run = runs.create_run(tmp_path / "runs", "grpo")
+    assert mode(tmp_path / "runs") == 0o700  # made by sf: explicit mode, not the umask's 0777
+    assert mode(run.dir) == 0o700
+    for sub in ("logs", "checkpoints", "metrics"):
+        assert mode(run.dir / sub) == 0o700, sub
+    assert mode(run.dir / runs.RECORD) == 0o600
+    run.add_state("submitting")
+    assert mode(run.dir / runs.LOCK) == 0o600
+    runs.record_phase(run.dir, "allocated")
+    assert mode(run.dir / runs.EVENTS) == 0o600
+
+
+def test_a_run_shared_with_a_group_lets_it_read_checkpoints_not_logs(tmp_path, umask_000):
+    group = grp.getgrgid(NOBODY.pw_gid).gr_name
+    run = runs.create_run(tmp_path / "runs", "grpo", share_group=group)
+    for path in (run.dir, run.dir / "checkpoints", run.dir / "metrics"):
+        assert mode(path) == 0o2750 and os.lstat(path).st_gid == NOBODY.pw_gid, path
+    assert mode(run.dir / "logs") == 0o700
+    assert ownership.run_umask(run.dir) == ownership.SHARED_UMASK
+    assert ownership.run_umask(runs.create_run(tmp_path / "runs", "solo").dir) == ownership.PRIVATE_UMASK
+
+
+def test_an_unknown_share_group_is_named(tmp_path):
+    with pytest.raises(ownership.UnsafePath, match="no group 'no-such-group-x'"):
+        runs.create_run(tmp_path, "grpo", share_group="no-such-group-x")
+
+
+@pytest.mark.parametrize("folder_mode", [0o777, 0o775, 0o770])
+def test_a_runs_folder_others_may_write_without_the_sticky_bit_is_refused(tmp_path, folder_mode):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, folder_mode)
+    with pytest.raises(ownership.UnsafePath, match=f"{shared} is writable by other users without the sticky bit"):
+        runs.create_run(shared, "grpo")
+    with pytest.raises(ownership.UnsafePath, match="sticky"):  # a folder below it is no better: it can be renamed
+        runs.create_run(shared / "alice", "grpo")
+    assert list(shared.iterdir()) == []  # nothing half-made
+    os.chmod(shared, 0o1777)  # like /tmp: allowed
+    assert runs.create_run(shared, "grpo").dir.parent == shared
+
+
+def test_a_runs_folder_of_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="belongs to nobody"):
+        runs.create_run(theirs / "mine", "grpo")
+
+
+def test_a_run_dir_that_is_a_symlink_or_another_users_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(ownership.UnsafePath, match="is a symlink"):
+        ownership.check_own_dir(tmp_path / "link")
+    os.chown(real, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="belongs to nobody"):
+        ownership.check_own_dir(real)
+
+
+def test_events_are_never_appended_through_a_symlink(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    target = tmp_path / "their-file"
+    target.write_text("theirs\n")
+    os.chmod(target, 0o644)
+    (run.dir / runs.EVENTS).symlink_to(target)
+    with pytest.raises(ownership.UnsafePath, match="symlink"):
+        runs.record_phase(run.dir, "allocated")
+    assert target.read_text() == "theirs\n" and mode(target) == 0o644
+
+
+def test_a_held_lock_makes_a_command_give_up_naming_the_file(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(run.dir / runs.LOCK)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with pytest.raises(runs.RecordBusy, match=str(run.dir / runs.LOCK)), run.locked(wait_s=0.5):
+            pass
+        assert 0.5 <= time.monotonic() - t0 < 3
+    finally:
+        holder.kill()
+        holder.wait()
+    run.add_state("submitting")  # free again: the change goes through
+
+
+def test_an_old_lock_file_open_to_others_is_closed_on_use(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    fd = os.open(run.dir / runs.LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    run.add_state("submitting")
+    assert mode(run.dir / runs.LOCK) == 0o600
+
+
+def test_the_token_goes_only_into_a_folder_the_job_made(tmp_path):
+    run_dir = str(runs.create_run(tmp_path, "grpo").dir)
+    folder = Path(run_dir) / auth.FOLDER
+    folder.mkdir(mode=0o777)  # another user's, planted before the job started
+    os.chown(folder, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="never written there"):
+        auth.make_token(run_dir, "42")
+    assert list(folder.iterdir()) == []
+    folder.rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder.symlink_to(elsewhere)
+    with pytest.raises(ownership.UnsafePath, match="a symlink"):
+        auth.make_token(run_dir, "42")
+    assert list(elsewhere.iterdir()) == []
+    folder.unlink()
+    first = auth.make_token(run_dir, "42")
+    (first.parent / "planted").write_text("x")
+    second = auth.make_token(run_dir, "42")  # a requeue: a fresh folder, nothing of the earlier one kept
+    assert second == first and not (second.parent / "planted").exists()
+    assert mode(second.parent) == 0o700 and mode(second) == 0o600
+    assert sorted(p.name for p in second.parent.iterdir()) == ["42.token"]
+
+
+def test_the_submit_shells_steering_variables_stay_out_of_the_job(monkeypatch):
+    for name, value in {"SLURM_TIMELIMIT": "1", "SLURM_EXPORT_ENV": "NONE", "SRUN_CPUS_PER_TASK": "1",
+                        "RAY_ADDRESS": "10.0.0.1:6379", "RAY_DEDUP_LOGS": "0", "SF_TEST_DRIVER": "exit 7",
+                        "SLURM_CONF": "/etc/slurm/slurm.conf", "SBATCH_TIMELIMIT": "1", "HOME": "/root"}.items():
+        monkeypatch.setenv(name, value)
+    assert slurm.steering_variables() == ["RAY_ADDRESS", "RAY_DEDUP_LOGS", "SF_TEST_DRIVER", "SLURM_EXPORT_ENV",
+                                          "SLURM_TIMELIMIT", "SRUN_CPUS_PER_TASK"]
+    env = slurm._sbatch_env(())
+    for gone in ("SLURM_TIMELIMIT", "SLURM_EXPORT_ENV", "SRUN_CPUS_PER_TASK", "RAY_ADDRESS", "RAY_DEDUP_LOGS",
+                 "SF_TEST_DRIVER", "SBATCH_TIMELIMIT"):
+        assert gone not in env, gone
+    assert env["SLURM_CONF"] == "/etc/slurm/slurm.conf" and env["HOME"] == "/root"
+    assert env["SLURM_UMASK"] == "0077"  # the user's own umask (000?) never reaches the job
+    passed = slurm._sbatch_env(("RAY_DEDUP_LOGS", "SF_TEST_*"), umask=0o027)
+    assert passed["RAY_DEDUP_LOGS"] == "0" and passed["SF_TEST_DRIVER"] == "exit 7" and "RAY_ADDRESS" not in passed
+    assert passed["SLURM_UMASK"] == "0027"
+
+
+def test_the_site_says_which_ray_variables_and_test_hooks_pass():
+    base = {"runs_dir": "/tmp/runs", "series": {}}
+    site = site_from_dict({**base, "slurm": {"pass_ray_env": ["RAY_DEDUP_LOGS"]}})
+    assert site.pass_ray_env == ("RAY_DEDUP_LOGS",) and "RAY_DEDUP_LOGS" in site.pass_sbatch_env
+    assert "SF_TEST_*" not in site.pass_sbatch_env and not site.test_hooks
+    assert "SF_TEST_*" in site_from_dict({**base, "test_hooks": True}).pass_sbatch_env
+    with pytest.raises(Exception, match="pass_ray_env"):
+        site_from_dict({**base, "slurm": {"pass_ray_env": ["SLURM_TIMELIMIT"]}})
+
+
+def test_the_heads_port_block_cannot_be_predicted():
+    rng = (20000, 59999)
+    draws = {ports.random_block(rng) for _ in range(200)}
+    assert len(draws) > 10 and all(0 <= b < ports.n_blocks(rng) for b in draws)
+
+
+def test_a_squatted_worker_port_makes_the_slot_busy():
+    slot = ports.block_ports(0, 3, (30000, 31023))
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", slot.min_worker + 50))
+        squatter.listen()
+        assert busy_ports("127.0.0.1", slot, head=False) == [slot.min_worker + 50]
+    assert busy_ports("127.0.0.1", slot, head=True) == []
