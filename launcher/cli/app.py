@@ -25,7 +25,7 @@ from launcher.errors import SlurmError, SpecError, SpecErrors
 COMMANDS: dict[str, tuple[str, str]] = {
     "new": ("launcher.cli.cmd_spec:new", "Create experiments/NAME/config.yaml for a method."),
     "validate": ("launcher.cli.cmd_spec:validate", "Check an experiment and show the compiled verl command."),
-    "schema": ("launcher.cli.cmd_spec:schema", "Print the JSON Schema of config.yaml."),
+    "schema": ("launcher.cli.cmd_spec:schema", "Print the JSON Schema of config.yaml (--site, --registry: theirs)."),
     "render": ("launcher.cli.cmd_run:render", "Write the sbatch script and overrides of an experiment."),
     "submit": ("launcher.cli.cmd_run:submit", "Compile, render and submit an experiment to Slurm."),
     "status": ("launcher.cli.cmd_monitor:status", "Show the state of runs and sweeps."),

@@ -18,6 +18,7 @@ from launcher.compile.resolve import shown_dict
 from launcher.compile.rules import hydra_value
 from launcher.errors import SpecError
 from launcher.slurm import login_env_variables, sbatch_input_variables
+from launcher.spec import contracts
 from launcher.spec.experiment import NAME_RE, leaves, schema_errors
 from launcher.spec.experiment import schema as load_schema
 from launcher.submit import pipeline
@@ -212,7 +213,18 @@ def validate(name, as_json, live, **kwargs):
 
 
 @click.command()
+@click.option("--site", "which", flag_value="site",
+              help="The site file's schema instead (configs/schema/site.schema.json).")
+@click.option("--registry", "which", flag_value="registry",
+              help="The runtime registry's schema instead (configs/schema/runtimes.schema.json).")
 @json_option
-def schema(as_json):
-    """Print the JSON Schema of config.yaml (JSON with or without --json)."""
-    click.echo(json.dumps(load_schema(), indent=2))
+def schema(which, as_json):
+    """Print the JSON Schema of config.yaml, or of the site file (--site) or the runtime
+    registry (--registry) (JSON with or without --json)."""
+    if which == "site":
+        doc = contracts.schema(contracts.SITE_SCHEMA)
+    elif which == "registry":
+        doc = contracts.schema(contracts.REGISTRY_SCHEMA)
+    else:
+        doc = load_schema()
+    click.echo(json.dumps(doc, indent=2))

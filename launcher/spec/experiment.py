@@ -27,6 +27,7 @@ import yaml
 from launcher.errors import SpecError, SpecErrors
 from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
+from launcher.spec.contracts import explain
 from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
 from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
@@ -92,45 +93,8 @@ def schema_errors(data: dict) -> list[SpecError]:
     errors: list[SpecError] = []
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         field_name = _path_str(err.absolute_path)
-        errors.append(SpecError(field_name, _explain(err, sch)))
+        errors.append(SpecError(field_name, explain(err)))  # launcher.spec.contracts: one wording for every file
     return errors
-
-
-def _explain(err, sch) -> str:
-    v = err.validator
-    if v == "additionalProperties":
-        extra = re.findall(r"'([^']+)'", err.message.split("(")[-1]) or []
-        allowed = sorted((err.schema.get("properties") or {}).keys())
-        parts = []
-        for key in extra:
-            close = difflib.get_close_matches(key, allowed, n=3, cutoff=0.5)
-            parts.append(f"unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        where = "; allowed: " + ", ".join(allowed) if len(allowed) <= 12 else "; see `sf schema` for the allowed keys"
-        if list(err.absolute_path) == ["knobs"]:
-            where += "; or pass a raw Hydra key in overrides: [\"a.b.c=VALUE\"]"
-        return "; ".join(parts) + where
-    if v == "required":
-        return f"{err.message}; add it (see `sf schema`)"
-    if v == "type":
-        want = err.validator_value
-        want = " or ".join(want) if isinstance(want, list) else want
-        if err.instance is None:  # `key:` with nothing after it is YAML's null
-            return f"is empty (null), expected {want}; give it a value or remove the key"
-        if want == "string" and isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool):
-            return f"{err.instance!r} has the wrong type (a number, expected a string); quote it: \"{err.instance}\""
-        return f"{err.instance!r} has the wrong type: expected {want}; write a value of that type (see `sf schema`)"
-    if v == "enum":
-        allowed = ", ".join(str(c) for c in err.validator_value if c is not None)
-        return f"{err.instance!r} is not one of {allowed}; use one of these"
-    if v == "pattern":
-        desc = err.schema.get("description", "")
-        return (f"{err.instance!r} has the wrong form (expected {err.validator_value})" + (f": {desc}" if desc else "")
-                + "; write it in that form")
-    if v in ("minimum", "minItems", "minLength", "maxItems"):
-        return f"{err.message}; fix the value"
-    if v == "oneOf":
-        return f"{err.instance!r} must be a file path or a list of file paths"
-    return err.message
 
 
 # ----------------------------------------------------------------------------- layers

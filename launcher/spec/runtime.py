@@ -215,17 +215,15 @@ def resolve_runtime(framework: str, version: str, site, environ: dict | None = N
     if not registry:
         raise SpecError("runtime", f"{missing} (the site names no runtime registry); "
                         + _publish_hint(framework, version, None))
-    import yaml  # noqa: PLC0415 - login side only: the job side (Runtime.from_dict) is stdlib-only
+    # login side only (YAML, the registry's JSON Schema): the job side (Runtime.from_dict) is stdlib-only
+    from launcher.spec.contracts import load_registry  # noqa: PLC0415
 
     path = Path(registry)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_registry(path)  # checked against configs/schema/runtimes.schema.json, errors with lines
     except FileNotFoundError:
         raise SpecError("runtime", f"{missing}: the runtime registry {path} does not exist; "
                         + _publish_hint(framework, version, str(path))) from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError("runtime", f"runtime registry {path} cannot be read ({exc.__class__.__name__}); "
-                        "ask your site admin to fix it") from None
     table = (data.get(framework) or {}) if isinstance(data, dict) else {}
     entry = table.get(version) if isinstance(table, dict) else None
     if entry is None:

@@ -13,7 +13,8 @@ import re
 from functools import lru_cache
 
 _KNOWN = {"$id", "$schema", "title", "description", "type", "properties", "additionalProperties", "required",
-          "enum", "items", "minItems", "maxItems", "minLength", "minimum", "oneOf", "pattern"}
+          "enum", "items", "minItems", "maxItems", "minLength", "minimum", "maximum", "oneOf", "pattern",
+          "propertyNames"}
 _EXACT = {"string": str, "object": dict, "array": list, "boolean": bool}
 
 
@@ -63,6 +64,8 @@ def surely_valid(instance, schema) -> bool:
     is_number = isinstance(instance, (int, float)) and not isinstance(instance, bool)
     if "minimum" in schema and is_number and instance < schema["minimum"]:
         return False
+    if "maximum" in schema and is_number and instance > schema["maximum"]:
+        return False
     if isinstance(instance, list):
         if len(instance) < schema.get("minItems", 0) or len(instance) > schema.get("maxItems", len(instance)):
             return False
@@ -75,6 +78,8 @@ def surely_valid(instance, schema) -> bool:
         extra = schema.get("additionalProperties", True)
         for key, value in instance.items():
             if not isinstance(key, str):
+                return False
+            if "propertyNames" in schema and not surely_valid(key, schema["propertyNames"]):
                 return False
             if key in props:
                 if not surely_valid(value, props[key]):

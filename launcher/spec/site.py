@@ -16,6 +16,7 @@ import yaml
 from launcher.errors import SpecError, SpecErrors
 from launcher.sbatch_values import LOGIN_ENV
 from launcher.spec import paths
+from launcher.spec.contracts import check_site
 from launcher.spec.files import nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
 
 SYSTEM_SITE = Path("/etc/sf/site.yaml")
@@ -132,7 +133,7 @@ def load_site(explicit: str | None = None) -> Site:
     nul = nul_errors(data, "site")
     if nul:
         raise SpecErrors(nul)
-    return site_from_dict(data, str(path))
+    return site_from_dict(data, str(path), source=path)
 
 
 class _SiteLoader(yaml.SafeLoader):
@@ -186,9 +187,12 @@ def _health_check(value, path: str) -> str:
 
 
 # long: one site file's fields, checked in the order of the Site dataclass
-def site_from_dict(data: dict, path: str = "<memory>") -> Site:
+def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = None) -> Site:
+    """The Site of a site file's content, checked first against configs/schema/site.schema.json
+    (launcher.spec.contracts; `source`, the file, gives the errors their lines)."""
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping (name:, runs_dir:, series:, ...); fix the file")
+    check_site(data, path, source)
     series = {}
     for name, entry in (data.get("series") or {}).items():
         if not isinstance(entry, dict):

@@ -14,10 +14,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from launcher import sbatch_values, slurm
-from launcher.errors import SlurmError, SpecError
+from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.spec.contracts import load_registry
 from launcher.spec.runtime import registry_path, runtime_from_entry
 from launcher.spec.site import load_site
 
@@ -245,12 +244,13 @@ def check_runtimes(site, timeout: float = 30) -> list[Check]:
         return [Check("runtimes", FAIL, "the site names no runtime_registry",
                       f"set runtime_registry in {site.path} and publish runtimes with scripts/publish-runtime")]
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_registry(Path(path))  # against configs/schema/runtimes.schema.json
     except FileNotFoundError:
         return [Check("runtimes", FAIL, f"registry {path} does not exist",
                       f"publish a runtime: scripts/publish-runtime --registry {path} VERSION venv PATH")]
-    except (OSError, yaml.YAMLError) as exc:
-        return [Check("runtimes", FAIL, f"registry {path} cannot be read ({exc.__class__.__name__})", "fix the file")]
+    except (SpecError, SpecErrors) as exc:
+        problems = exc.errors if isinstance(exc, SpecErrors) else [exc]
+        return [Check("runtime registry", FAIL, str(e), f"fix {path} (`sf schema --registry`)") for e in problems]
     table = data.get("verl") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not table:
         return [Check("runtimes", FAIL, f"registry {path} publishes no verl runtime",
@@ -333,10 +333,10 @@ def check_paths(site) -> list[Check]:
 
 
 def run_checks(site_path: str | None = None) -> list[Check]:
-    try:
-        site = load_site(site_path)
-    except SpecError as exc:
-        return [Check("site file", FAIL, str(exc), "fix the file or point $SF_SITE / --site at a good one")]
+    """Every check, the site file's own first: a site that cannot be read or breaks its schema
+    (configs/schema/site.schema.json) raises its SpecError(s), one line each, exit 2, and
+    nothing is asked of the cluster."""
+    site = load_site(site_path)
     checks = [Check("site file", OK, f"{site.path} (site {site.name}, {len(site.series)} GPU series)")]
     if not site.series:
         checks.append(Check("series", FAIL, "the site defines no GPU series", f"add series: to {site.path}"))
