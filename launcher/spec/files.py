@@ -21,18 +21,23 @@ def read_text_file(path: Path, field_name: str) -> str:
     directory, a FIFO or device (never opened: reading would block), a symlink loop,
     unreadable, not UTF-8 text."""
     try:
-        mode = os.stat(path).st_mode
+        info = os.stat(path)
     except OSError as exc:
         raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
+    mode = info.st_mode
     if stat.S_ISDIR(mode):
         raise SpecError(field_name, f"{path} is a directory, not a file; remove it or put the file there")
     if not stat.S_ISREG(mode):
         raise SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); "
                         "replace it with the file")
+    too_big = info.st_size > MAX_FILE_BYTES  # refused unread
     try:
-        raw = path.read_bytes()
+        raw = b"" if too_big else path.read_bytes()
     except OSError as exc:
         raise SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
+    if too_big or len(raw) > MAX_FILE_BYTES:
+        raise SpecError(field_name, f"{path} is over {MAX_FILE_BYTES >> 10} KiB: too big to be a spec or site "
+                        "file; fix the file")
     if b"\x00" in raw:
         raise SpecError(field_name, f"{path} holds NUL bytes: it is a binary file, not YAML text; fix the file")
     try:
@@ -41,11 +46,135 @@ def read_text_file(path: Path, field_name: str) -> str:
         raise SpecError(field_name, f"{path} is not UTF-8 text (byte {exc.start}); fix the file") from None
 
 
+# Bounded work on the login node: a spec or site file is refused, before any parsing, over
+# MAX_FILE_BYTES, and after composing (which shares an anchor's node among its aliases: linear
+# in the text) when its aliases and merge keys would expand it to more than MAX_EXPANDED_NODES
+# values or MAX_EXPANDED_CHARS characters of scalars (a "billion laughs" of 10 lines would
+# otherwise tie the login node up for minutes in the checks that walk the data).
+MAX_FILE_BYTES = 256 << 10
+MAX_EXPANDED_NODES = 20_000
+MAX_EXPANDED_CHARS = 2 << 20
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _key_id(node):
+    """What makes two mapping keys the same key (scalars: tag and text; others: the node)."""
+    return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else ("node", id(node))
+
+
+def resolve_merges(root) -> None:
+    """Merge keys (`<<: *base`, `<<: [*a, *b]`) resolved on the composed nodes by YAML's merge
+    rule, once per mapping, before anything is constructed: the mapping's own keys win, then
+    the merged mappings in the order given (the first that has a key wins), each of them
+    already resolved. PyYAML's own flattening mutates shared anchored nodes as it constructs
+    them, which depends on construction order: a mapping merging another that itself merges got
+    a key's merged value instead of its own, or a false "given twice". A `<<` given twice in
+    one mapping, a merge of something that is not a mapping, or a mapping that merges itself,
+    is a ConstructorError with its line."""
+    done: set[int] = set()
+    active: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if isinstance(node, yaml.ScalarNode) or id(node) in done:
+            continue
+        if leaving:
+            active.discard(id(node))
+            done.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                _merge_one(node)
+            continue
+        if id(node) in active:
+            raise yaml.constructor.ConstructorError(
+                None, None, "an alias refers to a collection that holds it (a recursive structure); "
+                "write the values out", node.start_mark)
+        active.add(id(node))
+        stack.append((node, True))
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        stack.extend((child, False) for child in reversed(children))
+
+
+def _merge_one(node) -> None:
+    own, sources, merge_line = [], [], None
+    for key_node, value_node in node.value:
+        if key_node.tag != MERGE_TAG:
+            own.append((key_node, value_node))
+            continue
+        if merge_line is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the merge key << is given twice (lines {merge_line} and "
+                f"{key_node.start_mark.line + 1}); merge several mappings with one `<<: [*a, *b]`",
+                key_node.start_mark)
+        merge_line = key_node.start_mark.line + 1
+        items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for item in items:
+            if not isinstance(item, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "<< merges mappings only (`<<: *base` or `<<: [*a, *b]`)", item.start_mark)
+            sources.append(item)
+    if merge_line is None:
+        return
+    seen = {_key_id(k) for k, _ in own}
+    merged = []
+    for source in sources:  # already resolved: post-order
+        for key_node, value_node in source.value:
+            ident = _key_id(key_node)
+            if ident not in seen:
+                seen.add(ident)
+                merged.append((key_node, value_node))
+    node.value = merged + own
+
+
+def check_expansion(root, path, field_name: str) -> None:
+    """A SpecError when the composed document, its aliases expanded, would exceed
+    MAX_EXPANDED_NODES values or MAX_EXPANDED_CHARS characters (counted on the shared nodes,
+    without expanding: linear in the text). resolve_merges has refused cycles."""
+    sizes: dict[int, tuple[int, int]] = {}
+    stack = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = (1, len(node.value))
+            continue
+        children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+        if not leaving:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        count, chars = 1, 0
+        for child in children:
+            c, n = sizes[id(child)]
+            count, chars = count + c, chars + n
+        sizes[id(node)] = (count, chars)
+        if count > MAX_EXPANDED_NODES or chars > MAX_EXPANDED_CHARS:
+            raise SpecError(field_name, f"{path}: its anchors and aliases expand it to more than "
+                            f"{MAX_EXPANDED_NODES:,} values or {MAX_EXPANDED_CHARS >> 20} MiB of text (from line "
+                            f"{node.start_mark.line + 1}; a YAML alias bomb?); write the values out or use fewer "
+                            "aliases")
+
+
+def load_bounded(text: str, loader, path, field_name: str):
+    """yaml.load(text, Loader=loader) with merges resolved by YAML's rule and the expansion bounded."""
+    instance = loader(text)
+    try:
+        node = instance.get_single_node()
+        if node is None:
+            return None
+        resolve_merges(node)
+        check_expansion(node, path, field_name)
+        return instance.construct_document(node)
+    finally:
+        instance.dispose()
+
+
 def parse_yaml_file(path: Path, field_name: str, loader):
-    """read_text_file + YAML, every failure a SpecError with the path, the line and the cause."""
+    """read_text_file + YAML, every failure a SpecError with the path, the line and the cause;
+    bounded work: the file's size and its expansion through aliases (load_bounded)."""
     text = read_text_file(path, field_name)
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 (SafeLoader subclasses)
+        return load_bounded(text, loader, path, field_name)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -280,3 +280,89 @@ def test_missing_shards_listed_briefly(ckpt_env):
     (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 64}))
     line = refused(export(ckpt_env), "--checkpoint", "model_world_size_64_rank_0.pt", "59 more shards")
     assert "rank_63" not in line
+
+
+# --- 4. YAML: alias bombs, merge keys --------------------------------------------------------
+
+BOMB = GOOD + """a: &a ["x","x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+def _timed(*args):
+    import time
+
+    start = time.monotonic()
+    result = sf(*args)
+    return result, time.monotonic() - start
+
+
+def test_alias_bomb_in_config_refused_fast(exp):
+    write_exp(exp, "exp", BOMB)
+    result, took = _timed("validate", "exp")
+    refused(result, "config.yaml", "anchors and aliases", "alias bomb", "fewer aliases")
+    assert took < 1.0, took
+
+
+def test_alias_bomb_in_site_file_refused_fast(exp):
+    site = exp / "site.yaml"
+    site.write_text(site.read_text() + BOMB.replace(GOOD, "").replace("a: &a", "x-a: &a"))
+    result, took = _timed("validate", "exp")
+    refused(result, "site", "site.yaml", "alias bomb")
+    assert took < 1.0, took
+
+
+def test_big_alias_string_refused(exp):
+    aliases = ", ".join(["*d"] * 23)
+    write_exp(exp, "exp", GOOD + f"description: &d {'v' * 100_000}\nknobs: {{x: [{aliases}]}}\n")
+    refused(sf("validate", "exp"), "config.yaml", "MiB of text")
+
+
+def test_oversized_spec_file_refused(exp):
+    write_exp(exp, "exp", GOOD + "overrides:\n" + "".join(f"  - a.b{i}=v\n" for i in range(30_000)))
+    result, took = _timed("validate", "exp")
+    refused(result, "config.yaml", "over 256 KiB")
+    assert took < 1.0, took
+
+
+def test_recursive_alias_refused(exp):
+    write_exp(exp, "exp", GOOD + "knobs: &k {x: [1, *k]}\n")
+    refused(sf("validate", "exp"), "config.yaml", "not valid YAML", "recursive")
+
+
+def test_merge_key_twice_refused(exp):
+    write_exp(exp, "exp", GOOD.replace("  validation: {files: /d/test.parquet}\n",
+                                       "  validation:\n    <<: {files: /d/a.parquet}\n    <<: {files: /d/b.parquet}\n"))
+    refused(sf("validate", "exp"), "config.yaml", "lines 6 and 7", "<< is given twice", "<<: [*a, *b]")
+
+
+def test_merge_of_a_scalar_refused(exp):
+    write_exp(exp, "exp", GOOD + "knobs: {<<: 3}\n")
+    refused(sf("validate", "exp"), "config.yaml", "<< merges mappings only")
+
+
+def test_merges_follow_yamls_rule(tmp_path):
+    """A mapping's own keys win over merged ones, the first merged mapping over later ones, and
+    a mapping merged after it merged another keeps its own value (PyYAML's flattening, order
+    dependent, gave a false 'given twice' here)."""
+    from launcher.spec.experiment import read_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text("method: verl/grpo\n"
+                    "knobs: &a {rollout_n: 3, total_epochs: 2}\n"
+                    "data:\n"
+                    "  validation: &b {<<: *a, rollout_n: 5}\n"
+                    "  train: {<<: [{rollout_n: 7}, *b], total_epochs: 9}\n"
+                    "teacher: {<<: *b}\n")
+    data = read_config(path)
+    assert data["data"]["validation"] == {"rollout_n": 5, "total_epochs": 2}
+    assert data["data"]["train"] == {"rollout_n": 7, "total_epochs": 9}
+    assert data["teacher"] == {"rollout_n": 5, "total_epochs": 2}
+    assert data["knobs"] == {"rollout_n": 3, "total_epochs": 2}
