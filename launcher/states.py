@@ -88,7 +88,7 @@ HANG = "hang"  # last_step, seconds_since, limit_s, stacks (the dir under the ru
 STACKS_SAVED = "stacks_saved"  # every node's Python stacks written (dir, nodes)
 # Ray and the driver started again inside the allocation (cause: hang | node | driver)
 RESTARTED_IN_PLACE = "restarted_in_place"
-# the batch script's USR1 trap (launcher/render/batch_text.py)
+# the batch script's USR1 trap (templates/train.sbatch.j2)
 REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
 # launcher/injob/node.py: per node, detail rather than progress

@@ -1,11 +1,13 @@
-"""Plan + site + runtime -> the sbatch script text (pure; its sections: launcher.render.batch_text).
+"""Plan + site + runtime -> the sbatch script text (pure but for reading its template:
+templates/train.sbatch.j2, or the site's own that extends it; launcher.render.sbatch_template).
 
 One pool -> a plain job; several pools -> one heterogeneous job (`#SBATCH hetjob`
 between components), pool i = het group i. Every value that reaches an `#SBATCH` line is
 checked against a strict pattern and refused (SpecError naming the field) otherwise;
 every value that reaches the shell is quoted (shlex.quote, or $'...' when it holds a
-control character such as a newline, so no raw line of user text ever appears). The
-overrides and the entry are bash arrays in the script, which is therefore standalone.
+control character such as a newline, so no raw line of user text ever appears), here,
+before the template sees it (`_context`: Shell and Sbatch values only). The overrides and
+the entry are bash arrays in the script, which is therefore standalone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from pathlib import Path
 
 import launcher
@@ -21,7 +22,8 @@ from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.render import batch_text, logger_env
+from launcher.render import logger_env, sbatch_template
+from launcher.render.sbatch_template import Sbatch, Shell, quote
 from launcher.spec.runtime import Runtime
 
 # Values of the supervisor's arguments (shell words, checked like #SBATCH values).
@@ -30,28 +32,8 @@ _PREFIX = re.compile(r"^\d{1,3}(?:\.\d{1,3}){1,2}$")
 _POOL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _ROLE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _SWEEP_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
-
-
-def quote(value) -> str:
-    """Quote for bash; control characters (newlines, ...) never appear raw in the script."""
-    text = str(value)
-    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
-        return shlex.quote(text)
-    out = []
-    for c in text:
-        if c == "\\":
-            out.append("\\\\")
-        elif c == "'":
-            out.append("\\'")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif ord(c) < 32 or ord(c) == 127:
-            out.append(f"\\x{ord(c):02x}")
-        else:
-            out.append(c)
-    return "$'" + "".join(out) + "'"
+_EXPERIMENT = re.compile(r"^[A-Za-z0-9._-]{1,97}$")  # as in the job name sf-<experiment>
+_LABEL = re.compile(r"^[A-Za-z0-9._+-]{1,100}$")  # the runtime's framework, version, kind (a comment line)
 
 
 def array_directive(size: int, max_parallel: int | None = None, indices=None) -> str:
@@ -152,16 +134,18 @@ def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
     return lines
 
 
-def _activate_lines(site, runtime: Runtime) -> list[str]:
-    lines = []
+def _module_lines(site, runtime: Runtime) -> list[str]:
+    """The site's modules and a module runtime's: the template's module_loads block."""
     modules = list(site.modules) + (list(runtime.modules) if runtime.kind == "module" else [])
-    if modules:
-        lines.append("type module >/dev/null 2>&1 || source /etc/profile.d/lmod.sh 2>/dev/null "
-                     "|| source /etc/profile.d/modules.sh 2>/dev/null || true")
-        lines.append("module load " + " ".join(quote(m) for m in modules))
-    if runtime.kind == "venv":
-        lines += runtime.activate_lines()
-    return lines
+    if not modules:
+        return []
+    return ["type module >/dev/null 2>&1 || source /etc/profile.d/lmod.sh 2>/dev/null "
+            "|| source /etc/profile.d/modules.sh 2>/dev/null || true",
+            "module load " + " ".join(quote(m) for m in modules)]
+
+
+def _activate_lines(runtime: Runtime) -> list[str]:
+    return runtime.activate_lines() if runtime.kind == "venv" else []  # quoted by the runtime
 
 
 def _sf_root() -> str | None:
@@ -243,21 +227,22 @@ def overrides_text(plan: Plan) -> str:
     return "".join(o.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for o in plan.overrides)
 
 
-def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False,
-                  array: dict | None = None) -> str:
-    """The batch script. `array` ({"size", "max_parallel", "sweep_dir", "sweep_id"}) makes it
-    a job array over the points of a sweep (launcher.submit.sweep): `plan` is any point's (they
-    differ only in overrides and run dirs, which each task reads from manifest.json)."""
-    if array is not None:
-        if plan.is_hetjob:
-            raise SpecError("sweep", "Slurm has no arrays of heterogeneous jobs: a multi-pool sweep is "
-                            "submitted as one hetjob per point")
-        array = {"size": sbatch_values.whole(array.get("size"), "sweep.points", 1),
-                 "max_parallel": array.get("max_parallel"),
-                 "sweep_dir": quote(sbatch_values.path(str(array["sweep_dir"]), "sweep_dir")),
-                 "raw_sweep_dir": str(array["sweep_dir"]),
-                 "sweep_id": sbatch_values.check(_SWEEP_ID, array.get("sweep_id", "sweep"), "sweep.id", "a run id")}
-        array_directive(array["size"], array["max_parallel"])  # checked before anything renders
+def _checked_array(plan: Plan, array: dict | None) -> dict | None:
+    if array is None:
+        return None
+    if plan.is_hetjob:
+        raise SpecError("sweep", "Slurm has no arrays of heterogeneous jobs: a multi-pool sweep is "
+                        "submitted as one hetjob per point")
+    array = {"size": sbatch_values.whole(array.get("size"), "sweep.points", 1),
+             "max_parallel": array.get("max_parallel"),
+             "sweep_dir": quote(sbatch_values.path(str(array["sweep_dir"]), "sweep_dir")),
+             "raw_sweep_dir": str(array["sweep_dir"]),
+             "sweep_id": sbatch_values.check(_SWEEP_ID, array.get("sweep_id", "sweep"), "sweep.id", "a run id")}
+    array_directive(array["size"], array["max_parallel"])  # checked before anything renders
+    return array
+
+
+def _check_plan(plan: Plan) -> None:
     if not plan.pools:
         raise SpecError("pools", "the plan has no pools")
     groups = sorted(p.het_group for p in plan.pools)
@@ -267,6 +252,15 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         raise SpecError("run_dir", f"{plan.run_dir!r} must be absolute")
     if not plan.entry:
         raise SpecError("entry", "the plan has no entry command")
+
+
+def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False,
+                  array: dict | None = None) -> str:
+    """The batch script. `array` ({"size", "max_parallel", "sweep_dir", "sweep_id"}) makes it
+    a job array over the points of a sweep (launcher.submit.sweep): `plan` is any point's (they
+    differ only in overrides and run dirs, which each task reads from manifest.json)."""
+    array = _checked_array(plan, array)
+    _check_plan(plan)
     components = []
     header_array = array and {**array, "sweep_dir": array["raw_sweep_dir"]}  # the unquoted dir
     for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
@@ -277,27 +271,51 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     if preflight:
         supervise.append("--preflight")
     root = _sf_root()
-    text = batch_text.script_text(dict(
+    label = " ".join(sbatch_values.check(_LABEL, v, "runtime", "letters, digits and ._+- only")
+                     for v in (runtime.framework, runtime.version))
+    context = _context(dict(
         components=components,
         sf_version=launcher.__version__,
-        experiment=plan.experiment, method=sbatch_values.name(plan.method, "method"),
+        experiment=sbatch_values.check(_EXPERIMENT, plan.experiment, "experiment", "letters, digits and ._- only"),
+        method=sbatch_values.name(plan.method, "method"),
         framework=sbatch_values.name(plan.framework, "framework"),
         framework_version=sbatch_values.name(plan.framework_version, "framework_version"),
         script_name="job.sbatch",
         run_dir=quote(plan.run_dir),
         max_requeues=sbatch_values.whole(plan.slurm.max_requeues, "slurm.max_requeues", 0),
-        requeue=plan.slurm.requeue, signal_lead_s=plan.slurm.signal_lead_s,
+        requeue=plan.slurm.requeue,
+        signal_lead_s=sbatch_values.whole(plan.slurm.signal_lead_s, "slurm.signal_lead_s", 1)
+        if plan.slurm.requeue else None,
         login_env_unset=sbatch_values.login_env_unset(site.pass_sbatch_env),
         env_lines=_env_lines(plan, site, runtime),
-        runtime_label=f"{runtime.framework} {runtime.version}, {runtime.kind}",
-        activate_lines=_activate_lines(site, runtime),
+        runtime_label=label + ", " + sbatch_values.check(_LABEL, runtime.kind, "runtime.kind", "a runtime kind"),
+        module_lines=_module_lines(site, runtime),
+        activate_lines=_activate_lines(runtime),
         sf_root=quote(root) if root else None,
         host_python=quote(runtime.host_python()),
         launcher=sbatch_values.name(plan.launcher, "launcher"),
         entry=[quote(a) for a in plan.entry],
         overrides=[quote(o) for o in plan.overrides],
-        array=array,
+        array=array and {k: v for k, v in array.items() if k != "raw_sweep_dir"},
         supervise_args=_pair(supervise),
         logger_lines=logger_env.env_lines(plan, site),
     ))
-    return text
+    return sbatch_template.render(context, site.templates_dir)
+
+
+def _context(values: dict) -> dict:
+    """The template's context: every text in `values` was checked or quoted above, and is
+    marked so (Shell; the directives Sbatch, for #SBATCH lines only); lists become tuples
+    (the template cannot change them). Numbers, booleans and None stay as they are."""
+    def mark(value, key=None):
+        if isinstance(value, bool) or value is None or isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            return Sbatch(value) if key == "directives" else Shell(value)
+        if isinstance(value, dict):
+            return {k: mark(v, k) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return tuple(mark(v, key) for v in value)
+        raise TypeError(f"{key}: {type(value).__name__} is not a value the batch script's template takes")
+
+    return mark(values)

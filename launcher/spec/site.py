@@ -85,6 +85,9 @@ class Site:
     # A group (e.g. a project's) that may read a run's checkpoints, metrics and exports;
     # None: the job's user alone (folders 0700, files 0600)
     share_group: str | None = None
+    # The site's own batch script templates: its train.sbatch.j2 extends sf's and overrides
+    # named blocks (launcher.render.sbatch_template); None: sf's templates as they are
+    templates_dir: str | None = None
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -171,6 +174,19 @@ def _share_group(value, path: str) -> str | None:
         raise SpecError("site.share_group", f"{value!r} in {path} is not a group name (e.g. ml-proj); "
                         "leave it out to keep runs readable by their user alone")
     return value
+
+
+def _templates_dir(value, path: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not os.path.isabs(_expand(value)):
+        raise SpecError("site.templates_dir", f"{value!r} in {path} must be an absolute path: the folder of the "
+                        "site's batch script templates (train.sbatch.j2)")
+    folder = _expand(value)
+    if not os.path.isdir(folder):
+        raise SpecError("site.templates_dir", f"{folder} (in {path}) is not an existing directory; create it "
+                        "with the site's train.sbatch.j2 in it, or leave templates_dir out")
+    return folder
 
 
 def _login_names(names, path: str) -> tuple[str, ...]:
@@ -262,6 +278,7 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
         + _login_names(slurm.get("pass_login_env") or (), path),
         pass_ray_env=_ray_names(slurm.get("pass_ray_env") or (), path),
         share_group=_share_group(data.get("share_group"), path),
+        templates_dir=_templates_dir(data.get("templates_dir"), path),
         raw=data,
     )
 

@@ -9,16 +9,15 @@ from launcher.spec import paths
 
 ROOT = paths.data_root()
 # How phases are emitted: Supervisor.record(states.X, ...) or ("x", ...), runs.record_phase(dir, "x", ...),
-# `sf_phase x ...` in the batch script's text (launcher/render/batch_text.py) and the
-# templates (kind_started / {{ kind }}_ended in the one-node header).
+# `sf_phase x ...` in the templates (the training job's templates/train.sbatch.j2; kind_started /
+# {{ kind }}_ended in the one-node header of the export and eval jobs).
 _EMIT = re.compile(r"""(?:\.record\(|record_phase\([^,]+,\s*)(?:"([a-z_]+)"|states\.([A-Z_]+)\b)"""
                    r"""|sf_phase ([a-z_]+|\{\{ kind \}\}_[a-z]+)""")
 
 
 def emitted_phases() -> set[str]:
     found = set()
-    sources = [*(ROOT / "launcher" / "injob").glob("*.py"), ROOT / "launcher" / "render" / "batch_text.py",
-               *(ROOT / "templates").glob("*.j2")]
+    sources = [*(ROOT / "launcher" / "injob").glob("*.py"), *(ROOT / "templates").glob("*.j2")]
     for path in sources:
         for match in _EMIT.finditer(path.read_text()):
             name = match.group(1) or (getattr(states, match.group(2)) if match.group(2) else match.group(3))

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
+
 import launcher  # noqa: E402
 from launcher.compile.compiler import compile_plan  # noqa: E402
 from launcher.plan import SlurmOptions  # noqa: E402
@@ -29,7 +31,6 @@ from launcher.spec.experiment import load_spec  # noqa: E402
 from launcher.spec.runtime import Runtime  # noqa: E402
 from launcher.spec.site import load_site  # noqa: E402
 from launcher.submit.request import placeholder_run_dir  # noqa: E402
-from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "train_scripts"
 EXAMPLES = sorted(p.name for p in (paths.data_root() / "examples").iterdir() if (p / "config.yaml").is_file())
