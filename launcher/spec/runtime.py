@@ -8,6 +8,7 @@ A runtime is a site artifact, published by an admin in a registry file
       "0.9.0": {kind: module, modules: [cuda/12.4, verl/0.9.0]}
       "0.8.5": {kind: pyxis, image: /images/verl-0.8.5.sqsh, mounts: [/data:/data]}
       "0.8.4": {kind: apptainer, image: /images/verl-0.8.4.sif, binds: [/data]}
+      "0.8.3": {kind: oci, bundle: /opt/sf/containers/verl-0.8.3, python: /opt/sf/runtime/bin/python}
 
 or named for every version at once by `$FORGE_IMAGE_VERL` (a venv directory, a .sif
 image for apptainer, anything else is a pyxis/enroot image).
@@ -17,12 +18,18 @@ How a kind runs commands:
   module     `module load <modules...>`; `python3` from the modules
   pyxis      srun steps get `--container-image=<image> --container-mounts=<mounts>`
   apptainer  commands run as `apptainer exec --nv --bind <binds> <image> ...`
+  oci        Slurm's own OCI containers (oci.conf + runc): srun steps get
+             `--container=<bundle>`; the bundle's config.json says what is mounted
+             (scripts/build-container builds one, scripts/sf-oci-run is oci.conf's
+             RunTimeRun). The batch script stays on the host; every Ray node, the barrier,
+             the preflight and the driver are srun steps in the container.
 
 Resolution reads one small file; everything else is pure.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -31,7 +38,8 @@ from pathlib import Path
 
 from launcher.errors import SpecError
 
-KINDS = ("venv", "module", "pyxis", "apptainer")
+KINDS = ("venv", "module", "pyxis", "apptainer", "oci")
+CONTAINER_KINDS = ("pyxis", "apptainer", "oci")
 _SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_./:@+=,%#-]+$")  # enroot refs use #
 
 
@@ -42,8 +50,8 @@ class Runtime:
     kind: str  # venv | module | pyxis | apptainer
     path: str | None = None  # venv
     modules: tuple[str, ...] = ()  # module
-    image: str | None = None  # pyxis, apptainer
-    mounts: tuple[str, ...] = ()  # pyxis: "src:dst[:flags]"; apptainer binds
+    image: str | None = None  # pyxis, apptainer; oci: the bundle folder
+    mounts: tuple[str, ...] = ()  # pyxis: "src:dst[:flags]"; apptainer binds; oci: the bundle's bind mounts
     python: str = "python3"  # interpreter inside the runtime
     source: str = ""  # where it was found (for messages)
     env: tuple[tuple[str, str], ...] = field(default=())
@@ -65,7 +73,7 @@ class Runtime:
 
     @property
     def in_container(self) -> bool:
-        return self.kind in ("pyxis", "apptainer")
+        return self.kind in CONTAINER_KINDS
 
     def host_python(self) -> str:
         """The interpreter that runs the supervisor on the batch host (stdlib only there)."""
@@ -87,6 +95,8 @@ class Runtime:
             if self.mounts:
                 flags.append("--container-mounts=" + ",".join(self.mounts))
             return flags
+        if self.kind == "oci":
+            return [f"--container={self.image}"]
         return []
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -100,8 +110,8 @@ class Runtime:
 
     def local_argv(self, argv: list[str]) -> list[str] | None:
         """argv as run directly by the supervisor on the batch host, or None when the
-        runtime can only be entered through an srun step (pyxis)."""
-        if self.kind == "pyxis":
+        runtime can only be entered through an srun step (pyxis, oci)."""
+        if self.kind in ("pyxis", "oci"):
             return None
         return self.wrap(argv)
 
@@ -128,7 +138,7 @@ def _publish_hint(framework: str, version: str, registry: str | None) -> str:
     where = registry or "the file named by the site's runtime_registry"
     return (
         f"ask your site admin to publish it: add `{framework}: {{\"{version}\": {{kind: venv, path: ...}}}}` "
-        f"(or kind module/pyxis/apptainer) to {where}, or set FORGE_IMAGE_VERL to a venv or image "
+        f"(or kind module/pyxis/apptainer/oci) to {where}, or set FORGE_IMAGE_VERL to a venv or image "
         f"that has {framework} {version}"
     )
 
@@ -185,9 +195,40 @@ def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -
             _check_token(m, "modules", source)
         return Runtime(modules=modules, python=_check_token(str(entry.get("python", "python3")), "python", source),
                        **common)
+    if kind == "oci":
+        return _oci_runtime(entry, source, common)
     image = _check_token(str(entry.get("image") or ""), "image", source)
     return Runtime(image=image, mounts=mounts,
                    python=_check_token(str(entry.get("python", "python3")), "python", source), **common)
+
+
+def bundle_mounts(bundle: str) -> tuple[str, ...] | None:
+    """The paths an OCI bundle binds from the host (its config.json), None when unreadable."""
+    try:
+        config = json.loads((Path(bundle) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    out = []
+    for mount in config.get("mounts") or ():
+        if isinstance(mount, dict) and {"bind", "rbind"} & set(mount.get("options") or ()):
+            out.append(str(mount.get("destination")))
+    return tuple(out)
+
+
+def _oci_runtime(entry: dict, source: str, common: dict) -> Runtime:
+    """kind oci: `bundle` (an absolute folder with config.json and rootfs/, the same on every
+    node) and `python` (the interpreter inside it, absolute: slurmstepd looks argv[0] up on
+    the host's PATH otherwise)."""
+    bundle = _check_token(str(entry.get("bundle") or entry.get("image") or ""), "bundle", source)
+    python = _check_token(str(entry.get("python") or ""), "python", source)
+    for what, value in (("bundle", bundle), ("python", python)):
+        if not value.startswith("/"):
+            raise SpecError(f"runtime.{what}", f"{value!r} in {source}: kind oci needs an absolute {what} "
+                            "(the bundle folder every node sees; the python inside the container)")
+    mounts = bundle_mounts(bundle)
+    if mounts is None:
+        mounts = tuple(str(m) for m in (entry.get("mounts") or ()))  # as the registry says
+    return Runtime(image=bundle, mounts=tuple(mounts), python=python, **common)
 
 
 def runtime_from_image(framework: str, version: str, value: str) -> Runtime:

@@ -200,7 +200,7 @@ def runtime_parts(site, version: str):
         argv = list(argv)
         if argv and argv[0] == "python":
             argv[0] = rt.runtime_python()
-        if rt.kind == "pyxis":
+        if rt.local_argv(argv) is None:  # pyxis, oci: only an srun step enters the container
             return ["srun", "--ntasks=1", *rt.srun_flags(), *argv]
         return rt.wrap(argv)
 

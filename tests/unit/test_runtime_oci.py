@@ -1,0 +1,120 @@
+"""The `oci` runtime kind (Slurm's own --container) and scripts/sf-oci-run, oci.conf's
+RunTimeRun wrapper: pure parts, no Slurm, no runc."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import SpecError
+from launcher.spec.runtime import Runtime, resolve_runtime
+from launcher.spec.site import site_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def oci_run():
+    loader = importlib.machinery.SourceFileLoader("sf_oci_run", str(REPO / "scripts" / "sf-oci-run"))
+    spec = importlib.util.spec_from_loader("sf_oci_run", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def site(registry):
+    return site_from_dict({"name": "s", "runs_dir": "/r", "series": {}, "runtime_registry": registry})
+
+
+def bundle(tmp_path, mounts=("/data", "/runs")):
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    config = {"root": {"path": "rootfs"}, "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]
+              + [{"destination": m, "type": "bind", "source": m, "options": ["rbind"]} for m in mounts]}
+    (b / "config.json").write_text(json.dumps(config))
+    return b
+
+
+def test_oci_kind_renders_container_steps(tmp_path):
+    b = bundle(tmp_path)
+    reg = tmp_path / "runtimes.yaml"
+    reg.write_text(f'verl:\n  "0.9.1": {{kind: oci, bundle: {b}, python: /opt/sf/runtime/bin/python}}\n')
+    rt = resolve_runtime("verl", "0.9.1", site(str(reg)), environ={})
+    assert rt.kind == "oci" and rt.in_container
+    assert rt.srun_flags() == [f"--container={b}"]
+    assert rt.wrap(["x", "y"]) == ["x", "y"]
+    assert rt.local_argv(["x"]) is None  # the driver and the preflight are srun steps in the container
+    assert rt.activate_lines() == [] and rt.host_python() == "python3"
+    assert rt.runtime_python() == "/opt/sf/runtime/bin/python"
+    assert rt.mounts == ("/data", "/runs")  # read from the bundle's config.json
+    assert Runtime.from_dict(json.loads(json.dumps(rt.to_dict()))) == rt  # the job side reads it back
+
+
+@pytest.mark.parametrize("entry, word", [
+    ("{kind: oci, bundle: /b}", "python"),
+    ("{kind: oci, bundle: rel/b, python: /p}", "bundle"),
+    ("{kind: oci, bundle: /b, python: python3}", "python"),
+])
+def test_oci_kind_refuses_incomplete_entries(tmp_path, entry, word):
+    reg = tmp_path / "runtimes.yaml"
+    reg.write_text(f'verl:\n  "0.9.1": {entry}\n')
+    with pytest.raises(SpecError) as err:
+        resolve_runtime("verl", "0.9.1", site(str(reg)), environ={})
+    assert word in str(err.value)
+
+
+def test_export_wraps_oci_in_an_srun_step(tmp_path, monkeypatch):
+    from launcher.submit import export
+
+    b = bundle(tmp_path)
+    reg = tmp_path / "runtimes.yaml"
+    reg.write_text(f'verl:\n  "0.9.1": {{kind: oci, bundle: {b}, python: /opt/sf/runtime/bin/python}}\n')
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(reg))
+    _, _, _, wrap = export.runtime_parts(site(str(reg)), "0.9.1")
+    assert wrap(["python", "-m", "m"]) == ["srun", "--ntasks=1", f"--container={b}",
+                                           "/opt/sf/runtime/bin/python", "-m", "m"]
+
+
+def test_hostlists_and_gpus():
+    m = oci_run()
+    assert m.expand_hostlist("dev[1-3,7],gpu-a,n[08-10]") == ["dev1", "dev2", "dev3", "dev7", "gpu-a",
+                                                               "n08", "n09", "n10"]
+    show = ("JobId=5 ... Nodes=dev[1-2] CPU_IDs=0-15 Mem=4096 GRES=gpu:4(IDX:0-3) "
+            "Nodes=dev7 CPU_IDs=0-15 Mem=4096 GRES=gpu:2(IDX:1,3) ")
+    assert m.node_gpus(show, "dev2") == ["0", "1", "2", "3"]
+    assert m.node_gpus(show, "dev7") == ["1", "3"]
+    assert m.node_gpus(show.replace("GRES=gpu:2(IDX:1,3)", "GRES="), "dev7") is None
+    assert m.node_gpus(show, "dev9") is None
+
+
+def test_rewrite_gives_the_node_its_identity(tmp_path):
+    m = oci_run()
+    b = bundle(tmp_path, mounts=(str(tmp_path),))
+    config = json.loads((b / "config.json").read_text())
+    config["root"]["path"] = str(b / "rootfs")
+    # what 22.05 writes: the batch shell's per-task values leaked in, the step's nodelist
+    config["process"] = {"env": ["PATH=/bin", "SLURMD_NODENAME=dev1", "SLURM_PROCID=0", "CUDA_VISIBLE_DEVICES=0,1",
+                                 "SLURM_JOB_GPUS=0,1", "SLURM_STEP_NODELIST=dev[1-2]", f"PWD={tmp_path}"],
+                         "capabilities": {"bounding": ["CAP_KILL", "CAP_SYS_RESOURCE"]}}
+    out = m.rewrite(config, "dev2", "7", gpus_of=lambda job, node, env: ["2", "3"] if (job, node) == ("7", "dev2")
+                    else None)
+    env = dict(e.split("=", 1) for e in out["process"]["env"])
+    assert env["SLURMD_NODENAME"] == "dev2" and env["SLURM_PROCID"] == env["SLURM_NODEID"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == env["SLURM_STEP_GPUS"] == "2,3" and env["SLURM_LOCALID"] == "0"
+    assert out["process"]["cwd"] == str(tmp_path)  # a mounted cwd is kept
+    config["process"]["env"] = ["SLURMD_NODENAME=dev1", "CUDA_VISIBLE_DEVICES=0", "SLURM_JOB_GPUS=0", "PWD=/nowhere"]
+    out = m.rewrite(config, "dev5", "7", gpus_of=lambda *a: None)
+    env = dict(e.split("=", 1) for e in out["process"]["env"])
+    assert "CUDA_VISIBLE_DEVICES" not in env  # a leaked batch value is dropped, never kept
+    assert env["SLURMD_NODENAME"] == "dev5" and out["process"]["cwd"] == "/"
+
+
+def test_caps_limited_to_the_bounding_set():
+    m = oci_run()
+    allowed = m.bounding_caps("CapBnd:\t000001fffeffffff\n")
+    assert "CAP_SYS_ADMIN" in allowed and "CAP_SYS_RESOURCE" not in allowed  # bit 24 off
+    config = {"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN", "CAP_SYS_RESOURCE"]}}}
+    m.limit_caps(config, allowed)
+    assert config["process"]["capabilities"]["bounding"] == ["CAP_SYS_ADMIN"]
