@@ -33,7 +33,7 @@ REGISTRY_SCHEMA = "runtimes.schema.json"
 PORT_BLOCK = 1024
 # Site keys that name paths: absolute after ~ and $VAR expansion (launcher.spec.site._expand)
 PATH_PATTERN = "^[/~$]"  # the schemas' pattern of such a path, before expansion
-SITE_PATHS = (("runs_dir",), ("runtime_registry",), ("ray", "temp_root"), ("dataset_roots",))
+SITE_PATHS = (("runs_dir",), ("runtime_registry",), ("ray", "temp_root"), ("dataset_roots",), ("templates_dir",))
 
 
 @lru_cache(maxsize=None)
@@ -112,8 +112,12 @@ def _file_explain(err, command: str) -> str:
             return f"{inst!r} is a list, not a mapping; write KEY: VALUE lines (see `{command}`)"
         if "boolean" in kinds and isinstance(inst, str):
             return f"{inst!r} is text, not true or false; write true or false, unquoted"
-    if err.validator == "propertyNames":
-        return f"key {inst!r} has the wrong form: {_key_rule(err.validator_value)}; rename it"
+    if "propertyNames" in err.schema_path:  # a key of the wrong form (its pattern's error)
+        return f"key {inst!r} has the wrong form: {_key_rule(err.schema)}; rename it"
+    if err.validator == "type" and want == "string" and isinstance(inst, (int, float)) and not isinstance(inst, bool):
+        if list(err.absolute_path)[-1:] == ["time"]:  # YAML 1.1 reads 4:00:00 in base 60
+            return f"{inst!r} is read as a number, expected text; quote the time: \"4:00:00\", not 4:00:00 (14400)"
+        return f"{inst!r} is read as a number, expected text; quote it: \"{inst}\""
     if err.validator == "pattern" and want == PATH_PATTERN:
         return f"{inst!r} is not an absolute path; write a path from / (~ and $VAR may start it)"
     return explain(err, command)
@@ -142,9 +146,14 @@ def _schema_problems(data, name: str, command: str) -> list[tuple[list, str]]:
                 out.append((where + [key], f"unknown key {key!r}"
                             + (f" (did you mean {', '.join(close)}?)" if close else "") + f"; {hint}"))
             continue
-        if err.validator == "propertyNames":
+        if "propertyNames" in err.schema_path:
             out.append((where + [err.instance], _file_explain(err, command)))
             continue
+        if err.validator == "required" and isinstance(err.instance, dict):
+            missing = re.findall(r"'([^']+)' is a required", err.message)
+            if any(difflib.get_close_matches(m, [k for k in err.instance if isinstance(k, str)], n=1, cutoff=0.8)
+                   for m in missing):
+                continue  # a misspelling of it: its unknown-key line says so
         out.append((where, _file_explain(err, command)))
     return out
 
@@ -253,26 +262,34 @@ def _errors(problems, path: str, source: Path | None, make) -> list[SpecError]:
     return out
 
 
-def _check(data, name: str, path: str, source: Path | None, rules, command: str, make) -> None:
+def _check(data, name: str, path: str, source: Path | None, rules, command: str, make) -> list[SpecError]:
     problems = _number_keys(data, [])
     if not problems and not surely_valid(data, schema(name)):
         problems = _schema_problems(data, name, command)
     if not problems and rules is not None:
         problems = rules(data)
-    if problems:
-        errors = _errors(problems, path, source, make)
-        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
+    return _errors(problems, path, source, make) if problems else []
 
 
 def check_site(data: dict, path: str, source: Path | None = None) -> None:
     """The site file's content against site.schema.json and the site's rules: SpecError (one
     problem) or SpecErrors, each naming `path` and, when `source` is the file, the line."""
-    _check(data, SITE_SCHEMA, path, source, _site_rules, "sf schema --site", _site_error)
+    errors = _check(data, SITE_SCHEMA, path, source, _site_rules, "sf schema --site", _site_error)
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)
 
 
-def check_registry(data, path: str, source: Path | None = None) -> None:
-    """A runtime registry's content against runtimes.schema.json, as check_site."""
-    _check(data, REGISTRY_SCHEMA, path, source, None, "sf schema --registry", _registry_error)
+def check_registry(data, path: str, source: Path | None = None, every: bool = False) -> None:
+    """A runtime registry's content against runtimes.schema.json: one SpecError, as the
+    runtime's other errors (its first problem, with how many more `sf doctor` lists), or with
+    `every` SpecErrors of them all."""
+    errors = _check(data, REGISTRY_SCHEMA, path, source, None, "sf schema --registry", _registry_error)
+    if errors and every and len(errors) > 1:
+        raise SpecErrors(errors)
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more in the file: `sf doctor` lists them)" if len(errors) > 1 else ""
+        raise SpecError(first.field, first.message + more)
 
 
 class _RegistryLoader(yaml.SafeLoader):
@@ -281,9 +298,10 @@ class _RegistryLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_registry(path: Path) -> dict:
+def load_registry(path: Path, every: bool = False) -> dict:
     """The runtime registry at `path`, checked (FileNotFoundError when it is not there; every
-    other failure a SpecError with the path and, for a bad entry, the line)."""
+    other failure a SpecError with the path and, for a bad entry, the line; `every`: see
+    check_registry)."""
     if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(str(path))
     data = parse_yaml_file(path, "runtime", loader=_RegistryLoader)
@@ -291,5 +309,5 @@ def load_registry(path: Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError("runtime", f"{path}: the runtime registry must be a mapping (verl: {{VERSION: ...}}); "
                         "fix the file (see `sf schema --registry`)")
-    check_registry(data, str(path), path)
+    check_registry(data, str(path), path, every)
     return data

@@ -244,7 +244,7 @@ def check_runtimes(site, timeout: float = 30) -> list[Check]:
         return [Check("runtimes", FAIL, "the site names no runtime_registry",
                       f"set runtime_registry in {site.path} and publish runtimes with scripts/publish-runtime")]
     try:
-        data = load_registry(Path(path))  # against configs/schema/runtimes.schema.json
+        data = load_registry(Path(path), every=True)  # against configs/schema/runtimes.schema.json
     except FileNotFoundError:
         return [Check("runtimes", FAIL, f"registry {path} does not exist",
                       f"publish a runtime: scripts/publish-runtime --registry {path} VERSION venv PATH")]
