@@ -120,10 +120,12 @@ def _make_environment():
     from jinja2.sandbox import ImmutableSandboxedEnvironment  # (start-up cost, as above)
 
     class SuperReference(BlockReference):
-        """`{{ super() }}`: sf's own block, already rendered by these rules: printed as it is."""
+        """`{{ super() }}`: sf's own block, already rendered by these rules: printed as it is,
+        less its last newline (the line `{{ super() }}` stands on ends it)."""
 
         def __call__(self):
-            return Shell(super().__call__())
+            text = super().__call__()
+            return Shell(text[:-1] if text.endswith("\n") else text)
 
     class SfContext(Context):
         def super(self, name, current):
