@@ -55,7 +55,7 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
             errors.append(SpecError(where, str(exc)))
     if errors:
         raise SpecErrors(errors)
-    errors = sweep_mod.same_jobs([(given, values, request.plan.overrides)
+    errors = sweep_mod.same_jobs([(given, values, request.plan.overrides, request.plan.sources)
                                   for given, (values, request) in zip(points, prepared, strict=True)])
     if errors:
         raise SpecErrors(errors)

@@ -788,6 +788,19 @@ def rule_dapo(ctx) -> None:
         ctx.set("reward.reward_kwargs.max_resp_len", resp, "default", prefix="+")
 
 
+def rule_filter_metric(ctx) -> None:
+    """Group filtering on (DAPO) needs the metric it filters by: verl 0.9.1's trainer_base raises
+    at start when algorithm.filter_groups.metric is empty or null (`filter_metric: ""`)."""
+    if ctx.get("algorithm.filter_groups.enable") is not True:
+        return
+    metric = ctx.get("algorithm.filter_groups.metric")
+    if metric is None or not str(metric).strip():
+        ctx.error(ctx.culprit("algorithm.filter_groups.metric", "knobs.filter_metric"),
+                  f"algorithm.filter_groups.metric={metric!r}: group filtering is on and verl raises at start "
+                  "without the metric it filters by; set filter_metric: acc (or score, seq_reward, reward), "
+                  "or filter_groups: false")
+
+
 def rule_overlong_buffer(ctx) -> None:
     """DAPO's overlong buffer must fit: verl asserts max_resp_len >= len > 0."""
     if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.enable") is not True:
@@ -1195,6 +1208,32 @@ def rule_value_types(ctx) -> None:
                 ctx.error(f"spec.resources.pools.{p.name}", "nodes and gpus_per_node must be >= 1")
 
 
+# Linux's limit on one argument of exec (MAX_ARG_STRLEN = 32 pages, the terminating NUL
+# included): the job starts verl with one argument per override, so a longer one fails the
+# job's exec ("Argument list too long") after it queued. And what all of them may take together
+# (ARG_MAX is a quarter of the stack limit, 2 MiB by default, shared with the environment).
+MAX_ARG_STRLEN = 131072
+MAX_ARGS_BYTES = 1 << 20
+
+
+def rule_argument_size(ctx) -> None:
+    """Each override is one argument of the job's `python -m verl...` command: one longer than
+    MAX_ARG_STRLEN - 1 bytes, or all of them over MAX_ARGS_BYTES, would fail exec at start."""
+    total = 0
+    for text in ctx.override_list():
+        size = len(text.encode("utf-8", "surrogatepass"))
+        total += size + 1
+        if size >= MAX_ARG_STRLEN:
+            key = text.partition("=")[0].lstrip("+~")
+            field = ctx.culprit(key)
+            ctx.error(field, f"{'' if key in field else key + ': '}the override is {size:,} bytes; Linux takes at most "
+                      f"{MAX_ARG_STRLEN - 1:,} in one argument of the job's command (MAX_ARG_STRLEN), so the job "
+                      "would fail to start; put the value in a file and pass its path")
+    if total > MAX_ARGS_BYTES:
+        ctx.error("overrides", f"the overrides take {total:,} bytes together; the job's command takes about "
+                  f"{MAX_ARGS_BYTES:,} (ARG_MAX, shared with the environment); put large values in files")
+
+
 def rule_entry(ctx) -> None:
     """An experiment's main.py, if present, becomes the entry (verl-recipe style)."""
     if ctx.main_py:
@@ -1416,6 +1455,8 @@ JUDGES: tuple[Rule, ...] = (
     rule_owned_keys,
     rule_rollout_n,
     rule_training_length,
+    rule_argument_size,
+    rule_filter_metric,
     rule_overlong_buffer,
     rule_rollout_correction_inputs,
     rule_dynamic_sampling_reward_model,

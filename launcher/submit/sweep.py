@@ -31,6 +31,7 @@ point's `attempts`.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from typing import Any
 
@@ -153,14 +154,23 @@ def point_flags(flags: dict, params: dict[str, str]) -> dict:
     return out
 
 
-def same_jobs(points: list[tuple[dict, dict, tuple[str, ...]]]) -> list[SpecError]:
-    """[(grid text, values, overrides)] of the compiled points: a SpecError for each point whose
-    job (its overrides, as verl gets them) is an earlier point's: `rollout_n=4,4.0`,
-    `actor_lr=1e-6,0.000001` or `save_freq=null,-1` spend GPU hours twice on one job. Pure."""
+def same_jobs(points: list[tuple]) -> list[SpecError]:
+    """[(grid text, values, overrides[, sources])] of the compiled points: a SpecError for each
+    point whose job (its overrides, as verl gets them) is an earlier point's: `rollout_n=4,4.0`,
+    `actor_lr=1e-6,0.000001` or `save_freq=null,-1` spend GPU hours twice on one job. With the
+    overrides' sources, also a point whose grid values resolve to an earlier point's while the
+    rest of its overrides are the same: an interpolation (`total_epochs=${trainer.nnodes},1`
+    with one node) is other text for the same value. Pure."""
     first: dict[tuple[str, ...], int] = {}
+    first_resolved: dict[tuple, int] = {}
     errors = []
-    for index, (given, values, overrides) in enumerate(points):
+    for index, (given, values, overrides, *rest) in enumerate(points):
         earlier = first.setdefault(tuple(overrides), index)
+        if rest:
+            others = tuple(o for o, src in zip(overrides, rest[0], strict=True)
+                           if src != "sweep" and not str(src).startswith("sweep "))
+            key = (others, json.dumps(values, sort_keys=True, default=repr))
+            earlier = min(earlier, first_resolved.setdefault(key, index))
         if earlier != index:
             errors.append(SpecError(f"point {index} ({given_label(given)})",
                                     f"runs the same job as point {earlier} (verl gets {label(values)} in both); "

@@ -366,3 +366,45 @@ def test_merges_follow_yamls_rule(tmp_path):
     assert data["data"]["train"] == {"rollout_n": 7, "total_epochs": 9}
     assert data["teacher"] == {"rollout_n": 5, "total_epochs": 2}
     assert data["knobs"] == {"rollout_n": 3, "total_epochs": 2}
+
+
+# --- 5. values ---------------------------------------------------------------------------------
+
+def test_value_over_the_kernels_argument_limit_refused(exp):
+    write_exp(exp, "exp", GOOD + f'overrides: ["trainer.experiment_name={"x" * 200_000}"]\n')
+    line = refused(sf("validate", "exp"), "overrides[0]", "trainer.experiment_name", "200,024 bytes",
+                   "131,071", "MAX_ARG_STRLEN", "in a file")
+    assert len(line) < 500
+    write_exp(exp, "exp", GOOD)
+    line = refused(sf("validate", "exp", "--set", f"trainer.project_name={'y' * 131_072}"),
+                   "--set trainer.project_name: the override is 131,093 bytes", "MAX_ARG_STRLEN")
+
+
+def test_value_just_under_the_argument_limit_passes(exp):
+    value = "x" * (131_071 - len("trainer.experiment_name="))
+    write_exp(exp, "exp", GOOD + f'overrides: ["trainer.experiment_name={value}"]\n')
+    r = sf("validate", "exp")
+    assert r.exit_code == 0, r.stderr[-500:]
+
+
+@pytest.mark.parametrize("value", ['""', '"  "'])
+def test_empty_filter_metric_refused(exp, value):
+    write_exp(exp, "exp", GOOD.replace("verl/grpo", "verl/dapo") + f"knobs: {{filter_metric: {value}}}\n")
+    r = sf("validate", "exp")
+    assert r.exit_code == 2, r.stderr
+    assert any(line.startswith("sf: error: knobs.filter_metric: algorithm.filter_groups.metric=")
+               and "filter_metric: acc" in line for line in r.stderr.splitlines()), r.stderr
+
+
+def test_filter_metric_empty_is_fine_without_filtering(exp):
+    write_exp(exp, "exp", GOOD.replace("verl/grpo", "verl/dapo") + "knobs: {filter_metric: acc}\n")
+    assert sf("validate", "exp").exit_code == 0
+
+
+def test_grid_points_resolving_to_one_job_refused(ckpt_env):
+    write_exp(ckpt_env, "exp", GOOD)
+    r = sf("sweep", "exp", "--grid", "trainer.total_epochs=${trainer.nnodes},1", "--dry-run")
+    line = refused(r, "point 1 (trainer.total_epochs=1)", "same job as point 0", "drop one of the values")
+    assert "trainer.total_epochs=1" in line
+    r = sf("sweep", "exp", "--grid", "trainer.total_epochs=${trainer.nnodes},2", "--dry-run")
+    assert r.exit_code == 0, r.stderr
