@@ -134,6 +134,13 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     _fsync_dir(path.parent)
 
 
+class DamagedRecord(SpecError, ValueError):
+    """A record.json that cannot be read or is not a run record."""
+
+
+_DAMAGED = object()
+
+
 class Run:
     """A handle on one run directory. Cheap: reading happens in record()."""
 
@@ -164,8 +171,22 @@ class Run:
 
     # reading -------------------------------------------------------------------------
     def raw_record(self) -> dict:
-        """record.json as stored (no merge of events.jsonl / reason)."""
-        return json.loads((self.dir / RECORD).read_text())
+        """record.json as stored (no merge of events.jsonl / reason). A record that cannot be
+        read or is not a JSON object (binary, empty, `[]`, `null`): DamagedRecord naming the
+        file, one line (a SpecError; a ValueError too, so listings that skip bad records skip it)."""
+        path = self.dir / RECORD
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise DamagedRecord(self.id, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            data = _DAMAGED
+        if not isinstance(data, dict):
+            raise DamagedRecord(self.id, f"{path} is damaged (not a JSON object of a run record); restore it from "
+                                "a backup or remove the run's folder")
+        return data
 
     def record(self) -> dict:
         """The record with phases (events.jsonl), requeue count and reason merged in."""
