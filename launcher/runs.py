@@ -209,8 +209,14 @@ class Run:
             return None
 
     def read_json(self, name: str) -> Any:
-        text = self.read_text(name)
-        return None if text is None else json.loads(text)
+        """A JSON file of the run (plan.json, ...), None when absent; DamagedRecord naming it when
+        it is not JSON."""
+        try:
+            text = self.read_text(name)
+            return None if text is None else json.loads(text)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise DamagedRecord(self.id, f"{self.dir / name} is damaged (not JSON); restore it from a backup or "
+                                "remove the run's folder") from None
 
     # writing -------------------------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
