@@ -108,7 +108,7 @@ def _file_explain(err, command: str) -> str:
         kinds = want if isinstance(want, list) else [want]
         if "array" in kinds and "object" not in kinds and not isinstance(inst, dict):
             return f"{inst!r} is a single value, not a list; write a list: {_typed_list(inst)}"
-        if kinds == ["object"] and isinstance(inst, list):
+        if "object" in kinds and "array" not in kinds and isinstance(inst, list):
             return f"{inst!r} is a list, not a mapping; write KEY: VALUE lines (see `{command}`)"
         if "boolean" in kinds and isinstance(inst, str):
             return f"{inst!r} is text, not true or false; write true or false, unquoted"

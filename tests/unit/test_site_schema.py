@@ -222,6 +222,15 @@ def test_other_values(tmp_path, old, new, field, words):
     assert errs[0].field == field and words in errs[0].message, errs
 
 
+def test_an_empty_section_is_an_empty_mapping(tmp_path):
+    # `slurm:` with every line under it commented out is YAML's null: the code reads it as {}
+    path = _write(tmp_path, "name: s\nruns_dir: /r\nseries:\nslurm:\nray:\n  node_address:\nenv:\n")
+    site = load_site(str(path))
+    assert site.series == {} and site.env == () and site.ray.address_method == "hostname"
+    [err] = _refused(_write(tmp_path, "name: s\nruns_dir: /r\nmodules:\n"))  # a list is never null
+    assert err.field == "site.modules" and "is empty (null)" in err.message
+
+
 def test_one_problem_is_one_spec_error_in_memory_too():
     data = yaml.safe_load(DEV.read_text())
     data["series"]["fake"]["gpus_per_node"] = 0
