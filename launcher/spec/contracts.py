@@ -97,8 +97,7 @@ def _field(root: str, parts) -> str:
 
 
 def _typed_list(value) -> str:
-    items = ", ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
-    return f"[{items}]"
+    return f"[{value}]"
 
 
 def _file_explain(err, command: str) -> str:
@@ -107,14 +106,19 @@ def _file_explain(err, command: str) -> str:
     if err.validator == "type" and inst is not None:
         kinds = want if isinstance(want, list) else [want]
         if "array" in kinds and "object" not in kinds and not isinstance(inst, dict):
-            return f"{inst!r} is a single value, not a list; write a list: {_typed_list(inst)}"
+            items = err.schema.get("items") or {}
+            if items.get("type") == "string" and isinstance(inst, str):
+                return f"{inst!r} is a single value, not a list; write a list: {_typed_list(inst)}"
+            return f"{inst!r} is a single value, not a list; write a list (see `{command}`)"
         if "object" in kinds and "array" not in kinds and isinstance(inst, list):
             return f"{inst!r} is a list, not a mapping; write KEY: VALUE lines (see `{command}`)"
         if "boolean" in kinds and isinstance(inst, str):
             return f"{inst!r} is text, not true or false; write true or false, unquoted"
     if "propertyNames" in err.schema_path:  # a key of the wrong form (its pattern's error)
         return f"key {inst!r} has the wrong form: {_key_rule(err.schema)}; rename it"
-    if err.validator == "type" and want == "string" and isinstance(inst, (int, float)) and not isinstance(inst, bool):
+    if (err.validator == "type" and "string" in (want if isinstance(want, list) else [want])
+            and not {"integer", "number"} & set(want if isinstance(want, list) else [want])
+            and isinstance(inst, (int, float)) and not isinstance(inst, bool)):
         if list(err.absolute_path)[-1:] == ["time"]:  # YAML 1.1 reads 4:00:00 in base 60
             return f"{inst!r} is read as a number, expected text; quote the time: \"4:00:00\", not 4:00:00 (14400)"
         return f"{inst!r} is read as a number, expected text; quote it: \"{inst}\""

@@ -207,6 +207,7 @@ def test_tilde_and_variables_are_expanded_first(tmp_path, monkeypatch):
 @pytest.mark.parametrize("old,new,field,words", [
     ("  time: \"00:30:00\"", "  time: 4:00:00", "site.slurm.time", "14400 is read as a number"),  # YAML 1.1
     ("internet: true", "internet: \"no\"", "site.internet", "not true or false"),
+    ("  account: null", "  account: 1234", "site.slurm.account", 'quote it: "1234"'),
     ("default_series: fake", "default_series: h100", "site.default_series", "not one of the site's series"),
     ("{method: loopback, prefix: \"127.0.0\"}", "{method: interface}", "site.ray.node_address", "names no interface"),
     ("{method: loopback, prefix: \"127.0.0\"}", "{method: dns}", "site.ray.node_address.method", "not one of"),
