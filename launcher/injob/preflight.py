@@ -5,7 +5,10 @@ Runs with the runtime's python on the head after the barrier (Ray) or on the bat
   pools        nodes and GPUs per pool as compiled vs what joined
   placement    verl's tagged placement groups per pool; the node of every bundle
   overrides    the overrides compose against this runtime's verl (launcher.compile.verlcheck)
-  paths        model/data paths readable from every compute node (a Ray task pinned to each)
+  paths        model/data/reward paths readable, and the run dir writable, from every compute
+               node (a Ray task pinned to each: inside the container on a container runtime,
+               where a path the container cannot see is named with the mount that fixes it)
+  runtime      what the driver and every node run in (python, the container's marker)
   checkpoint   the checkpoint a resume would start from (or none)
   capabilities what the method needs importable in the runtime (launcher.injob.capabilities)
 Prints a summary to the job log; exits 1 when any check fails.
@@ -21,16 +24,55 @@ import time
 from pathlib import Path
 
 from launcher import runs
-from launcher.injob import capabilities, health, placement, topology
+from launcher.injob import capabilities, health, mounts, placement, topology
 from launcher.injob.contract import Job
 
 
-def check_paths_here(paths: list[str]) -> dict:
+def check_paths_here(paths: list[str], writable: tuple[str, ...] = ()) -> dict:
     out = {}
     for path in paths:
         exists = os.path.exists(path)
         readable = os.access(path, os.R_OK) and (not os.path.isdir(path) or os.access(path, os.X_OK))
         out[path] = {"exists": exists, "readable": bool(exists and readable)}
+        if path in writable:
+            out[path]["writable"] = bool(exists and os.access(path, os.W_OK | os.X_OK))
+    return out
+
+
+def check_node_here(paths: list[str], writable: tuple[str, ...] = ()) -> dict:
+    """One node's answer: its paths and what it runs in."""
+    return {"paths": check_paths_here(paths, writable), "where": mounts.where()}
+
+
+def job_paths(job: Job) -> tuple[list[str], tuple[str, ...]]:
+    """(every path the job reads, those it writes): the run dir first, then the compiled
+    model/data/teacher/reward/main.py paths."""
+    paths = [job.run_dir] + [p for p in job.paths_to_check if p != job.run_dir]
+    return paths, (job.run_dir,)
+
+
+def job_runtime(run_dir: str) -> dict | None:
+    """The runtime the job runs on (plan.json's contract), for the mount hints."""
+    try:
+        return json.loads((Path(run_dir) / "plan.json").read_text())["job"]["runtime"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def path_failures(path_report: dict, runtime: dict | None) -> list[str]:
+    """One line per path a node cannot read (or write, the run dir), with the fix."""
+    out = []
+    for host, checks in path_report.items():
+        if "_error" in checks:
+            out.append(f"paths on {host}: {checks['_error']}")
+            continue
+        for path, res in checks.items():
+            if not res["exists"]:
+                out.append(f"paths on {host}: " + mounts.mount_hint(path, runtime))
+            elif not res["readable"]:
+                out.append(f"paths: {path} is not readable on {host}")
+            elif res.get("writable") is False:
+                out.append(f"paths: {path} is not writable on {host} (the job writes its logs and records there)")
     return out
 
 
@@ -62,7 +104,7 @@ def check_overrides(config_name: str, overrides: list[str]) -> dict:
 def ray_checks(job: Job) -> tuple[dict, dict, dict]:
     import ray
 
-    paths = list(job.paths_to_check)
+    paths, writable = job_paths(job)
     ray.init(address=job.head, logging_level="ERROR", log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     by_name = {}
@@ -90,22 +132,24 @@ def ray_checks(job: Job) -> tuple[dict, dict, dict]:
         except Exception as exc:
             place[pool.name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
 
-    path_report = {}
+    path_report, node_where = {}, {}
     if paths:
         @ray.remote(num_cpus=0)
-        def check_on_node(paths_):
-            from launcher.injob.preflight import check_paths_here as chk
+        def check_on_node(paths_, writable_):
+            from launcher.injob.preflight import check_node_here as chk
 
-            return chk(paths_)
+            return chk(paths_, tuple(writable_))
 
-        refs = {name: check_on_node.options(resources={topology.node_resource(name): 1}).remote(paths)
+        refs = {name: check_on_node.options(resources={topology.node_resource(name): 1}).remote(paths, writable)
                 for name in by_name}
         for name, ref in refs.items():
             try:
-                path_report[name] = ray.get(ref, timeout=60)
+                answer = ray.get(ref, timeout=60)
+                path_report[name], node_where[name] = answer["paths"], answer["where"]
             except Exception as exc:
                 path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
     pool_report["_health"] = health.check(ray, job)
+    pool_report["_where"] = node_where
     return pool_report, place, path_report
 
 
@@ -118,10 +162,11 @@ def srun_paths(job: Job) -> dict:
     from launcher import slurm
 
     report = {}
+    paths, _ = job_paths(job)
     code = ("import json,sys,os;from launcher.injob.preflight import check_paths_here as c;"
-            "print(json.dumps({os.environ.get('SLURMD_NODENAME'): c(sys.argv[1:])}))")
+            "print(json.dumps({os.environ.get('SLURMD_NODENAME'): c(sys.argv[1:], (sys.argv[1],))}))")
     for pool in job.pools:
-        proc = slurm.srun_popen([sys.executable, "-c", code, *job.paths_to_check],
+        proc = slurm.srun_popen([sys.executable, "-c", code, *paths],
                                 het_group=pool.het_group if job.hetjob else None,
                                 nodes=pool.nodes, ntasks=pool.nodes, ntasks_per_node=1,
                                 nodelist=list(job.hosts.get(pool.name, ())), overlap=True, stdout=subprocess.PIPE)
@@ -147,7 +192,7 @@ def health_gpu_text(gpu: dict) -> str:
 # long: the report is built in the order the checks run (Ray, placement, roles, overrides, paths, GPUs).
 def main() -> int:
     job = Job.from_env()
-    entry, paths = list(job.entry), list(job.paths_to_check)
+    entry, paths = list(job.entry), job_paths(job)[0]
     t0 = time.time()
     report = {"ok": False, "job_id": job.job_id, "launcher": job.launcher, "head": job.head,
               "entry": entry, "config_name": job.config_name, "warnings": [], "failures": []}
@@ -163,6 +208,7 @@ def main() -> int:
         place = {}
         path_report = srun_paths(job) if paths else {}
     report["health"] = pool_report.pop("_health", None)
+    report["runtime"] = {"driver": mounts.where(), "nodes": pool_report.pop("_where", {})}
     report["pools"] = pool_report
     report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
     if report["health"] and not report["health"]["ok"]:
@@ -195,20 +241,18 @@ def main() -> int:
     for host in job.nodes:
         if paths and host not in path_report:
             report["failures"].append(f"paths: no answer from {host}")
-    for host, checks in path_report.items():
-        if "_error" in checks:
-            report["failures"].append(f"paths on {host}: {checks['_error']}")
-            continue
-        for path, res in checks.items():
-            if not res["readable"]:
-                report["failures"].append(f"paths: {path} is not readable on {host}")
+    report["failures"] += path_failures(path_report, job_runtime(job.run_dir))
     # The GPUs each node's step sees (UUIDs where nvidia-smi answers): the supervisor already
     # refused shared or missing ones before the preflight started.
     report["gpu_ids"] = dict(job.gpu_ids)
     report["checkpoint"] = latest_checkpoint(job.checkpoint_dir or "")
     report["seconds"] = round(time.time() - t0, 2)
     report["ok"] = not report["failures"]
-    runs.Run(job.run_dir).write_json("preflight.json", report)
+    try:
+        runs.Run(job.run_dir).write_json("preflight.json", report)
+    except OSError as exc:  # the run dir unseen (a container without it): the summary still says why
+        report["ok"] = False
+        report["failures"].append(f"preflight.json: {exc.__class__.__name__}: {exc}")
     print(summary(report), flush=True)
     return 0 if report["ok"] else 1
 
@@ -235,6 +279,13 @@ def summary(report: dict) -> str:
     lines.append(capabilities.summary(report.get("capabilities") or {}))
     paths = report.get("paths", {})
     lines.append(f"paths: checked on {len(paths)} nodes")
+    where = report.get("runtime") or {}
+    if where.get("driver"):
+        inside = {w.get("container") for w in [where["driver"], *(where.get("nodes") or {}).values()]}
+        driver = where["driver"]
+        lines.append(f"runtime: {driver.get('python')} (python {driver.get('python_version')}); "
+                     + ("container: " + ", ".join(sorted(str(c) for c in inside)) if inside != {None}
+                        else "no container"))
     health = report.get("health")
     if health:
         lines.append(f"health: {health['pairs']} object transfers ({health['mode']}, {health['payload_mib']} MiB): "

@@ -567,9 +567,12 @@ class Supervisor:
         hook = self.test_driver()
         if hook is not None:
             log("driver (SF_TEST_DRIVER test hook): " + " ".join(hook[:3]))
-            popen = subprocess.Popen(hook, env=self.child_env(driver=True), stdin=subprocess.DEVNULL)
-            self.steps.append({"name": "driver", "popen": popen, "kind": "driver", "pool": None,
-                               "hosts": [self.job.head_node]})
+            if self.runtime.local_argv(hook) is None:  # a container (oci, pyxis): where verl's driver runs
+                self.local("driver", hook, kind="driver", env=self.child_env(driver=True))
+            else:
+                popen = subprocess.Popen(hook, env=self.child_env(driver=True), stdin=subprocess.DEVNULL)
+                self.steps.append({"name": "driver", "popen": popen, "kind": "driver", "pool": None,
+                                   "hosts": [self.job.head_node]})
             self.record(states.DRIVER_STARTED, what="SF_TEST_DRIVER", seconds=self.elapsed())
             self.stage = states.STAGE_DRIVER
             return

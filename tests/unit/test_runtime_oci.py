@@ -118,3 +118,26 @@ def test_caps_limited_to_the_bounding_set():
     config = {"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN", "CAP_SYS_RESOURCE"]}}}
     m.limit_caps(config, allowed)
     assert config["process"]["capabilities"]["bounding"] == ["CAP_SYS_ADMIN"]
+
+
+def test_preflight_names_the_mount_that_fixes_an_unseen_path(tmp_path):
+    from launcher.injob import mounts, preflight
+
+    (tmp_path / "models").mkdir()
+    unseen = tmp_path / "models" / "gone" / "model"
+    assert mounts.first_missing(str(unseen)) == str(tmp_path / "models" / "gone")
+    assert mounts.first_missing(str(tmp_path)) is None
+    oci = {"kind": "oci", "image": "/b/verl", "version": "0.9.1", "mounts": ["/work", "/runs"]}
+    report = {"dev1": preflight.check_paths_here([str(unseen), str(tmp_path)], writable=(str(tmp_path),))}
+    assert report["dev1"][str(tmp_path)] == {"exists": True, "readable": True, "writable": True}
+    [line] = preflight.path_failures(report, oci)
+    assert line.startswith(f"paths on dev1: {unseen} is not visible inside the container (OCI bundle /b/verl)")
+    assert f"scripts/build-container --mount {tmp_path / 'models' / 'gone'} 0.9.1" in line
+    assert "the bundle mounts: /work, /runs" in line
+    [line] = preflight.path_failures(report, {"kind": "pyxis", "image": "i.sqsh", "mounts": []})
+    assert f"`{tmp_path / 'models' / 'gone'}:{tmp_path / 'models' / 'gone'}` to the runtime's mounts" in line
+    [line] = preflight.path_failures(report, {"kind": "venv"})
+    assert "is that filesystem mounted on every node?" in line
+    assert preflight.path_failures({"dev2": {"_error": "boom"}}, oci) == ["paths on dev2: boom"]
+    where = mounts.where()
+    assert where["python"] and where["container"] in (None, *[where["container"]])
