@@ -109,6 +109,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     root = runs_root(runs_dir, site_path=site_path)
     if target:
         watched = [runs.open_run(root, target)]
+        watched[0].raw_record()  # a damaged record: one line naming it (the poll would skip it)
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
         watched = [r for r in runs.list_runs(root) if not _is_point(r)][:limit]
     failures = 0
@@ -411,6 +412,7 @@ def cancel(target, as_json, site_path, runs_dir):
     """Cancel every Slurm job of a run, or of every point of a sweep."""
     root = runs_root(runs_dir, site_path=site_path)
     run = runs.open_run(root, target)
+    run.raw_record()  # a damaged record: one line naming it (the poll would skip it)
     statuses = monitor.poll([run], runs_dir=root, write_back=False)
     status = statuses[0]
     targets = [(run, status)]
@@ -448,6 +450,21 @@ def cancel(target, as_json, site_path, runs_dir):
 
 # --- list ----------------------------------------------------------------------------------
 
+def _damaged_records(root: Path) -> list[str]:
+    """Ids of the run folders under `root` whose record.json cannot be read as a run record."""
+    out = []
+    try:
+        folders = sorted(p for p in Path(root).iterdir() if (p / runs.RECORD).is_file())
+    except OSError:
+        return out
+    for folder in folders:
+        try:
+            runs.Run(folder).raw_record()
+        except (OSError, ValueError):
+            out.append(folder.name)
+    return out
+
+
 @click.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
@@ -470,8 +487,13 @@ def list_runs(as_json, limit, site_path, runs_dir):
         except (OSError, ValueError):
             continue
         items.append(rec)
+    damaged = _damaged_records(root)
+    if damaged and not as_json:
+        click.echo(f"sf: warning: left out {len(damaged)} damaged run record(s): "
+                   f"{', '.join(str(root / d / runs.RECORD) for d in damaged[:5])}"
+                   f"{' ...' if len(damaged) > 5 else ''} (not a JSON object of a run record)", err=True)
     if as_json:
-        click.echo(json.dumps({"runs_dir": str(root), "runs": [
+        click.echo(json.dumps({"runs_dir": str(root), "damaged": damaged, "runs": [
             {k: rec.get(k) for k in ("id", "experiment", "kind", "state", "created", "job_ids",
                                      "requeue_count", "exit_reason", "sweep")} for rec in items]},
             indent=2, default=str))

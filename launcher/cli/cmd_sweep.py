@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -43,17 +44,26 @@ def _compile_points(name: str, flags: dict, points: list[dict], preflight: bool)
     every label, record and manifest shows: a label never disagrees with what ran.
     `exports`: {ChainExport: its Request}, the export `--model run:RUN` queues first when RUN
     has none yet (one per RUN, shared by every point: they all name its folder as their model)."""
-    prepared, errors = [], []
+    prepared, found = [], []
     for index, params in enumerate(points):
         where = f"point {index} ({sweep_mod.given_label(params)})"
         try:
             request = pipeline.prepare_run(name, sweep_mod.point_flags(flags, params), preflight=preflight)
             prepared.append((sweep_mod.point_values(params, request.plan.resolved), request))
         except SpecErrors as exc:
-            errors += [SpecError(where, str(e)) for e in exc.errors]
+            found += [(where, e) for e in exc.errors]
         except SpecError as exc:
-            errors.append(SpecError(where, str(exc)))
-    if errors:
+            found.append((where, exc))
+    if found:  # a problem of every point (a flag, a damaged --after run) is said once, not per point
+        counts = Counter(str(e) for _where, e in found)
+        shared = {text for text, n in counts.items() if len(points) > 1 and n == len(points)}
+        errors, said = [], set()
+        for where, e in found:
+            if str(e) not in shared:
+                errors.append(SpecError(where, str(e)))
+            elif str(e) not in said:
+                said.add(str(e))
+                errors.append(e)
         raise SpecErrors(errors)
     errors = sweep_mod.same_jobs([(given, values, request.plan.overrides, request.plan.sources)
                                   for given, (values, request) in zip(points, prepared, strict=True)])

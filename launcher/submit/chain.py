@@ -48,6 +48,10 @@ def _dependency_on(run, field: str, drop: str) -> str | None:
     RUN ended otherwise or has no job."""
     from launcher.monitor import poll as monitor  # lazy: only a chain asks Slurm (a plain sf submit never does)
 
+    try:
+        run.raw_record()  # a damaged record: one line naming it (the poll would skip it)
+    except runs.DamagedRecord as exc:
+        raise SpecError(field, exc.message) from None
     status = monitor.poll([run], write_back=False)[0]
     job_ids = [str(j) for j in status.job_ids]
     if status.state == COMPLETED:

@@ -219,10 +219,19 @@ def _published_versions(site) -> list[str]:
     return sorted((str(v) for v in table), key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.]", v)])
 
 
+def plan_of(run) -> dict | None:
+    """A run's plan.json (None without a run or a plan); a damaged one is a SpecError naming it."""
+    plan = run.read_json("plan.json") if run else None
+    if plan is not None and not isinstance(plan, dict):
+        raise SpecError(run.id, f"{run.dir / 'plan.json'} is damaged (not a JSON object); restore it or remove "
+                        "the run's folder")
+    return plan
+
+
 def version_for(site, run, explicit: str | None) -> str:
     if explicit:
         return explicit
-    plan = run.read_json("plan.json") if run else None
+    plan = plan_of(run)
     if plan and plan.get("framework_version"):
         return str(plan["framework_version"])
     versions = _published_versions(site)
@@ -261,7 +270,7 @@ def checkpoint_at(path, fmt):
 
 def _format_of(run) -> str | None:
     """The checkpoint format a run will save, from its plan (megatron needs a GPU to merge)."""
-    plan = run.read_json("plan.json") if run else None
+    plan = plan_of(run)
     overrides = " ".join(str(o) for o in (plan or {}).get("overrides", ()))
     if "strategy=megatron" in overrides or "model_engine=megatron" in overrides:
         return "verl-megatron"
@@ -358,7 +367,7 @@ def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
         raise SpecError("--gpus", f"{gpus!r} is not a number of GPUs; pass 0 or more")
     check_time(time_limit)
-    plan = run.read_json("plan.json")
+    plan = plan_of(run)
     if plan and plan.get("method") not in (None, "sft"):
         raise SpecError("RUN", f"run {run.id} is a {plan.get('method')} run; sf eval is for SFT runs "
                         "(RL runs log validation rewards: sf metrics RUN)")

@@ -408,3 +408,80 @@ def test_grid_points_resolving_to_one_job_refused(ckpt_env):
     assert "trainer.total_epochs=1" in line
     r = sf("sweep", "exp", "--grid", "trainer.total_epochs=${trainer.nnodes},2", "--dry-run")
     assert r.exit_code == 0, r.stderr
+
+
+# --- 6. damaged run records ----------------------------------------------------------------------
+
+DAMAGE = {"binary": b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "empty": b"", "list": b"[]", "null": b"null",
+          "truncated": b'{"id": "bad-aaaaa", "state": "runn', "unreadable": b"{}"}
+BAD = "bad-aaaaa"
+
+
+@pytest.fixture(params=sorted(DAMAGE))
+def damaged(request, ckpt_env, monkeypatch):
+    """A runs dir with one good run and one damaged record (BAD); the experiment `exp`."""
+    from launcher import runs
+
+    write_exp(ckpt_env, "exp", GOOD)
+    good = runs.create_run(ckpt_env / "runs", "good")
+    folder = ckpt_env / "runs" / BAD
+    (folder / "logs").mkdir(parents=True)
+    (folder / "logs" / "slurm-1.out").write_text("hello\n")
+    record = folder / "record.json"
+    record.write_bytes(DAMAGE[request.param])
+    if request.param == "unreadable":  # the suite runs as root, which reads every file: simulated
+        real = Path.read_bytes
+
+        def refuse(self):
+            if self == record:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", refuse)
+    return {"env": ckpt_env, "record": record, "good": good, "kind": request.param}
+
+
+@pytest.mark.parametrize("args", [
+    ["logs", BAD],
+    ["logs", BAD, "--json"],
+    ["cancel", BAD, "--json"],
+    ["cancel", BAD],
+    ["attach", BAD, "--print"],
+    ["status", BAD],
+    ["status", BAD, "--json"],
+    ["metrics", BAD],
+    ["sweep", "--retry-failed", BAD],
+    ["submit", "exp", "--dry-run", "--after", BAD],
+    ["sweep", "exp", "--grid", "rollout_n=2,3", "--dry-run", "--after", BAD],
+    ["validate", "exp", "--model", f"run:{BAD}"],
+    ["submit", "exp", "--dry-run", "--model", f"run:{BAD}"],
+])
+def test_damaged_record_is_one_line_naming_it(damaged, args):
+    result = sf(*args)
+    line = refused(result, str(damaged["record"]))
+    assert ("cannot read" in line and "Permission denied" in line) if damaged["kind"] == "unreadable" \
+        else "is damaged" in line, line
+    if "--json" in args:
+        doc = json.loads(result.stdout)
+        assert doc["ok"] is False and str(damaged["record"]) in doc["errors"][0]["message"]
+
+
+def test_list_leaves_out_and_names_a_damaged_record(damaged):
+    r = sf("list")
+    assert r.exit_code == 0, (r.stderr, r.exception)
+    assert damaged["good"].id in r.stdout and BAD not in r.stdout
+    assert "damaged run record" in r.stderr and str(damaged["record"]) in r.stderr
+    r = sf("list", "--json")
+    assert r.exit_code == 0
+    doc = json.loads(r.stdout)
+    assert doc["damaged"] == [BAD] and [x["id"] for x in doc["runs"]] == [damaged["good"].id]
+    r = sf("status")  # the newest runs: the damaged one left out, no crash
+    assert r.exit_code == 0 and damaged["good"].id in r.stdout, (r.stderr, r.exception)
+
+
+def test_damaged_plan_is_one_line_naming_it(ckpt_env):
+    run = sft_run(ckpt_env)
+    for text in ("[]", "{not json"):
+        (run.dir / "plan.json").write_text(text)
+        refused(sf("eval", run.id, "--dry-run"), str(run.dir / "plan.json"), "damaged")
+        refused(sf("export", run.id, "--dry-run"), str(run.dir / "plan.json"), "damaged")
