@@ -168,8 +168,9 @@ def _number_keys(data, where: list) -> list[tuple[list, str]]:
     if isinstance(data, dict):
         for key, value in data.items():
             if not isinstance(key, str):
-                out.append((where + [key], f"key {key!r} is read as a {type(key).__name__}, not text; "
-                            f"quote it: \"{key}\""))
+                kind = {bool: "true/false", int: "number", float: "number"}.get(type(key), type(key).__name__)
+                out.append((where + [key], f"key {key!r} is read as a {kind}, not text; quote it as written "
+                            "(\"0.10\": unquoted, 0.10 is the number 0.1)"))
             else:
                 out += _number_keys(value, where + [key])
     elif isinstance(data, list):
@@ -217,13 +218,22 @@ def _site_rules(data: dict) -> list[tuple[list, str]]:
     return out
 
 
+def _same_key(key, part) -> bool:
+    if isinstance(part, str):
+        return key.value == part and key.tag == "tag:yaml.org,2002:str"
+    try:  # a key YAML read as a number or true/false: compare as read
+        return yaml.safe_load(key.value) == part and type(yaml.safe_load(key.value)) is type(part)
+    except yaml.YAMLError:
+        return False
+
+
 def _line(node, parts: list) -> int | None:
     """The line (1-based) of the deepest key of `parts` in a composed YAML document."""
     line = node.start_mark.line + 1 if node is not None else None
     for part in parts:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                if isinstance(key, yaml.ScalarNode) and _same_key(key, part):
                     line, node = key.start_mark.line + 1, value
                     break
             else:

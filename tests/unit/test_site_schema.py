@@ -211,7 +211,7 @@ def test_tilde_and_variables_are_expanded_first(tmp_path, monkeypatch):
     ("default_series: fake", "default_series: h100", "site.default_series", "not one of the site's series"),
     ("{method: loopback, prefix: \"127.0.0\"}", "{method: interface}", "site.ray.node_address", "names no interface"),
     ("{method: loopback, prefix: \"127.0.0\"}", "{method: dns}", "site.ray.node_address.method", "not one of"),
-    ("  fake:\n", "  1.5:\n", "site.series", 'quote it: "1.5"'),
+    ("  fake:\n", "  1.5:\n", "site.series", "key 1.5 is read as a number, not text; quote it as written"),
     ("  health_check: preflight", "  health_check: never", "site.ray.health_check", "not one of"),
 ])
 def test_other_values(tmp_path, old, new, field, words):
@@ -399,7 +399,7 @@ def test_registry_misspelt_key_with_its_line(tmp_path):
 
 @pytest.mark.parametrize("text,field,words", [
     ('verl:\n  "0.9.1": {kind: docker, image: x}\n', "runtime.kind", "not one of"),
-    ("verl:\n  0.10: {kind: venv, path: /opt/rt}\n", "runtime", 'quote it: "0.1"'),
+    ("verl:\n  0.10: {kind: venv, path: /opt/rt}\n", "runtime", "key 0.1 is read as a number"),
     ('verl:\n  "0.9.1": {kind: module, modules: cuda/12.4}\n', "runtime.modules", "not a list"),
     ('verl:\n  "0.9.1": {kind: venv, path: /opt/rt, env: [A]}\n', "runtime.env", "a list, not a mapping"),
     ('verl:\n  "0.9.1": {kind: venv, path: opt/rt}\n', "runtime.path", "wrong form"),
