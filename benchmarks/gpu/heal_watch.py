@@ -35,9 +35,34 @@ from pathlib import Path
 STEP = re.compile(rb'^\{"step": ?(\d+),')
 
 
+# --this-job: only the processes of the run's own Slurm job (their SLURM_JOB_ID), when other
+# runs' verl processes share the host (rl.sh stage learn runs several jobs on one GPU)
+ONLY_JOB: str | None = None
+
+
+def job_of_pid(pid: int) -> str | None:
+    try:
+        for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if item.startswith(b"SLURM_JOB_ID="):
+                return item.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return None
+
+
 def pids_of(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split() if int(p) != os.getpid()]
+    pids = [int(p) for p in out.split() if int(p) != os.getpid()]
+    return [p for p in pids if ONLY_JOB is None or job_of_pid(p) == ONLY_JOB]
+
+
+def run_job(run_dir: Path) -> str | None:
+    try:
+        record = json.loads((run_dir / "record.json").read_text())
+    except (OSError, ValueError):
+        return None
+    jobs = record.get("job_ids") or [record.get("job_id")]
+    return str(jobs[-1]).split("+")[0] if jobs and jobs[-1] else None
 
 
 def args_of(pid: int) -> str:
@@ -133,6 +158,8 @@ def main() -> int:
     ap.add_argument("--requeue-at", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=1500)
+    ap.add_argument("--this-job", action="store_true", help="signal only the processes of the run's own job")
+    ap.add_argument("--stop-file", default=None, help="stop following once this file exists (the run ended)")
     a = ap.parse_args()
     plan = [(s, name, fn) for s, name, fn in ((a.kill_at, "kill_worker", kill_worker),
                                               (a.stop_at, "stop_trainer", stop_trainer),
@@ -142,13 +169,17 @@ def main() -> int:
     while time.time() < end:
         steps.poll()
         if plan and steps.last() >= plan[0][0]:
+            if a.this_job:
+                global ONLY_JOB
+                ONLY_JOB = run_job(a.run_dir)
             at, name, fn = plan.pop(0)
             fault = {"fault": name, "after_step": at, "time": time.time(), **fn()}
             print(f"[heal] {json.dumps(fault)}", flush=True)
             faults.append(fault)
         if steps.last() >= a.steps and not plan:
             break
-        if not plan and state_of(a.run_dir) in ("completed", "failed", "cancelled", "timeout"):
+        if not plan and (state_of(a.run_dir) in ("completed", "failed", "cancelled", "timeout")
+                         or (a.stop_file and os.path.exists(a.stop_file))):
             steps.poll()
             break
         time.sleep(0.2)

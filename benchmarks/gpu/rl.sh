@@ -56,6 +56,8 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/results2.json" "$OUT/results2.json" 2>/dev/null
   cp "$L/results-disagg.json" "$OUT/results-disagg.json" 2>/dev/null
   cp "$L/results-heal.json" "$OUT/results-heal.json" 2>/dev/null
+  cp "$L/results-learn.json" "$OUT/results-learn.json" 2>/dev/null
+  cp "$L/hang-stacks.txt" "$OUT/hang-stacks.txt" 2>/dev/null
   cp "$L/scale.json" "$OUT/scale.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
@@ -73,7 +75,14 @@ case "${1:-}" in
   start)
     recv
     shift
-    rm -rf "$W/repo" && mkdir -p "$W/repo" && tar -C "$REPO" --exclude='./.rlb*' --exclude='./.rlc*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
+    rm -rf "$W/repo" && mkdir -p "$W/repo"
+    if [[ -f "$REPO/.sfsnap/repo.tar" ]]; then
+      # a snapshot of the commit that was tested here (`git archive`, rl_prepare.sh's note): the
+      # working tree that travels also holds other engineers' unfinished edits
+      tar -C "$W/repo" -xf "$REPO/.sfsnap/repo.tar" && echo "repository: snapshot $(cat "$REPO/.sfsnap/commit" 2>/dev/null)"
+    else
+      tar -C "$REPO" --exclude='./.rlb*' --exclude='./.rlc*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
+    fi
     rm -f "$L/chain.done" "$L/chain.log"
     setsid nohup env STAGES="${*:-$ALL}" bash "$W/repo/benchmarks/gpu/rl.sh" chain >"$L/chain.log" 2>&1 </dev/null &
     echo "chain started (pid $!): ${*:-$ALL}"; exit 0 ;;
@@ -114,11 +123,24 @@ if want install; then
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && tar -C "$BUNDLE" -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BUNDLE" "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
-    # py-spy: sf's hang watchdog saves every process's stacks with it (launcher/injob/stacks.py)
-    compgen -G "$W/kit/py_spy-*.whl" >/dev/null && $PY -m pip install -q --no-index --no-deps --no-compile \
-      --no-cache-dir --target "$BUNDLE" "$W"/kit/py_spy-*.whl 2>&1 | grep -v WARNING
     touch "$BUNDLE"/.sf-bundle-done
   fi
+  # py-spy: sf's hang watchdog saves every process's stacks with it (launcher/injob/stacks.py).
+  # Not `pip install --target`: the bundle already has a bin/ (ray's, vllm's scripts), and pip
+  # then skips the wheel's scripts with a WARNING ("Target directory .../bin already exists")
+  # that the grep above hid: parts 6-7 had no py-spy. The wheel holds one static binary.
+  if [[ ! -x "$BUNDLE/bin/py-spy" ]] && compgen -G "$W/kit/py_spy-*.whl" >/dev/null; then
+    mkdir -p "$BUNDLE/bin"
+    $PY -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [i for i in z.namelist() if i.endswith(".data/scripts/py-spy")][0]; open(sys.argv[2], "wb").write(z.read(n))' \
+      "$(ls "$W"/kit/py_spy-*.whl | head -1)" "$BUNDLE/bin/py-spy" && chmod 755 "$BUNDLE/bin/py-spy"
+  fi
+  if [[ -x "$BUNDLE/bin/py-spy" ]]; then
+    # can it read a process here (ptrace rights in this container)? one sleeping python, dumped
+    $PY -c 'import time; time.sleep(30)' & SLEEPER=$!; sleep 1
+    echo "py-spy: $("$BUNDLE/bin/py-spy" --version 2>&1); dump of a sleeping python:"
+    timeout 20 "$BUNDLE/bin/py-spy" dump --pid $SLEEPER 2>&1 | head -6
+    kill $SLEEPER 2>/dev/null
+  else note "py-spy: no binary in $BUNDLE/bin (no wheel in the kit?)"; fi
   # cupy (carried in parts, .rlc*): verl 0.9.1's nccl checkpoint engine, the weight sync of
   # the disaggregated modes, imports it (checkpoint_engine/nccl_checkpoint_engine.py)
   if [[ ! -f "$BUNDLE"/.sf-cupy-done ]] && compgen -G "/tmp/chunks/cupy.part.*" >/dev/null; then
@@ -508,6 +530,118 @@ if want disagg1; then
   for mode in ${D1_MODES:-osp async}; do tags+=("d1-$mode"); done
   $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" \
     --tags "$(IFS=,; echo "${tags[*]}")" 2>&1 | tail -20
+fi
+# -- issue 34 on ONE H200 (RESULTS.md part 10): a run that learns through sf's own commands,
+# and the stacks of a real hang. From the start, with three Slurm nodes on the one card:
+#   GPU_SHARE=3 bash benchmarks/gpu/rl.sh start install slurm assets hang learn
+# hang (a lane in the background, n2): tiny-grpo from the random model, hang limit 60 s, no
+#   restart and no requeue; its trainer loop (`ray::TaskRunner`, this job's only) SIGSTOPped
+#   once step HANG_AT is logged: the watchdog must declare the hang, save py-spy stacks of
+#   every process, and end the run; then `sf logs RUN --stacks`.
+# learn (n1): sf submit tiny-sft (verl/sft, SFT_STEPS steps, a checkpoint every SFT_SAVE);
+#   every checkpoint exported with `sf export --local`, its sampled reward on the RL prompts
+#   measured (sft_pick.py) and the one nearest 0.35 exported by `sf export` (a Slurm job): the
+#   SFT's newest export; then `sf submit tiny-learn --model run:SFT` (GRPO, LSTEPS steps,
+#   actor_lr LEARN_LR, validation before training and every 10 steps) on n1 and, with
+#   SWEEP_LRS set, `sf sweep tiny-learn --model run:SFT --grid actor_lr=SWEEP_LRS` as one job
+#   array on partition sweep (n2 + n3), side by side on the same card.
+LSTEPS=${LSTEPS:-40}; SFT_STEPS=${SFT_STEPS:-60}; SFT_SAVE=${SFT_SAVE:-10}; HANG_AT=${HANG_AT:-2}
+LEARN_LR=${LEARN_LR:-5e-5}; SWEEP_LRS=${SWEEP_LRS-2e-5,1e-4}
+hang_lane() {
+  local exp=tiny-hang D
+  rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
+  sed -i -e 's#^slurm: .*#slurm: {time: "00:20:00", max_requeues: 0, hang_timeout_s: 60, first_step_timeout_s: 900, max_restarts_in_place: 0}#' \
+    "$EXP/experiments/$exp/config.yaml"
+  grep '^slurm:' "$EXP/experiments/$exp/config.yaml"
+  rm -f "$L/hang-run-dir.txt" "$L/hang.ended"
+  local s0; s0=$(date +%s)
+  sf_submit hang "$exp" --profile h200-teach:1 --set total_training_steps=6 --set gpu_memory_utilization=0.15 &
+  local SFPID=$!
+  for _ in $(seq 240); do [[ -s "$L/hang-run-dir.txt" ]] && break; sleep 0.5; done
+  D=$(cat "$L/hang-run-dir.txt" 2>/dev/null)
+  [[ -n "$D" ]] && $PY "$HERE/heal_watch.py" "$D" "$L/results-hang.json" --kill-at 0 --stop-at "$HANG_AT" \
+    --requeue-at 0 --steps 6 --timeout 1100 --this-job --stop-file "$L/hang.ended" 2>&1 | tee "$L/hang-watch.log" &
+  local WPID=$!
+  wait $SFPID; echo "hang: submit to end $(( $(date +%s) - s0 )) s"
+  sleep 2; touch "$L/hang.ended"; wait $WPID
+  [[ -n "$D" ]] || return 1
+  ls -la "$D/stacks" "$D"/stacks/* 2>&1 | head -20
+  (cd "$EXP" && sf logs "$(basename "$D")" --stacks >"$L/hang-stacks.txt" 2>&1; echo "sf logs --stacks exited $?")
+  grep -c '^Thread\|^    ' "$L/hang-stacks.txt" | sed 's/^/stack lines: /'
+  head -80 "$L/hang-stacks.txt"
+  (cd "$EXP" && sf status "$(basename "$D")" 2>&1 | tail -12)
+  cat "$D/reason" 2>/dev/null
+}
+if want hang || want learn; then
+  stage "doctor: sf doctor with the kit's site (its runtime has py-spy: bundle bin/ and the runtime's bin/)"
+  (cd "$EXP" && timeout 90 sf doctor 2>&1) | tee "$L/doctor.txt" | grep -iE 'py-spy|runtime|checks'
+fi
+if want hang; then
+  stage "hang: tiny-grpo on n2, hang limit 60 s, SIGSTOP of this job's TaskRunner after step $HANG_AT (lane log: hang-lane.log)"
+  hang_lane >"$L/hang-lane.log" 2>&1 &
+  HANG_PID=$!
+fi
+if want learn; then
+  stage "learn: assets (SFT conversations 9,600/256 with their own tokenizer; RL prompts 2,048/128)"
+  [[ -f $A/sft/model/config.json ]] || $PY "$HERE/make_tiny.py" --out "$A/sft" | tail -1
+  $PY "$HERE/rl_data.py" "$A/learn" --train 2048 --val 128
+  cp "$HERE/reward_tiny.py" "$A/reward_tiny.py"
+  stage "learn: sf submit tiny-sft ($SFT_STEPS steps, a checkpoint every $SFT_SAVE) on n1"
+  s0=$(date +%s)
+  sf_submit sft tiny-sft --set total_training_steps="$SFT_STEPS" --set save_freq="$SFT_SAVE"
+  echo "sft: submit to end $(( $(date +%s) - s0 )) s"
+  SFT_DIR=$(cat "$L/sft-run-dir.txt" 2>/dev/null); SFT=$(basename "${SFT_DIR:-none}")
+  ls "$SFT_DIR/checkpoints" 2>&1 | tr '\n' ' '; echo
+  stage "learn: every SFT checkpoint exported (sf export --local), its reward on the RL prompts"
+  cand=(); pids=()
+  for d in "$SFT_DIR"/checkpoints/global_step_*; do
+    [[ -d "$d" ]] || continue
+    st=${d##*_}; cand+=("$st=$W/cand/$st")
+    (cd "$EXP" && timeout 240 sf export "$SFT" --checkpoint "$d" --checkpoint-format verl-fsdp --target "$W/cand/$st" \
+      --local >"$L/cand-$st.txt" 2>&1; echo "export of step $st exited $?") &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  timeout 300 $PY "$HERE/sft_pick.py" "$L/sft-pick.json" --prompts "$A/learn/train.parquet" --reward "$A/reward_tiny.py" \
+    "${cand[@]}" 2>&1 | grep -v Warning
+  PICK=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["pick"] or "")' "$L/sft-pick.json" 2>/dev/null)
+  [[ -n "$PICK" ]] || { PICK=${SFT_FALLBACK:-20}; note "sft_pick gave no pick: step $PICK"; }
+  stage "learn: sf export $SFT --checkpoint global_step_$PICK (a Slurm job): the SFT's newest export"
+  (cd "$EXP" && sf export "$SFT" --checkpoint "$SFT_DIR/checkpoints/global_step_$PICK" --checkpoint-format verl-fsdp 2>&1) | tee "$L/sft-export.txt"
+  for _ in $(seq 360); do compgen -G "$SFT_DIR/exports/*/config.json" >/dev/null && break; sleep 0.5; done
+  ls -d "$SFT_DIR"/exports/* 2>&1
+  stage "learn: sf submit tiny-learn --model run:$SFT (GRPO, $LSTEPS steps, actor_lr $LEARN_LR) on n1; sweep actor_lr=$SWEEP_LRS on n2+n3"
+  s0=$(date +%s)
+  sf_submit learn tiny-learn --model "run:$SFT" --set total_training_steps="$LSTEPS" --set actor_lr="$LEARN_LR" &
+  LEARN_PID=$!
+  SWEEP=""
+  if [[ -n "$SWEEP_LRS" ]]; then
+    sleep 2
+    # its own experiment name: sf_submit finds the GRPO's run dir by name (tiny-learn-*)
+    rm -rf "$EXP/experiments/tiny-lr" && cp -r "$EXP/experiments/tiny-learn" "$EXP/experiments/tiny-lr"
+    (cd "$EXP" && sf sweep tiny-lr --model "run:$SFT" --profile h200-sweep:1 --grid actor_lr="$SWEEP_LRS" \
+      --set total_training_steps="$LSTEPS" --json >"$L/sweep-submit.json" 2>"$L/sweep-submit.err"); echo "sf sweep exited $?"
+    cat "$L/sweep-submit.err"
+    SWEEP=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["sweep"])' "$L/sweep-submit.json" 2>/dev/null)
+    ARRAY=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_ids"][0])' "$L/sweep-submit.json" 2>/dev/null)
+    echo "$SWEEP" >"$L/sweep-id.txt"; echo "sweep $SWEEP: array job $ARRAY"
+  fi
+  wait $LEARN_PID; echo "learn: submit to end $(( $(date +%s) - s0 )) s"
+  LEARN_DIR=$(cat "$L/learn-run-dir.txt" 2>/dev/null)
+  [[ -n "$LEARN_DIR" ]] && (cd "$EXP" && sf metrics "$(basename "$LEARN_DIR")" 2>&1 | tee "$L/learn-metrics.txt" | tail -14 &&
+    sf plot "$(basename "$LEARN_DIR")" -o "$L/learn.png" 2>&1 | tail -1)
+  if [[ -n "$SWEEP" ]]; then
+    for _ in $(seq 1500); do [[ -z "$(squeue -h -j "$ARRAY" 2>/dev/null)" ]] && break; sleep 1; done
+    echo "sweep: submit to end $(( $(date +%s) - s0 )) s"
+    (cd "$EXP" && sf status "$SWEEP" 2>&1 | tail -8; sf metrics "$SWEEP" 2>&1 | tee "$L/sweep-metrics.txt";
+      sf metrics "$SWEEP" --json >"$L/sweep-metrics.json" 2>&1; sf plot "$SWEEP" -o "$L/sweep.png" 2>&1 | tail -1)
+    for m in "$W"/runs/tiny-lr-*/; do grep -H 'actor.optim.lr' "$m/overrides.txt" 2>/dev/null; done
+  fi
+  $PY "$HERE/learn_summary.py" --logs "$L" --out "$L/results-learn.json" 2>&1 | tail -40
+fi
+if [[ -n "${HANG_PID:-}" ]]; then
+  stage "hang (lane): waiting for it"
+  wait "$HANG_PID"; echo "hang lane exited $?"; tail -n 60 "$L/hang-lane.log"
 fi
 if want summary2; then
   stage "summary2"

@@ -35,10 +35,13 @@ GPU1=/dev/nvidia1
 NODES="1 2"
 if [[ ! -e /dev/nvidia1 ]]; then
   NCPU=$CPUS; NMEM=$((MEM * 8 / 10))
-  if [[ ${GPU_SHARE:-0} == 1 ]]; then GPU1=/dev/nvidia0; GPU_FIX=0; else NODES=1; fi
+  if [[ ${GPU_SHARE:-0} == 1 || ${GPU_SHARE:-0} == 3 ]]; then GPU1=/dev/nvidia0; GPU_FIX=0; else NODES=1; fi
+  # GPU_SHARE=3: n3 too (GPU 0 again), partition sweep = n2 + n3: a 2-point sweep's array
+  # tasks run side by side beside a run on n1 (rl.sh stage learn, issue 34)
+  [[ ${GPU_SHARE:-0} == 3 ]] && NODES="1 2 3"
 fi
 GPU_SHARED=0; [[ $GPU1 == /dev/nvidia0 ]] && GPU_SHARED=1
-mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/log/slurm
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd/n1 /var/spool/slurmd/n2 /var/spool/slurmd/n3 /var/log/slurm
 cat >/etc/slurm/taskprolog.sh <<'EOF'
 #!/bin/sh
 # n2's card is the host's GPU 1: shift the node-local indices Slurm hands its steps.
@@ -76,9 +79,11 @@ done
 echo "PartitionName=train Nodes=n1 Default=YES MaxTime=INFINITE State=UP"
 [[ $NODES == 1 ]] || { echo "PartitionName=teach Nodes=n2 MaxTime=INFINITE State=UP"
 echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"; }
+[[ $NODES == "1 2 3" ]] && echo "PartitionName=sweep Nodes=n[2-3] MaxTime=INFINITE State=UP"
 } >/etc/slurm/slurm.conf
 # nvidia_gpu_env: only CUDA_VISIBLE_DEVICES in the steps (sf drops ROCR_VISIBLE_DEVICES anyway).
 printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=%s Flags=nvidia_gpu_env\n' "$GPU1" >/etc/slurm/gres.conf
+[[ $NODES == "1 2 3" ]] && echo 'NodeName=n3 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env' >>/etc/slurm/gres.conf
 printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n' >/etc/slurm/cgroup.conf
 
 if pgrep -x slurmctld >/dev/null; then scontrol reconfigure; else setsid slurmctld </dev/null; fi

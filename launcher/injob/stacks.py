@@ -26,6 +26,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -44,23 +45,52 @@ RAY_OWN_ARGS = ("ray.scripts.scripts", "ray.util.client", "/ray/dashboard/", "/r
 RAY_OWN_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
-def py_spy_places(environ=None) -> list[Path]:
+def py_spy_places(environ=None, python: str | None = None) -> list[Path]:
     """Where py-spy may be, in order: beside this Python (a venv's or conda env's bin/), in
     <entry>/bin of each PYTHONPATH entry (`pip install --target DIR` puts scripts in DIR/bin:
     sites that carry packages on PYTHONPATH), then every PATH directory."""
     environ = os.environ if environ is None else environ
-    places = [Path(sys.executable).parent]
+    places = [Path(python or sys.executable).parent]
     places += [Path(entry) / "bin" for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     places += [Path(entry) for entry in environ.get("PATH", "").split(os.pathsep) if entry]
     return places
 
 
-def find_py_spy(environ=None) -> str | None:
-    for place in py_spy_places(environ):
+def find_py_spy(environ=None, python: str | None = None) -> str | None:
+    for place in py_spy_places(environ, python):
         candidate = place / "py-spy"
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+HANG_TIMEOUT_DEFAULT_S = 1800  # launcher.plan.SlurmSettings / contract.HealSettings: the watchdog's default
+
+
+def hang_limit(run_dir: str) -> float:
+    """The job's hang limit from its plan.json (0: the watchdog is off). Read here with json
+    alone: this file also runs as a script in a runtime without sf (`--find`)."""
+    try:
+        heal = json.loads((Path(run_dir) / "plan.json").read_text())["job"].get("heal") or {}
+        return float(heal.get("hang_timeout_s", HANG_TIMEOUT_DEFAULT_S))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0.0
+
+
+def missing_line(hang_limit_s: float, environ=None, python: str | None = None) -> str | None:
+    """One line naming a runtime without py-spy when a hang limit is set (None: found, or no
+    limit): the watchdog still finds the hang, but the stacks it saves hold no frames."""
+    if not hang_limit_s or hang_limit_s <= 0 or find_py_spy(environ, python):
+        return None
+    looked = ", ".join(str(p) for p in dict.fromkeys(py_spy_places(environ, python)))[:400]
+    return (f"py-spy is not in the runtime ({python or sys.executable}): with a hang limit of "
+            f"{hang_limit_s:g} s a hang's stacks (sf logs RUN --stacks) would hold no Python frames. "
+            f"Fix: pip install py-spy into the runtime (or ray[default]); looked in: {looked}")
+
+
+def preflight_warning(run_dir: str) -> str | None:
+    """The preflight's line (it runs in the runtime's python, with the job's environment)."""
+    return missing_line(hang_limit(run_dir))
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -141,8 +171,17 @@ def dump(py_spy: str, pid: int) -> str:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m launcher.injob stacks")
-    p.add_argument("--out", required=True, help="the directory for <node>.txt")
+    p.add_argument("--out", help="the directory for <node>.txt")
+    p.add_argument("--find", action="store_true",
+                   help="only print where py-spy is (exit 0) or where it was looked for (exit 1): "
+                        "sf doctor runs this file in each runtime")
     args = p.parse_args(argv)
+    if args.find:
+        found = find_py_spy()
+        print(found or "none: looked in " + ", ".join(str(p) for p in dict.fromkeys(py_spy_places())))
+        return 0 if found else 1
+    if not args.out:
+        p.error("--out is required")
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     job_id = os.environ.get("SLURM_JOB_ID", "")
     out = Path(args.out)

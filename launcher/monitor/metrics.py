@@ -223,8 +223,7 @@ def to_json(run_id: str, metrics: Metrics) -> dict:
     }
 
 
-def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
-    """Draw the key series, one panel per group, to a PNG file."""
+def _pyplot():
     try:
         import matplotlib  # lazy: matplotlib imports in ~0.4 s and is an extra (sf[plots])
 
@@ -232,13 +231,24 @@ def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
         import matplotlib.pyplot as plt  # lazy: matplotlib imports in ~0.4 s and is an extra (sf[plots])
     except ImportError:
         raise SpecError("plot", "matplotlib is not installed; pip install 'sf[plots]' (or matplotlib)") from None
+    return plt
+
+
+def _png(out: str | Path) -> Path:
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise SpecError("-o", f"{out} must end in .png")
+    return out
+
+
+def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
+    """Draw the key series, one panel per group, to a PNG file."""
+    plt = _pyplot()
     panels = [(t, [k for p in pats for k in metrics.keys_matching(p)]) for t, pats in PANELS]
     panels = [(t, keys) for t, keys in panels if keys]
     if not panels:
         raise SpecError("plot", "none of the key series is logged yet: " + ", ".join(KEY_SERIES))
-    out = Path(out)
-    if out.suffix.lower() != ".png":
-        raise SpecError("-o", f"{out} must end in .png")
+    out = _png(out)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), squeeze=False, sharex=True)
     for ax, (panel_title, keys) in zip(axes[:, 0], panels, strict=True):
         for key in keys:
@@ -248,6 +258,169 @@ def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
         ax.set_title(panel_title, fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100, format="png")
+    plt.close(fig)
+    return out
+
+
+# --- sweeps: one row (and one curve) per point ------------------------------------------
+# The score of a point, first found wins: (pattern, higher is better). RL logs the reward,
+# SFT its loss; validation likewise (verl's val-core reward, or the SFT's val/loss).
+TRAIN_SCORES: tuple[tuple[str, bool], ...] = (("critic/score/mean", True), ("train/loss", False))
+VAL_SCORES: tuple[tuple[str, bool], ...] = (("val-core/*/reward/mean*", True), ("val/loss", False))
+
+
+@dataclass
+class SweepPoint:
+    """One point of a sweep: its index, run, swept values, record state and metrics (None
+    while it has logged nothing)."""
+
+    index: int
+    run_id: str
+    params: dict
+    state: str
+    metrics: Metrics | None
+
+
+def _score_key(metrics: Metrics | None, choices) -> tuple[str, bool] | None:
+    if metrics is None:
+        return None
+    for pattern, higher in choices:
+        keys = metrics.keys_matching(pattern)
+        if keys:
+            return keys[0], higher
+    return None
+
+
+def point_summary(point: SweepPoint) -> dict:
+    """Pure: steps, the training score's last and best value (with its step), the validation
+    score's first and last value (with their steps); None where nothing is logged."""
+    out = {"index": point.index, "run": point.run_id, "params": dict(point.params), "state": point.state,
+           "steps": point.metrics.steps if point.metrics else 0,
+           "score": None, "last": None, "best": None, "best_step": None,
+           "validation": None, "val_first": None, "val_first_step": None, "val_last": None, "val_last_step": None}
+    train = _score_key(point.metrics, TRAIN_SCORES)
+    if train:
+        key, higher = train
+        points = point.metrics.series[key]
+        best = (max if higher else min)(points, key=lambda p: p[1])
+        out.update(score=key, last=points[-1][1], best=best[1], best_step=best[0])
+    val = _score_key(point.metrics, VAL_SCORES)
+    if val:
+        key, _ = val
+        points = point.metrics.series[key]
+        out.update(validation=key, val_first=points[0][1], val_first_step=points[0][0], val_last=points[-1][1],
+                   val_last_step=points[-1][0])
+    return out
+
+
+def load_sweep_points(sweep_dir: str | Path, record: dict) -> list[SweepPoint]:
+    """The points of the sweep whose record is `record` (its `members`, run folders beside it)."""
+    root = Path(sweep_dir).parent
+    points = []
+    for position, member in enumerate(record.get("members") or []):
+        run_dir = root / member
+        try:
+            rec = json.loads((run_dir / "record.json").read_text())
+        except (OSError, ValueError):
+            rec = {}
+        data = read_metrics(run_dir)
+        points.append(SweepPoint(index=int((rec.get("sweep") or {}).get("index", position)), run_id=str(member),
+                                 params=dict(rec.get("params") or {}), state=str(rec.get("state") or "?"),
+                                 metrics=data if data.series else None))
+    return sorted(points, key=lambda p: p.index)
+
+
+def grid_keys(record: dict, points: list[SweepPoint]) -> list[str]:
+    keys = [str(g.get("key")) for g in record.get("grid") or [] if g.get("key")]
+    for point in points:
+        keys += [k for k in point.params if k not in keys]
+    return keys
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return _fmt(value)
+    return str(value)
+
+
+def _param(value) -> str:
+    """A swept value as given (1e-05, 0.0001, 8), not rounded to 4 digits."""
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def format_sweep_table(sweep_id: str, keys: list[str], rows: list[dict]) -> str:
+    """One line per point: its swept values, steps, the training score's last and best, the
+    validation score's first -> last."""
+    score = next((r["score"] for r in rows if r["score"]), None)
+    val = next((r["validation"] for r in rows if r["validation"]), None)
+    head = ["point", "run", *keys, "state", "steps", "last", "best (step)", "validation first -> last (step)"]
+    table = [head]
+    for r in rows:
+        best = "-" if r["best"] is None else f"{_fmt(r['best'])} ({r['best_step']})"
+        validation = "-" if r["val_last"] is None else (
+            f"{_fmt(r['val_first'])} -> {_fmt(r['val_last'])} ({r['val_first_step']} -> {r['val_last_step']})")
+        table.append([str(r["index"]), r["run"], *(_param(r["params"].get(k)) for k in keys), r["state"].lower(),
+                      str(r["steps"]), _cell(r["last"]), best, validation])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [f"sweep {sweep_id}: {len(rows)} point{'s' if len(rows) != 1 else ''}"
+             + (f"; last/best: {score}" if score else "") + (f"; validation: {val}" if val else "")]
+    for n, row in enumerate(table):
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    waiting = [str(r["index"]) for r in rows if not r["steps"]]
+    if waiting:
+        lines.append(f"(no step logged yet by point{'s' if len(waiting) > 1 else ''} {', '.join(waiting)})")
+    return "\n".join(lines)
+
+
+def sweep_to_json(sweep_id: str, keys: list[str], points: list[SweepPoint]) -> dict:
+    out = {"sweep": sweep_id, "grid_keys": keys, "points": []}
+    for point in points:
+        row = point_summary(point)
+        wanted = [k for k in (row["score"], row["validation"]) if k]
+        row["data"] = {k: [[s, v] for s, v in point.metrics.series[k]] for k in wanted} if point.metrics else {}
+        out["points"].append(row)
+    return out
+
+
+def point_label(point: SweepPoint, keys: list[str]) -> str:
+    values = ", ".join(f"{k.rsplit('.', 1)[-1]}={_param(point.params.get(k))}" for k in keys)
+    return f"point {point.index}" + (f" ({values})" if values else "")
+
+
+def plot_sweep(points: list[SweepPoint], keys: list[str], out: str | Path, title: str = "") -> Path:
+    """The points' curves in one PNG: per panel of PANELS, one colour per point (validation
+    dashed with markers)."""
+    plt = _pyplot()
+    logged = [p for p in points if p.metrics]
+    panels = [(t, pats) for t, pats in PANELS if any(p.metrics.keys_matching(pat) for p in logged for pat in pats)]
+    if not panels:
+        raise SpecError("plot", "no point of the sweep has logged a key series yet: " + ", ".join(KEY_SERIES))
+    out = _png(out)
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0", "C1", "C2", "C3"])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.0 * len(panels)), squeeze=False, sharex=True)
+    for ax, (panel_title, patterns) in zip(axes[:, 0], panels, strict=True):
+        for n, point in enumerate(logged):
+            color = colors[n % len(colors)]
+            for key in (k for pat in patterns for k in point.metrics.keys_matching(pat)):
+                series = point.metrics.series[key]
+                style = "o--" if key.startswith("val") else ("o-" if len(series) < 30 else "-")
+                ax.plot([s for s, _ in series], [v for _, v in series], style, color=color, markersize=3,
+                        label=f"{point_label(point, keys)}: {key}")
+        ax.set_title(panel_title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title)
