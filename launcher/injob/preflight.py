@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from launcher import runs
-from launcher.injob import capabilities, health, mounts, placement, topology
+from launcher.injob import capabilities, health, mounts, placement, stacks, topology
 from launcher.injob.contract import Job
 
 
@@ -236,6 +236,9 @@ def main() -> int:
     if not report["overrides"]["ok"]:
         report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]
     report["capabilities"], missing = capabilities.preflight(job.run_dir, sys.executable)
+    no_py_spy = stacks.preflight_warning(job.run_dir)  # a hang limit and no py-spy: its stacks would be empty
+    if no_py_spy:
+        report["warnings"].append(no_py_spy)
     report["failures"] += missing
     report["paths"] = path_report
     for host in job.nodes:
