@@ -264,6 +264,7 @@ def check_runtimes(site, timeout: float = 30) -> list[Check]:
             checks.append(Check(name, FAIL, str(exc), f"fix the entry in {path}"))
             continue
         checks.append(_probe_runtime(name, rt, str(version), timeout))
+        checks += check_py_spy(name, rt, site.hang_timeout_s, timeout)
     return checks
 
 
@@ -298,6 +299,36 @@ def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
         return Check(name, FAIL, f"has verl {found}, published as {version}", "fix the registry entry's version")
     where = rt.path if rt.kind == "venv" else " ".join(rt.modules)
     return Check(name, OK, f"{rt.kind} {where} has verl {found}")
+
+
+# launcher/injob/stacks.py run as a file (no import: it runs in the runtime's python, with
+# the runtime's environment, and looks where a hang's stack dump looks)
+STACKS_SCRIPT = Path(__file__).resolve().parent.parent / "injob" / "stacks.py"
+
+
+def check_py_spy(name: str, rt, hang_limit_s: float, timeout: float = 30) -> list[Check]:
+    """With a hang limit set, the watchdog's stacks need py-spy in the runtime: warn, naming
+    the runtime, when the job's dump would not find it (venv and module runtimes; a
+    container's is checked by the preflight, inside it)."""
+    if not hang_limit_s or hang_limit_s <= 0 or rt.kind not in ("venv", "module"):
+        return []
+    env = {**os.environ, **dict(rt.env)}
+    if rt.kind == "venv":
+        env["PATH"] = f"{Path(rt.path) / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as bin/activate does
+        argv = [str(Path(rt.path) / "bin" / "python"), "-I", str(STACKS_SCRIPT), "--find"]
+    else:
+        argv = ["bash", "-lc", f"module load {' '.join(rt.modules)} && {rt.python} -I {STACKS_SCRIPT} --find"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Check(f"py-spy {name}", WARN, f"could not look for py-spy there ({exc.__class__.__name__})", "")]
+    where = (proc.stdout.strip().splitlines() or ["?"])[-1]
+    if proc.returncode == 0:
+        return [Check(f"py-spy {name}", OK, f"{where} (a hang's stacks: sf logs RUN --stacks)")]
+    return [Check(f"py-spy {name}", WARN,
+                  f"runtime {name} has no py-spy: a hang (limit {hang_limit_s:g} s) is still found, but its "
+                  f"stacks would hold no Python frames; {where[:300]}",
+                  "pip install py-spy into the runtime (or ray[default]), or set slurm.hang_timeout_s: 0")]
 
 
 def check_paths(site) -> list[Check]:
