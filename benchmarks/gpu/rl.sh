@@ -76,10 +76,11 @@ case "${1:-}" in
     recv
     shift
     rm -rf "$W/repo" && mkdir -p "$W/repo"
-    if [[ -f "$REPO/.sfsnap/repo.tar" ]]; then
-      # a snapshot of the commit that was tested here (`git archive`, rl_prepare.sh's note): the
-      # working tree that travels also holds other engineers' unfinished edits
-      tar -C "$W/repo" -xf "$REPO/.sfsnap/repo.tar" && echo "repository: snapshot $(cat "$REPO/.sfsnap/commit" 2>/dev/null)"
+    if [[ -f "$REPO/.sfsnap/repo.tgz" ]]; then
+      # a snapshot of the commit tested here, made before the calls with `mkdir -p .sfsnap &&
+      # git archive HEAD | gzip >.sfsnap/repo.tgz && git rev-parse HEAD >.sfsnap/commit` (carry
+      # .sfsnap): the working tree that travels also holds other engineers' unfinished edits
+      tar -C "$W/repo" -xzf "$REPO/.sfsnap/repo.tgz" && echo "repository: snapshot $(cat "$REPO/.sfsnap/commit" 2>/dev/null)"
     else
       tar -C "$REPO" --exclude='./.rlb*' --exclude='./.rlc*' --exclude=./.git -cf - . | tar -C "$W/repo" -xf -
     fi
