@@ -1,24 +1,18 @@
-"""The training job's batch script from templates/train.sbatch.j2, or from a site's own
-template that extends it (site file: `templates_dir`). Pure but for reading the templates.
+"""The training job's batch script from templates/train.sbatch.j2 (a site's own template that
+extends it: launcher.render.site_template). Pure but for reading the template.
 
-sf's guarantees hold whatever a site's template does:
-  - every value in the template's context was checked (an #SBATCH value, launcher.sbatch_values)
-    or quoted (a shell word, `quote`) by launcher.render.script before it got here, and is marked
-    so: `Shell` (printed as it is) or `Sbatch` (printed as it is only by the `sbatch` filter, on
-    an #SBATCH line of sf's base template). Anything else a template prints (a value sliced,
-    joined, replaced, a literal) is shell-quoted on the way out (the Environment's finalize);
-  - a site's template may only `{% extends "sf/train.sbatch.j2" %}` and override the blocks
-    in BLOCKS: no include, import, filter block or other block, no `sbatch` filter; it runs
-    in Jinja's immutable sandbox (no `__class__`, no changing the lists sf passes);
-  - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
-    before the first command; the site's own extra lines long options with plain values
-    (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header.
+Every value in the template's context was checked (an #SBATCH value, launcher.sbatch_values) or
+quoted (a shell word, `quote`) by launcher.render.script before it got here, and is marked so:
+`Shell` (printed as it is) or `Sbatch` (printed as it is only by the `sbatch` filter, on an
+#SBATCH line of sf's template). Anything else a template prints (a value sliced, joined,
+replaced, a literal) is shell-quoted on the way out (the Environment's finalize). The
+environment is Jinja's immutable sandbox (no `__class__`, no changing what sf passes), with
+StrictUndefined and autoescape off.
 
-Login-node cost: Jinja is imported only when a script is rendered, and sf's own template is
-not compiled then: launcher/render/_train_sbatch.py holds it compiled to Python (Jinja's
-code, byte-compiled by Python like any module), used while the template's SHA-256 and Jinja's
-version match what it was compiled from (else the template is compiled as usual).
-After changing templates/train.sbatch.j2, compile it again:
+Login-node cost: Jinja is imported only when a script is rendered, and sf's template is not
+compiled then: launcher/render/_train_sbatch.py holds Jinja's Python code of it, used while
+the template's SHA-256 and Jinja's version are the ones it was compiled from (else the
+template is compiled as usual). After changing templates/train.sbatch.j2, compile it again:
 
     python -m launcher.render.sbatch_template
 """
@@ -26,12 +20,10 @@ After changing templates/train.sbatch.j2, compile it again:
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
 import sys
 from pathlib import Path
 
-from launcher import sbatch_values
 from launcher.errors import SpecError
 from launcher.spec import paths
 
@@ -39,11 +31,6 @@ TEMPLATE = "train.sbatch.j2"  # in templates/, and in a site's templates_dir
 BASE = "sf/" + TEMPLATE  # the name a site's template extends
 BLOCKS = ("extra_sbatch", "prologue", "module_loads", "epilogue")  # what a site may override
 COMPILED = Path(__file__).with_name("_train_sbatch.py")
-# #SBATCH options sf sets or relies on: never from a site's template (the site file, the
-# spec's slurm: section and the --sbatch allowlist are where the others come from)
-SF_OWNED = ("job-name", "output", "error", "array", "requeue", "no-requeue", "signal", "open-mode", "dependency",
-            "nodes", "ntasks", "ntasks-per-node", "het-group", "hetjob", "wrap", "parsable", "test-only")
-_SITE_LINE = re.compile(r"^#SBATCH --(?P<key>[a-z][a-z0-9-]{0,40})(?:=(?P<value>.*))?$")
 
 
 class Shell(str):
@@ -188,113 +175,10 @@ def compile_base() -> str:
             f"SOURCE_SHA256 = {source_sha256(text)!r}\nJINJA2_VERSION = {jinja2.__version__!r}\n")
 
 
-# --- a site's template ----------------------------------------------------------------------
-
-def _refuse(file: Path, lineno: int | None, what: str):
-    where = f"{file}:{lineno}" if lineno else str(file)
-    raise SpecError("site.templates_dir", f"{where}: {what}")
-
-
-def _check_site_template(ast, file: Path) -> None:
-    """The site's template extends sf's and overrides BLOCKS only (see the module's doc)."""
-    from jinja2 import nodes  # Jinja on first use only (start-up cost)
-
-    def blank(node) -> bool:
-        return isinstance(node, nodes.Output) and all(
-            isinstance(n, nodes.TemplateData) and not n.data.strip() for n in node.nodes)
-
-    top = [n for n in ast.body if not blank(n)]
-    first = top[0] if top else None
-    if not (isinstance(first, nodes.Extends) and isinstance(first.template, nodes.Const)
-            and first.template.value == BASE):
-        _refuse(file, first.lineno if first else None,
-                f'a site\'s template must start with {{% extends "{BASE}" %}} (then override blocks)')
-    for node in top[1:]:
-        if not isinstance(node, nodes.Block):
-            _refuse(file, node.lineno, f"only {{% block %}}s may follow the extends ({', '.join(BLOCKS)})")
-        if node.name not in BLOCKS:
-            _refuse(file, node.lineno, f"block {node.name!r} is not one a site may override: {', '.join(BLOCKS)}")
-    for node in ast.find_all((nodes.Extends, nodes.Block, nodes.Include, nodes.Import, nodes.FromImport,
-                              nodes.FilterBlock, nodes.Filter)):
-        if node is first or node in top:
-            continue
-        if isinstance(node, nodes.Filter):
-            if node.name == "sbatch":
-                _refuse(file, node.lineno, "the sbatch filter is sf's own (extra #SBATCH lines are written out)")
-            continue
-        kind = type(node).__name__.lower().replace("fromimport", "from import").replace("filterblock", "filter block")
-        _refuse(file, node.lineno, f"a site's template may not use {kind} here (only the blocks {', '.join(BLOCKS)})")
-
-
-def _site_template(env, file: Path):
-    import jinja2  # Jinja on first use only (start-up cost)
-
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _refuse(file, None, f"cannot be read: {exc}")
-    name = "site/" + TEMPLATE
-    try:
-        ast = env.parse(text, name, str(file))
-        _check_site_template(ast, file)
-        code = env.compile(ast, name, str(file))
-    except jinja2.TemplateSyntaxError as exc:
-        _refuse(file, exc.lineno, exc.message or str(exc))
-    return env.template_class.from_code(env, code, env.make_globals(None))
-
-
-def _check_site_header(text: str, components, file: Path) -> None:
-    """sf's #SBATCH lines all there, in order, before the first command; the site's own lines
-    plain long options sf does not set; no #SBATCH line anywhere else."""
-    lines = text.split("\n")
-    end = next((i for i, line in enumerate(lines) if i and not line.startswith("#")), len(lines))
-    if end >= len(lines) or lines[end] != "set -uo pipefail":
-        _refuse(file, None, f"its extra_sbatch block may write #SBATCH lines and comments only, not {lines[end]!r}")
-    expected = []
-    for index, comp in enumerate(components):
-        expected += (["#SBATCH hetjob"] if index else []) + ["#SBATCH " + d for d in comp["directives"]]
-    owned = set(SF_OWNED) | {d.split("=", 1)[0][2:] for comp in components for d in comp["directives"]}
-    at = 0
-    for line in lines[1:end]:
-        if at < len(expected) and line == expected[at]:
-            at += 1
-            continue
-        if not line.startswith("#SBATCH"):
-            continue
-        match = _SITE_LINE.fullmatch(line)
-        if not match or (match["value"] is not None and not sbatch_values.WORDS.fullmatch(match["value"])):
-            _refuse(file, None, f"{line!r} is not an #SBATCH line sf can pass on: --option or --option=VALUE "
-                    "(letters, digits and ._:=,@/+- in the value)")
-        if match["key"] in owned:
-            _refuse(file, None, f"{line!r}: sf sets --{match['key']} itself (the site file and the spec's "
-                    "slurm: section set it)")
-    if at != len(expected):
-        _refuse(file, None, f"sf's own line {expected[at]!r} is missing from the script's header")
-    for line in lines[end:]:
-        if line.startswith("#SBATCH"):
-            _refuse(file, None, f"{line!r} comes after the first command, where sbatch would not read it; "
-                    "write #SBATCH lines in the extra_sbatch block")
-
-
-def render(context: dict, templates_dir: str | None = None) -> str:
-    """The batch script: the site's train.sbatch.j2 when its templates_dir holds one, else sf's.
-    `context`: launcher.render.script's checked values (Shell, Sbatch, numbers, their tuples)."""
-    import jinja2  # Jinja on first use only (start-up cost)
-
-    env = environment()
-    site_file = Path(templates_dir) / TEMPLATE if templates_dir else None
-    if site_file is None or not site_file.is_file():
-        return env.get_template(BASE).render(context)
-    template = _site_template(env, site_file)
-    try:
-        text = template.render(context)
-    except SpecError:
-        raise
-    except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression
-        _refuse(site_file, getattr(exc, "lineno", None) if isinstance(exc, jinja2.TemplateError) else None,
-                f"{type(exc).__name__}: {exc}")
-    _check_site_header(text, context["components"], site_file)
-    return text
+def render(context: dict) -> str:
+    """sf's batch script (templates/train.sbatch.j2) from launcher.render.script's checked
+    values (Shell, Sbatch, numbers, their tuples). A site's own: launcher.render.site_template."""
+    return environment().get_template(BASE).render(context)
 
 
 if __name__ == "__main__":

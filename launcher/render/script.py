@@ -300,7 +300,11 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         supervise_args=_pair(supervise),
         logger_lines=logger_env.env_lines(plan, site),
     ))
-    return sbatch_template.render(context, site.templates_dir)
+    if site.templates_dir:
+        from launcher.render import site_template  # only for a site with its own templates (start-up cost)
+
+        return site_template.render(context, site.templates_dir)
+    return sbatch_template.render(context)
 
 
 def _context(values: dict) -> dict:

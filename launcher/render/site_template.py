@@ -1,0 +1,136 @@
+"""A site's own batch script template (site file: `templates_dir`, its train.sbatch.j2): it
+extends sf's templates/train.sbatch.j2 and overrides named blocks, and sf's guarantees hold
+whatever it does (tests/unit/test_site_templates.py tries):
+  - it gets the values sf's template gets, checked and quoted first, printed by the same rules
+    (launcher.render.sbatch_template: Shell/Sbatch marks, anything else quoted, the sandbox);
+  - it may only `{% extends "sf/train.sbatch.j2" %}` and override the blocks in BLOCKS: no
+    include, import, filter block or other block, no `sbatch` filter (checked on its syntax
+    tree before it is compiled);
+  - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
+    before the first command; the site's extra lines long options with plain values
+    (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header.
+Imported only for a site that names a templates_dir.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from launcher import sbatch_values
+from launcher.errors import SpecError
+from launcher.render import sbatch_template
+from launcher.render.sbatch_template import BASE, BLOCKS, TEMPLATE, environment
+
+# #SBATCH options sf sets or relies on: never from a site's template (the site file, the
+# spec's slurm: section and the --sbatch allowlist are where the others come from)
+SF_OWNED = ("job-name", "output", "error", "array", "requeue", "no-requeue", "signal", "open-mode", "dependency",
+            "nodes", "ntasks", "ntasks-per-node", "het-group", "hetjob", "wrap", "parsable", "test-only")
+_SITE_LINE = re.compile(r"^#SBATCH --(?P<key>[a-z][a-z0-9-]{0,40})(?:=(?P<value>.*))?$")
+
+
+def _refuse(file: Path, lineno: int | None, what: str):
+    where = f"{file}:{lineno}" if lineno else str(file)
+    raise SpecError("site.templates_dir", f"{where}: {what}")
+
+
+def _check_site_template(ast, file: Path) -> None:
+    """The site's template extends sf's and overrides BLOCKS only (see the module's doc)."""
+    from jinja2 import nodes  # Jinja on first use only (start-up cost)
+
+    def blank(node) -> bool:
+        return isinstance(node, nodes.Output) and all(
+            isinstance(n, nodes.TemplateData) and not n.data.strip() for n in node.nodes)
+
+    top = [n for n in ast.body if not blank(n)]
+    first = top[0] if top else None
+    if not (isinstance(first, nodes.Extends) and isinstance(first.template, nodes.Const)
+            and first.template.value == BASE):
+        _refuse(file, first.lineno if first else None,
+                f'a site\'s template must start with {{% extends "{BASE}" %}} (then override blocks)')
+    for node in top[1:]:
+        if not isinstance(node, nodes.Block):
+            _refuse(file, node.lineno, f"only {{% block %}}s may follow the extends ({', '.join(BLOCKS)})")
+        if node.name not in BLOCKS:
+            _refuse(file, node.lineno, f"block {node.name!r} is not one a site may override: {', '.join(BLOCKS)}")
+    for node in ast.find_all((nodes.Extends, nodes.Block, nodes.Include, nodes.Import, nodes.FromImport,
+                              nodes.FilterBlock, nodes.Filter)):
+        if any(node is t for t in top):  # the extends and the blocks checked above
+            continue
+        if isinstance(node, nodes.Filter):
+            if node.name == "sbatch":
+                _refuse(file, node.lineno, "the sbatch filter is sf's own (extra #SBATCH lines are written out)")
+            continue
+        kind = type(node).__name__.lower().replace("fromimport", "from import").replace("filterblock", "filter block")
+        _refuse(file, node.lineno, f"a site's template may not use {kind} here (only the blocks {', '.join(BLOCKS)})")
+
+
+def _site_template(env, file: Path):
+    import jinja2  # Jinja on first use only (start-up cost)
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _refuse(file, None, f"cannot be read: {exc}")
+    name = "site/" + TEMPLATE
+    try:
+        ast = env.parse(text, name, str(file))
+        _check_site_template(ast, file)
+        code = env.compile(ast, name, str(file))
+    except jinja2.TemplateSyntaxError as exc:
+        _refuse(file, exc.lineno, exc.message or str(exc))
+    return env.template_class.from_code(env, code, env.make_globals(None))
+
+
+def _check_site_header(text: str, components, file: Path) -> None:
+    """sf's #SBATCH lines all there, in order, before the first command; the site's own lines
+    plain long options sf does not set; no #SBATCH line anywhere else."""
+    lines = text.split("\n")
+    end = next((i for i, line in enumerate(lines) if i and not line.startswith("#")), len(lines))
+    if end >= len(lines) or lines[end] != "set -uo pipefail":
+        _refuse(file, None, f"its extra_sbatch block may write #SBATCH lines and comments only, not {lines[end]!r}")
+    expected = []
+    for index, comp in enumerate(components):
+        expected += (["#SBATCH hetjob"] if index else []) + ["#SBATCH " + d for d in comp["directives"]]
+    owned = set(SF_OWNED) | {d.split("=", 1)[0][2:] for comp in components for d in comp["directives"]}
+    at = 0
+    for line in lines[1:end]:
+        if at < len(expected) and line == expected[at]:
+            at += 1
+            continue
+        if not line.startswith("#SBATCH"):
+            continue
+        match = _SITE_LINE.fullmatch(line)
+        if not match or (match["value"] is not None and not sbatch_values.WORDS.fullmatch(match["value"])):
+            _refuse(file, None, f"{line!r} is not an #SBATCH line sf can pass on: --option or --option=VALUE "
+                    "(letters, digits and ._:=,@/+- in the value)")
+        if match["key"] in owned:
+            _refuse(file, None, f"{line!r}: sf sets --{match['key']} itself (the site file and the spec's "
+                    "slurm: section set it)")
+    if at != len(expected):
+        _refuse(file, None, f"sf's own line {expected[at]!r} is missing from the script's header")
+    for line in lines[end:]:
+        if line.startswith("#SBATCH"):
+            _refuse(file, None, f"{line!r} comes after the first command, where sbatch would not read it; "
+                    "write #SBATCH lines in the extra_sbatch block")
+
+
+def render(context: dict, templates_dir: str) -> str:
+    """The batch script: the site's train.sbatch.j2 when `templates_dir` holds one, else sf's.
+    `context`: launcher.render.script's checked values (Shell, Sbatch, numbers, their tuples)."""
+    import jinja2  # Jinja on first use only (start-up cost)
+
+    site_file = Path(templates_dir) / TEMPLATE
+    if not site_file.is_file():
+        return sbatch_template.render(context)
+    env = environment()
+    template = _site_template(env, site_file)
+    try:
+        text = template.render(context)
+    except SpecError:
+        raise
+    except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression
+        _refuse(site_file, getattr(exc, "lineno", None) if isinstance(exc, jinja2.TemplateError) else None,
+                f"{type(exc).__name__}: {exc}")
+    _check_site_header(text, context["components"], site_file)
+    return text
