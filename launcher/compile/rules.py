@@ -1120,6 +1120,53 @@ def rule_training_length(ctx) -> None:
                   "1 or more, or null for total_epochs over the data")
 
 
+_AT_LEAST_ONE = (lambda v: v >= 1, "1 or more")
+_NOT_NEGATIVE = (lambda v: v >= 0, "0 or more")
+_FRACTION = (lambda v: 0 < v <= 1, "above 0 and at most 1")
+_TORCH, _VLLM, _VERL = "torch's optimizer", "vLLM", "verl"
+# key -> (ok, the range, who refuses it at start): values that compose but fail the job when it
+# starts, after it waited in the queue. Judged only where a user wrote them (a method's pin may
+# hold a 0 that means "unused", verl/grpo-async's train_batch_size).
+START_VALUES: dict[str, tuple] = {
+    _A + "optim.lr": (*_NOT_NEGATIVE, _TORCH),
+    "critic.optim.lr": (*_NOT_NEGATIVE, _TORCH),
+    "optim.lr": (*_NOT_NEGATIVE, _TORCH),  # SFT
+    _R + "temperature": (*_NOT_NEGATIVE, _VLLM),
+    _R + "val_kwargs.temperature": (*_NOT_NEGATIVE, _VLLM),
+    _R + "gpu_memory_utilization": (*_FRACTION, _VLLM),
+    "distillation.teacher_models.teacher_model.inference.gpu_memory_utilization": (*_FRACTION, _VLLM),
+    _R + "tensor_model_parallel_size": (*_AT_LEAST_ONE, _VLLM),
+    "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size": (*_AT_LEAST_ONE, _VLLM),
+    "data.train_batch_size": (*_AT_LEAST_ONE, _VERL),
+    "data.max_prompt_length": (*_AT_LEAST_ONE, _VERL),
+    "data.max_response_length": (*_AT_LEAST_ONE, _VERL),
+    "data.max_length": (*_AT_LEAST_ONE, _VERL),  # SFT
+    "data.micro_batch_size_per_gpu": (*_AT_LEAST_ONE, _VERL),  # SFT
+    _A + "ppo_mini_batch_size": (*_AT_LEAST_ONE, _VERL),
+    _A + "ppo_micro_batch_size_per_gpu": (*_AT_LEAST_ONE, _VERL),
+    _A + "ulysses_sequence_parallel_size": (*_AT_LEAST_ONE, _VERL),
+    _R + "log_prob_micro_batch_size_per_gpu": (*_AT_LEAST_ONE, _VERL),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (*_AT_LEAST_ONE, _VERL),
+    "critic.ppo_mini_batch_size": (*_AT_LEAST_ONE, _VERL),
+    "critic.ppo_micro_batch_size_per_gpu": (*_AT_LEAST_ONE, _VERL),
+}
+
+
+def rule_start_values(ctx) -> None:
+    """A learning rate or temperature below 0, a GPU memory fraction outside (0, 1], a batch,
+    micro batch, length or parallel size below 1 (or NaN): refused here, as torch, vLLM or verl
+    would refuse them at start."""
+    for key, (ok, allowed, who) in START_VALUES.items():
+        if not ctx.user_sets(key):
+            continue
+        value = ctx.get(key)
+        if not _number(value) or ok(value):
+            continue
+        name = next((n for n, k in KNOBS.items() if (k.sft_key if ctx.sft else k.key) == key), None)
+        ctx.error(ctx.culprit(key, f"knobs.{name}" if name else key),
+                  f"{key}={value}: {who} refuses it at start; set {name or key} to {allowed}")
+
+
 def rule_pitfalls(ctx) -> None:
     """The tutorial's pitfalls, as warnings."""
     if ctx.sft:
@@ -1457,6 +1504,7 @@ JUDGES: tuple[Rule, ...] = (
     rule_training_length,
     rule_argument_size,
     rule_filter_metric,
+    rule_start_values,
     rule_overlong_buffer,
     rule_rollout_correction_inputs,
     rule_dynamic_sampling_reward_model,

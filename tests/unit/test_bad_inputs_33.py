@@ -485,3 +485,38 @@ def test_damaged_plan_is_one_line_naming_it(ckpt_env):
         (run.dir / "plan.json").write_text(text)
         refused(sf("eval", run.id, "--dry-run"), str(run.dir / "plan.json"), "damaged")
         refused(sf("export", run.id, "--dry-run"), str(run.dir / "plan.json"), "damaged")
+
+
+# --- what torch, vLLM or verl would refuse at start (launcher.compile.rules.rule_start_values) ----
+
+@pytest.mark.parametrize("setting, needles", [
+    ("actor_lr=-1e-6", ["knobs.actor_lr", "optim.lr=-1e-06", "torch", "actor_lr to 0 or more"]),
+    ("critic_lr=-1", ["critic.optim.lr=-1", "0 or more"]),
+    ("temperature=-0.5", ["knobs.temperature", "rollout.temperature=-0.5", "vLLM", "0 or more"]),
+    ("actor_rollout_ref.rollout.val_kwargs.temperature=-1", ["val_kwargs.temperature=-1", "vLLM"]),
+    ("gpu_memory_utilization=0", ["knobs.gpu_memory_utilization", "above 0 and at most 1"]),
+    ("gpu_memory_utilization=1.5", ["gpu_memory_utilization=1.5", "above 0 and at most 1"]),
+    ("train_batch_size=0", ["knobs.train_batch_size", "data.train_batch_size=0", "1 or more"]),
+    ("ppo_mini_batch_size=0", ["ppo_mini_batch_size=0", "1 or more"]),
+    ("ppo_micro_batch_size_per_gpu=0", ["ppo_micro_batch_size_per_gpu=0", "1 or more"]),
+    ("log_prob_micro_batch_size_per_gpu=-2", ["log_prob_micro_batch_size_per_gpu=-2", "1 or more"]),
+    ("max_prompt_length=0", ["data.max_prompt_length=0", "1 or more"]),
+    ("max_response_length=0", ["data.max_response_length=0", "1 or more"]),
+    ("tensor_model_parallel_size=0", ["tensor_model_parallel_size=0", "vLLM", "1 or more"]),
+])
+def test_start_up_failures_refused(exp, setting, needles):
+    base = GOOD.replace("verl/grpo", "verl/ppo") if setting.startswith("critic") else GOOD
+    write_exp(exp, "exp", base)
+    r = sf("validate", "exp", "--set", setting)
+    assert r.exit_code == 2, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "refuses it at start" in line]
+    assert len(lines) == 1, r.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize("setting", ["actor_lr=0", "temperature=0", "gpu_memory_utilization=1.0",
+                                     "train_batch_size=64", "gpu_memory_utilization=0.05"])
+def test_start_up_edges_pass(exp, setting):
+    r = sf("validate", "exp", "--set", setting)
+    assert r.exit_code == 0 and "refuses it at start" not in r.stderr, r.stderr
