@@ -14,7 +14,7 @@ job as a Popen:
                 (or preflight instead, or torchrun over the train pool for SFT)
   ended         with rc and reason
 
-Requeue (the batch script's USR1 trap does the `scontrol requeue`; launcher/render/batch_text.py):
+Requeue (the batch script's USR1 trap does the `scontrol requeue`; templates/train.sbatch.j2):
 on every start the supervisor records `restarted` (restart=SLURM_RESTART_COUNT) when the
 job is a requeued one, refuses to run a job restarted more than max_requeues times (plan.json)
 (Slurm itself requeues --requeue jobs, e.g. on a node failure, without any bound), brings
