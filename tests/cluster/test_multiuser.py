@@ -9,8 +9,9 @@ Each attack of the issue, tried for real; what holds it off:
   - a run folder replaced before the job starts (a runs folder an admin left open, an older
     sf): the job refuses to run and writes nothing into the other user's folder (not its
     events, not a token, not a chmod);
-  - ports squatted by another user in every port slot (a worker port of each): the job ends at
-    once naming a taken port and the fix; with one slot left free the job takes it;
+  - ports squatted by another user in every port slot (a GCS, raylet, agent, metrics or worker
+    port of each): the job ends at once naming a taken port and the fix; with one slot left
+    free the job takes it;
   - the submitting shell's SLURM_TIMELIMIT / SLURM_EXPORT_ENV / RAY_* do not reach the job (it
     completes; sf names what it left out), and the SF_TEST_* hooks are read only where the
     site allows them.
@@ -38,6 +39,14 @@ STATE = Path("/var/lib/sfdev")
 PY = "/usr/bin/python3"  # a python `nobody` can run (the repo's venv may sit in a folder it cannot read)
 SLOT = 128  # launcher.injob.ports.SLOT_SIZE
 RANGE = (30000, 31023)  # exactly one block of 8 slots, below the kernel's ephemeral range
+# each kind of port a slot holds (launcher.injob.ports.OFFSETS): the GCS, the raylet's node
+# manager, the dashboard agent's listen port, the head's dashboard metrics, a worker port
+KINDS = (0, 1, 4, 10, 100)
+
+
+def squatted_ports(slots: int) -> list[int]:
+    """One port of each of the first `slots` slots, the kinds taking turns."""
+    return [RANGE[0] + s * SLOT + KINDS[s % len(KINDS)] for s in range(slots)]
 
 
 def as_nobody(*argv: str, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
@@ -163,7 +172,7 @@ def test_in_a_shared_runs_folder_another_user_can_neither_take_nor_read_a_run(tm
                  "metrics/attempt-0.jsonl"):
         assert mode(run_dir / name) == 0o600, name
     assert (run_dir / "checkpoints" / "umask").read_text().strip() == "0077"
-    print(f"\nin a 1777 runs folder, as nobody: rename, plant, read, lock all refused; umask 000 -> job umask 0077")
+    print("\nin a 1777 runs folder, as nobody: rename, plant, read, lock all refused; umask 000 -> job umask 0077")
 
 
 def test_a_run_folder_replaced_before_the_job_starts_is_refused(tmp_path, shared_runs):
@@ -183,14 +192,15 @@ def test_a_run_folder_replaced_before_the_job_starts_is_refused(tmp_path, shared
                                f"chmod 0644 {run_dir}/events.jsonl"]]
         for argv in theirs:
             as_nobody(*argv, check=True)
-        before = {p: (mode(p), p.read_text() if p.is_file() else None)
-                  for p in (run_dir, run_dir / "events.jsonl", run_dir / ".ray-auth", run_dir / ".ray-auth" / f"{job}.token")}
+        watched = (run_dir, run_dir / "events.jsonl", run_dir / ".ray-auth", run_dir / ".ray-auth" / f"{job}.token")
+        before = {p: (mode(p), p.read_text() if p.is_file() else None) for p in watched}
         subprocess.run(["scontrol", "release", job], check=True)
         assert wait_done(job, timeout=90) == "FAILED"
         after = {p: (mode(p), p.read_text() if p.is_file() else None) for p in before}
         assert after == before  # not appended to, not chmodded, no token of the job's written
         assert sorted(p.name for p in (run_dir / ".ray-auth").iterdir()) == [f"{job}.token"]
-        log = (run_dir / "logs" / f"slurm-{job}.out").read_text()  # Slurm's own output file (its path was fixed at sbatch)
+        # Slurm's own output file (its path was fixed at sbatch): the one thing written there
+        log = (run_dir / "logs" / f"slurm-{job}.out").read_text()
         assert "refusing to run" in log and "belongs to nobody" in log, log
     finally:
         subprocess.run(["scancel", job])
@@ -216,21 +226,21 @@ def squat(ports: list[int]) -> subprocess.Popen:
 def test_ports_squatted_by_another_user_are_skipped_or_named(tmp_path):
     site = site_file(tmp_path, ray={"port_range": list(RANGE)})
     exp = experiment(tmp_path)
-    # a worker port of every slot of the only block: no slot is free for the head
-    squatter = squat([RANGE[0] + s * SLOT + 100 for s in range(8)])
+    # a port of every slot of the only block: no slot is free for the head
+    squatter = squat(squatted_ports(8))
     try:
         t0 = time.monotonic()
         out = submitted(sf("submit", exp, "--site", site, "--json", env={"SF_TEST_DRIVER": "exit 0"}))
         assert wait_done(out["job_id"], timeout=90) == "FAILED"
         reason = (Path(out["run_dir"]) / "reason").read_text()
         assert "port collision" in reason and "ray.port_range" in reason and "RuntimeError" not in reason, reason
-        assert any(str(RANGE[0] + s * SLOT + 100) in reason for s in range(8)), reason
+        assert any(str(port) in reason for port in squatted_ports(8)), reason
         print(f"\nevery slot squatted: FAILED in {time.monotonic() - t0:.1f}s: {reason.strip()}")
     finally:
         squatter.kill()
         squatter.wait()
     # slot 7 left free: the job takes it and completes
-    squatter = squat([RANGE[0] + s * SLOT + 100 for s in range(7)])
+    squatter = squat(squatted_ports(7))
     try:
         out = submitted(sf("submit", exp, "--site", site, "--json", env={"SF_TEST_DRIVER": "exit 0"}))
         assert wait_done(out["job_id"], timeout=120) == "COMPLETED", why(Path(out["run_dir"]))
