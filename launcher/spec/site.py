@@ -76,8 +76,10 @@ class Site:
     dataset_roots: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # exported in every job
     modules: tuple[str, ...] = ()  # `module load` in every job
-    # SBATCH_* variables sf passes on to its sbatch calls (all others are left out: they
-    # would override the script's #SBATCH lines without a word)
+    # Variables of the submitting shell that sf's sbatch calls keep: the SBATCH_* ones named
+    # (all others would override the script's #SBATCH lines without a word), the login ones
+    # (pass_login_env), the RAY_* ones (pass_ray_env) and, with test_hooks, SF_TEST_*
+    # (launcher.slurm leaves every other SLURM_*, SRUN_*, RAY_*, SF_TEST_* out of the job)
     pass_sbatch_env: tuple[str, ...] = ()
     # RAY_* variables of the submitting shell that reach the job (all others are left out and
     # named at submit: they would silently override sf's Ray settings on every node)
@@ -85,6 +87,9 @@ class Site:
     # A group (e.g. a project's) that may read a run's checkpoints, metrics and exports;
     # None: the job's user alone (folders 0700, files 0600)
     share_group: str | None = None
+    # The SF_TEST_* hooks (a test driver, simulated failures) reach the job: the dev cluster's
+    # site only, never a production one
+    test_hooks: bool = False
     # The site's own batch script templates: its train.sbatch.j2 extends sf's and overrides
     # named blocks (launcher.render.sbatch_template); None: sf's templates as they are
     templates_dir: str | None = None
@@ -165,6 +170,12 @@ def _ray_names(names, path: str) -> tuple[str, ...]:
         raise SpecError("site.slurm.pass_ray_env", f"{names!r} in {path} must be a list of RAY_* variable names, "
                         "e.g. [RAY_DEDUP_LOGS]")
     return tuple(names)
+
+
+def _flag(value, field: str, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field, f"{value!r} in {path} must be true or false")
+    return value
 
 
 def _share_group(value, path: str) -> str | None:
@@ -275,8 +286,11 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
         modules=tuple(data.get("modules", ())),
         # SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment
         pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
-        + _login_names(slurm.get("pass_login_env") or (), path),
+        + _login_names(slurm.get("pass_login_env") or (), path)
+        + _ray_names(slurm.get("pass_ray_env") or (), path)
+        + (("SF_TEST_*",) if _flag(data.get("test_hooks", False), "site.test_hooks", path) else ()),
         pass_ray_env=_ray_names(slurm.get("pass_ray_env") or (), path),
+        test_hooks=bool(data.get("test_hooks", False)),
         share_group=_share_group(data.get("share_group"), path),
         templates_dir=_templates_dir(data.get("templates_dir"), path),
         raw=data,

@@ -14,7 +14,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launcher import sbatch_values, slurm
+from launcher import ownership, sbatch_values, slurm
+from launcher import runs as runs_mod
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.spec.contracts import load_registry
 from launcher.spec.runtime import registry_path, runtime_from_entry
@@ -346,21 +347,32 @@ def check_paths(site) -> list[Check]:
                             f"add dataset_roots to {site.path}"))
     runs = Path(site.runs_dir)
     try:
-        runs.mkdir(parents=True, exist_ok=True)
+        # a folder others may write without the sticky bit (or an ancestor of it) lets them
+        # rename a run and put their own in its place: sf refuses to write there
+        ownership.trusted_chain(runs)
+    except ownership.UnsafePath as exc:
+        checks.append(Check("runs_dir", FAIL, exc.message, f"or set runs_dir in {site.path} to a safe folder"))
+        return checks + [port_range_check(site)]
+    try:
+        runs_mod.make_runs_root(runs, site.share_group)
         with tempfile.NamedTemporaryFile(dir=runs, prefix=".sf-doctor-"):
             pass
-        checks.append(Check("runs_dir", OK, f"{runs} writable"))
+        shared = f"; checkpoints and metrics readable by group {site.share_group}" if site.share_group else \
+            "; each run readable by its user alone"
+        checks.append(Check("runs_dir", OK, f"{runs} writable, safe from other users{shared}"))
     except OSError as exc:
         checks.append(Check("runs_dir", FAIL, f"{runs} not writable ({exc.strerror or exc})",
-                            f"set runs_dir in {site.path} to a shared folder every user can write"))
+                            f"set runs_dir in {site.path} to a folder of yours, or a shared one with mode 1777"))
+    return checks + [port_range_check(site)]
+
+
+def port_range_check(site) -> Check:
     lo, hi = (tuple(site.ray.port_range) + (0, 0))[:2]
     if not (1024 <= int(lo) < int(hi) <= 65535) or int(hi) - int(lo) < 100:
-        checks.append(Check("ray.port_range", FAIL,
-                            f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
-                            f"fix ray.port_range in {site.path}"))
-    else:
-        checks.append(Check("ray.port_range", OK, f"{lo}-{hi}"))
-    return checks
+        return Check("ray.port_range", FAIL,
+                     f"{list(site.ray.port_range)} is not a range of >= 100 ports in 1024-65535",
+                     f"fix ray.port_range in {site.path}")
+    return Check("ray.port_range", OK, f"{lo}-{hi}")
 
 
 def run_checks(site_path: str | None = None) -> list[Check]:
