@@ -139,6 +139,30 @@ class DamagedRecord(SpecError, ValueError):
 
 
 _DAMAGED = object()
+_TEXT, _WHOLE, _LIST, _MAP, _NONE = (str,), (int,), (list,), (dict,), (type(None),)
+# the fields sf reads from every record, and what each must be (a field may be absent)
+_RECORD_FIELDS = {"id": _TEXT, "experiment": _TEXT, "kind": _TEXT, "created": _TEXT, "state": _TEXT,
+                  "exit_reason": _TEXT + _NONE, "requeue_count": _WHOLE + _NONE, "job_ids": _LIST,
+                  "history": _LIST, "members": _LIST, "sweep": _MAP + _NONE}
+
+
+def _record_problem(rec: dict) -> str | None:
+    """What makes a record.json object unusable (a field sf reads of another type), or None."""
+    for name, types in _RECORD_FIELDS.items():
+        value = rec.get(name)
+        if name in rec and (isinstance(value, bool) or not isinstance(value, types)):
+            return f"its {name} is {json.dumps(value)[:40]}, not {' or '.join(t.__name__ for t in types)}"
+    if any(isinstance(j, bool) or not isinstance(j, (str, int)) for j in rec.get("job_ids") or ()):
+        return "its job_ids are not job ids"
+    if not all(isinstance(item, dict) for item in rec.get("history") or ()):
+        return "its history holds something other than objects"
+    if not all(isinstance(m, str) for m in rec.get("members") or ()):
+        return "its members are not run ids"
+    sweep = rec.get("sweep") or {}
+    if not isinstance(sweep.get("id", ""), str) or isinstance(sweep.get("index", 0), bool) \
+            or not isinstance(sweep.get("index", 0), int):
+        return "its sweep is not {id, index}"
+    return None
 
 
 class Run:
@@ -186,6 +210,10 @@ class Run:
         if not isinstance(data, dict):
             raise DamagedRecord(self.id, f"{path} is damaged (not a JSON object of a run record); restore it from "
                                 "a backup or remove the run's folder")
+        problem = _record_problem(data)
+        if problem:
+            raise DamagedRecord(self.id, f"{path} is damaged ({problem}); restore it from a backup or remove the "
+                                "run's folder")
         return data
 
     def record(self) -> dict:

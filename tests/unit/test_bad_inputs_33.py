@@ -413,7 +413,11 @@ def test_grid_points_resolving_to_one_job_refused(ckpt_env):
 # --- 6. damaged run records ----------------------------------------------------------------------
 
 DAMAGE = {"binary": b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "empty": b"", "list": b"[]", "null": b"null",
-          "truncated": b'{"id": "bad-aaaaa", "state": "runn', "unreadable": b"{}"}
+          "truncated": b'{"id": "bad-aaaaa", "state": "runn', "unreadable": b"{}",
+          "job_ids": b'{"id": "bad-aaaaa", "state": "running", "job_ids": 5}',
+          "created": b'{"id": "bad-aaaaa", "created": 5, "state": "completed"}',
+          "sweep": b'{"id": "bad-aaaaa", "state": "running", "sweep": {"id": "x", "index": "0"}}',
+          "history": b'{"id": "bad-aaaaa", "state": "running", "history": ["x"]}'}
 BAD = "bad-aaaaa"
 
 
