@@ -230,9 +230,11 @@ class Run:
                 rec["exit_reason"] = reason.strip()
         return rec
 
-    def read_text(self, name: str) -> str | None:
+    def read_text(self, name: str, errors: str = "replace") -> str | None:
+        """A text file of the run (reason, job.sbatch, ...), None when absent; bytes that are not
+        UTF-8 are replaced (a job may write anything into `reason`)."""
         try:
-            return (self.dir / name).read_text()
+            return (self.dir / name).read_text(errors=errors)
         except FileNotFoundError:
             return None
 
@@ -240,7 +242,7 @@ class Run:
         """A JSON file of the run (plan.json, ...), None when absent; DamagedRecord naming it when
         it is not JSON."""
         try:
-            text = self.read_text(name)
+            text = self.read_text(name, errors="strict")
             return None if text is None else json.loads(text)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise DamagedRecord(self.id, f"{self.dir / name} is damaged (not JSON); restore it from a backup or "

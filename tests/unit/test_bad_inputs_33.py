@@ -524,3 +524,14 @@ def test_start_up_failures_refused(exp, setting, needles):
 def test_start_up_edges_pass(exp, setting):
     r = sf("validate", "exp", "--set", setting)
     assert r.exit_code == 0 and "refuses it at start" not in r.stderr, r.stderr
+
+
+def test_binary_reason_file_is_read_not_a_crash(env):
+    from launcher import runs
+
+    run = runs.create_run(env / "runs", "good")
+    run.update(state="failed")
+    (run.dir / "reason").write_bytes(b"OOM on node\xff\xfe\n")
+    r = sf("list")
+    assert r.exit_code == 0 and run.id in r.stdout, (r.stderr, r.exception)
+    assert "OOM on node" in runs.Run(run.dir).record()["exit_reason"]
