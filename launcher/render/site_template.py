@@ -4,7 +4,7 @@ whatever it does (tests/unit/test_site_templates.py tries):
   - it gets the values sf's template gets, checked and quoted first, printed by the same rules
     (launcher.render.sbatch_template: Shell/Sbatch marks, anything else quoted, the sandbox);
   - it may only `{% extends "sf/train.sbatch.j2" %}` and override the blocks in BLOCKS: no
-    include, import, filter block or other block, no `sbatch` filter (checked on its syntax
+    include, import, filter block, autoescape or other block, no `sbatch` filter (checked on its syntax
     tree before it is compiled);
   - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
     before the first command; the site's extra lines long options with plain values
@@ -53,15 +53,17 @@ def _check_site_template(ast, file: Path) -> None:
             _refuse(file, node.lineno, f"only {{% block %}}s may follow the extends ({', '.join(BLOCKS)})")
         if node.name not in BLOCKS:
             _refuse(file, node.lineno, f"block {node.name!r} is not one a site may override: {', '.join(BLOCKS)}")
+    # (an autoescape block would HTML-escape sf's quotes: ' -> &#39;)
     for node in ast.find_all((nodes.Extends, nodes.Block, nodes.Include, nodes.Import, nodes.FromImport,
-                              nodes.FilterBlock, nodes.Filter)):
+                              nodes.FilterBlock, nodes.EvalContextModifier, nodes.Filter)):
         if any(node is t for t in top):  # the extends and the blocks checked above
             continue
         if isinstance(node, nodes.Filter):
             if node.name == "sbatch":
                 _refuse(file, node.lineno, "the sbatch filter is sf's own (extra #SBATCH lines are written out)")
             continue
-        kind = type(node).__name__.lower().replace("fromimport", "from import").replace("filterblock", "filter block")
+        kind = {"FromImport": "from import", "FilterBlock": "filter block", "ScopedEvalContextModifier": "autoescape",
+                "EvalContextModifier": "autoescape"}.get(type(node).__name__, type(node).__name__.lower())
         _refuse(file, node.lineno, f"a site's template may not use {kind} here (only the blocks {', '.join(BLOCKS)})")
 
 

@@ -181,6 +181,8 @@ def test_an_sbatch_line_after_the_header_refused(tmp_path):
     (EXTENDS + "{% block prologue %}{% filter replace(\"'\", '') %}{{ run_dir }}{% endfilter %}{% endblock %}\n",
      "filter block"),
     (EXTENDS + "{% block extra_sbatch %}{{ comp.directives[0]|sbatch }}\n{% endblock %}\n", "sbatch filter"),
+    (EXTENDS + "{% block prologue %}{% autoescape true %}{{ run_dir }}{% endautoescape %}{% endblock %}\n",
+     "autoescape"),
     (EXTENDS + "{% block prologue %}{{ run_dir.__class__('x') }}{% endblock %}\n", "SecurityError"),
     (EXTENDS + "{% block prologue %}{{ overrides.__len__() }}{% endblock %}\n", "SecurityError"),
     (EXTENDS + "{% block prologue %}{{ comp.pool }}{% endblock %}\n", "UndefinedError"),
