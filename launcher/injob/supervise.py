@@ -852,6 +852,10 @@ class Supervisor:
                     return self.fail(reason, rc=1)
                 if step["kind"] == "driver":
                     what = step["name"]
+                    # a driver in a container is an srun step: Slurm's cancel or requeue may end it
+                    # before this batch step hears of it (a local driver dies with this step)
+                    if rc != 0 and self.runtime.local_argv([]) is None and (ending := self.ending_by_slurm()):
+                        return self.end_by_slurm(ending)
                     reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"
                     cause = self.driver_failure(what) if rc != 0 else None
                     if cause:

@@ -1,0 +1,249 @@
+"""Containers for real: the whole job side in Slurm's own OCI containers (`srun --container`,
+oci.conf + runc, scripts/sf-oci-run) on the dev cluster.
+
+The runtime is the one scripts/build-runtime publishes beside the venvs: an OCI bundle built
+by scripts/build-container (Debian 12 rootfs + the verl-0.9.1 venv's packages in a venv of
+the rootfs' own python at /opt/sf/runtime), in $SF_DEV_STATE/runtimes-container.yaml. Every
+job here runs on it (FORGE_RUNTIME_REGISTRY_FILE). The batch script stays on the host.
+
+Proof that a step ran in the container: /etc/sf-container exists only in the bundle's rootfs
+(not on the host), and the container's python is the rootfs' Debian 3.11 under
+/opt/sf/runtime, which does not exist on the host. (SLURM_CONTAINER proves nothing: Slurm
+sets it even when no oci.conf made a container.)
+
+  - examples/grpo and examples/distill with --preflight: one Ray cluster across the het
+    groups, every node, the barrier and the preflight in the container; token auth, private
+    temp dirs and port blocks as with a venv;
+  - a model the container cannot see: the preflight names the path and the mount;
+  - requeue (`scontrol requeue`) and cancel of a containerised job: the driver runs in the
+    container in both attempts; after scancel no container of the job is left (runc list).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_bringup import REPO, job_state, phases, sf  # noqa: E402
+
+STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
+REGISTRY = STATE / "runtimes-container.yaml"
+RUNC_ROOT = "/run/sfdev-runc"  # scripts/dev-cluster's oci.conf
+MARKER = "/etc/sf-container"
+CT_PYTHON = "/opt/sf/runtime/bin/python"
+
+
+@pytest.fixture(scope="module")
+def bundle() -> Path:
+    """The published container runtime; fails (never skips) when it is missing."""
+    if not REGISTRY.is_file():
+        pytest.fail(f"{REGISTRY} is missing: scripts/build-runtime publishes it (needs runc, debootstrap: "
+                    "scripts/install)", pytrace=False)
+    entry = yaml.safe_load(REGISTRY.read_text())["verl"]["0.9.1"]
+    assert entry["kind"] == "oci" and entry["python"] == CT_PYTHON, entry
+    path = Path(entry["bundle"])
+    assert (path / "config.json").is_file() and (path / "rootfs" / MARKER.lstrip("/")).is_file()
+    assert (STATE / "etc" / "oci.conf").is_file(), "scripts/dev-cluster up writes oci.conf"
+    assert not Path(MARKER).exists() and not Path(CT_PYTHON).exists()  # the proof only holds if the host lacks them
+    return path
+
+
+def ct_env(**extra) -> dict:
+    return {"FORGE_RUNTIME_REGISTRY_FILE": str(REGISTRY), **extra}
+
+
+def submit_wait(*args, env=None) -> dict:
+    proc = sf("submit", *args, "--wait", "--json", env=ct_env(**(env or {})), timeout=420)
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["rc"], out["stderr"] = proc.returncode, proc.stderr
+    assert "run" in out, (proc.stdout[-3000:], proc.stderr[-3000:])
+    out["run_dir"] = str(STATE / "runs" / out["run"])
+    return out
+
+
+def rootfs_python_version(bundle: Path) -> str:
+    cfg = (bundle / "rootfs" / "opt" / "sf" / "runtime" / "pyvenv.cfg").read_text()
+    return next(line.split("=", 1)[1].strip() for line in cfg.splitlines() if line.startswith("version"))
+
+
+@pytest.mark.parametrize("example, count", [("grpo", 2), ("distill", 3)])
+def test_examples_preflight_in_containers(bundle, example, count):
+    out = submit_wait(f"examples/{example}", "--preflight")
+    run_dir = Path(out["run_dir"])
+    assert out["rc"] == 0, out["stderr"][-3000:]
+    report = json.loads((run_dir / "preflight.json").read_text())
+    assert report["ok"], report["failures"]
+    nodes = set(report["gpu_ids"])
+    assert len(nodes) == count, report["gpu_ids"]
+    # one Ray cluster over every node of every het group
+    assert report["ray_nodes"] == len(nodes) and set(report["paths"]) == nodes, report["paths"]
+    # the preflight (driver step) and a Ray task on every node ran in the container, on its python
+    where = report["runtime"]
+    version = rootfs_python_version(bundle)
+    for name, w in [("driver", where["driver"]), *where["nodes"].items()]:
+        assert w["container"] == "sf container: verl 0.9.1", (name, w)
+        assert w["python"] == CT_PYTHON and w["python_version"] == version, (name, w)
+    assert set(where["nodes"]) == nodes
+    # every path the job reads was checked inside: the run dir (writable) and the model
+    for node in nodes:
+        assert report["paths"][node][str(run_dir)]["writable"] is True
+        assert report["paths"][node][str(REPO / "examples" / "assets" / "model")]["readable"] is True
+    events = phases(run_dir)
+    joined = next(e for e in events if e["phase"] == "all_joined")
+    assert set(joined["pools"]) == {"train"} | ({"teach"} if example == "distill" else set())
+    head = next(e for e in events if e["phase"] == "head_up")
+    # a port block of the site's range on a loopback address of the namespace, as with a venv
+    host, port = head["address"].rsplit(":", 1)
+    assert host.startswith("127.0.0.") and 20000 <= int(port) <= 59999, head
+    # nodes stop by themselves when the job is done: sf's USR2 reached them through runc
+    assert not [e for e in events if e["phase"] == "node_exit"], [e for e in events if e["phase"] == "node_exit"]
+    log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("*-ray-*.log"))
+    # Ray's sessions in the node's private temp dir (launcher/injob/private.py), token auth on
+    assert "/tmp/ray/" not in log and "session_" in log
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["job"]["runtime"]["kind"] == "oci" and plan["job"]["runtime"]["image"] == str(bundle)
+    script = (run_dir / "job.sbatch").read_text()
+    assert "--container" not in script  # the batch script itself stays on the host
+    print(f"\n{example} in containers: Ray up (all joined) in {joined['seconds']:.1f}s, "
+          f"preflight {report['seconds']}s")
+
+
+def test_preflight_names_a_path_the_container_cannot_see(bundle, tmp_path):
+    outside = STATE / "ct-unmounted" / tmp_path.name
+    try:
+        shutil.copytree(REPO / "examples" / "assets" / "model", outside / "model")
+        data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
+        assets = REPO / "examples" / "assets"
+        data["model"] = str(outside / "model")
+        data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
+                        "validation": {"files": str(assets / "data" / "test.parquet")}}
+        data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
+        exp = tmp_path / "unseen"
+        exp.mkdir()
+        (exp / "config.yaml").write_text(yaml.safe_dump(data))
+        os.chmod(tmp_path, 0o755)
+        out = submit_wait(str(exp), "--preflight")
+        assert out["rc"] != 0
+        report = json.loads((Path(out["run_dir"]) / "preflight.json").read_text())
+        unseen = [f for f in report["failures"] if f.startswith("paths on ")]
+        assert unseen and f"{outside / 'model'} is not visible inside the container (OCI bundle {bundle})" in unseen[0]
+        assert f"scripts/build-container --mount {STATE / 'ct-unmounted'} 0.9.1" in unseen[0], unseen
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+DRIVER = r"""
+n="${SLURM_RESTART_COUNT:-0}"
+cat /etc/sf-container > "$FORGE_CLUSTER_RUN_DIR/driver-where-$n.txt" 2>&1
+echo "container test driver: attempt $n"
+if [ "$n" -ge "${SF_TEST_FINISH_AT:-99}" ]; then exit 0; fi
+exec sleep 600
+"""
+
+
+def one_node_experiment(tmp_path: Path) -> str:
+    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
+    assets = REPO / "examples" / "assets"
+    data["model"] = str(assets / "model")
+    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
+                    "validation": {"files": str(assets / "data" / "test.parquet")}}
+    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
+    data["slurm"] = {"time": "00:10:00", "max_requeues": 3}
+    exp = tmp_path / "ct1"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    return str(exp)
+
+
+def submit_driver(exp: str, finish_at: int) -> tuple[Path, str]:
+    proc = sf("submit", exp, "--json", env=ct_env(SF_TEST_DRIVER=DRIVER, SF_TEST_FINISH_AT=str(finish_at)))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    return Path(out["run_dir"]), out["job_id"]
+
+
+def wait_for(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in phases(run_dir):
+            if event["phase"] == name and event.get("restart", 0) == restart:
+                return event
+        time.sleep(0.5)
+    raise AssertionError(f"no {name} (restart {restart}) in {run_dir} after {timeout}s:\n"
+                         + "\n".join(json.dumps(e) for e in phases(run_dir)[-12:]))
+
+
+def wait_job(job: str, states: set[str], timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = job_state(job)
+        if state in states:
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} is {state}, not {states}, after {timeout}s")
+
+
+def containers_of(job: str) -> list[str]:
+    """The runc containers of the job still known (ids NODE.USER.JOB.STEP.TASK)."""
+    proc = subprocess.run(["runc", f"--root={RUNC_ROOT}", "list", "-q"], capture_output=True, text=True)
+    return [c for c in proc.stdout.split() if c.split(".")[2:3] == [job]]
+
+
+def wait_driver_file(run_dir: Path, attempt: int, timeout: float = 30) -> str:
+    path = run_dir / f"driver-where-{attempt}.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (path.exists() and path.read_text().strip()):
+        time.sleep(0.3)
+    return path.read_text()
+
+
+def test_requeue_of_a_containerised_job(bundle, tmp_path):
+    run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=1)
+    try:
+        wait_for(run_dir, "driver_started", restart=0)
+        assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
+        assert containers_of(job), "the job's steps are runc containers"
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        wait_for(run_dir, "restarted", restart=1)
+        wait_for(run_dir, "driver_started", restart=1)
+        assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 1)  # the new attempt's driver: inside too
+        assert wait_job(job, {"COMPLETED", "FAILED"}) == "COMPLETED"
+        ended = [e for e in phases(run_dir) if e["phase"] == "ended"]
+        assert [e.get("ending") for e in ended if e.get("restart", 0) == 0][-1] == "requeued", ended
+        assert ("all_joined", 1) in [(e["phase"], e.get("restart", 0)) for e in phases(run_dir)]
+        time.sleep(2)
+        assert not containers_of(job)
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
+            subprocess.run(["scancel", job], check=False)
+
+
+def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
+    run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=99)
+    try:
+        wait_for(run_dir, "driver_started", restart=0)
+        assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
+        running = containers_of(job)
+        assert len(running) >= 2, running  # the head's Ray node and the driver
+        subprocess.run(["scancel", job], check=True)
+        assert wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}) == "CANCELLED"
+        deadline = time.monotonic() + 30
+        while containers_of(job) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not containers_of(job)
+        # no process of the job left on the host (the driver's sleep, Ray) once Slurm is done
+        procs = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
+        assert not procs.strip(), procs
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
+            subprocess.run(["scancel", job], check=False)
