@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from launcher import runs, slurm
-from launcher.cli.options import complete_run_ids, finite_seconds, json_option, print_json, runs_options
+from launcher.cli.options import complete_run_ids, finite_seconds, json_option, nonblank, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
 from launcher.spec.site import runs_root
@@ -90,7 +90,8 @@ def _is_point(run: runs.Run) -> bool:
 
 
 @click.command()
-@click.argument("target", required=False, metavar="[RUN|SWEEP]", shell_complete=complete_run_ids)
+@click.argument("target", required=False, metavar="[RUN|SWEEP]", shell_complete=complete_run_ids,
+                callback=nonblank("a run or sweep id, or nothing for the newest runs"))
 @click.option("--watch", "-w", is_flag=True, help="Redraw until every watched run has ended.")
 @click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0.2),
               help="Seconds between polls with --watch.")
@@ -225,8 +226,10 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
 @click.command()
 @click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
-@click.option("--node", default=None, metavar="N", help="Logs of one node (Slurm node name or index).")
-@click.option("--role", default=None, metavar="ROLE", help="Logs of one role: driver, head, worker, teacher, ...")
+@click.option("--node", default=None, metavar="N", callback=nonblank("a node name or index"),
+              help="Logs of one node (Slurm node name or index).")
+@click.option("--role", default=None, metavar="ROLE", callback=nonblank("a role"),
+              help="Logs of one role: driver, head, worker, teacher, ...")
 @click.option("--tail", "tail_n", default=None, type=click.IntRange(min=0), metavar="N",
               help="Start with the last N lines (default: all; 50 with -f).")
 @click.option("--task", type=click.IntRange(min=0), default=None, metavar="I",

@@ -35,8 +35,14 @@ def not_blank(value, flag: str, what: str, required: bool = False):
 
 
 def nonblank(what: str):
-    """A click callback: not_blank on the option's value (its SpecError is one line, launcher.cli.app)."""
-    return lambda ctx, param, value: not_blank(value, max(param.opts, key=len), what, param.required)
+    """A click callback: not_blank on the option's (or argument's) value (its SpecError is one
+    line, launcher.cli.app)."""
+    def callback(ctx, param, value):
+        if isinstance(param, click.Option):
+            return not_blank(value, max(param.opts, key=len), what, param.required)
+        return not_blank(value, param.human_readable_name, what, required=True)
+
+    return callback
 
 
 def finite_seconds(value, flag: str, maximum: float = 86400.0):
@@ -117,18 +123,23 @@ def spec_flags(kwargs: dict) -> dict:
 def _scheduler_options():
     """The scheduler flags (launcher.compile.scheduler_options checks their values)."""
     return (
-        click.option("--account", metavar="NAME", help="Slurm account to charge (slurm.account; over the site's)."),
-        click.option("--qos", metavar="NAME", help="Slurm QOS (slurm.qos; over the site's)."),
-        click.option("--reservation", metavar="NAME", help="Run in a Slurm reservation (every het group)."),
-        click.option("--mail-type", "mail_type", metavar="TYPES",
+        click.option("--account", metavar="NAME", callback=nonblank("an account"),
+                     help="Slurm account to charge (slurm.account; over the site's)."),
+        click.option("--qos", metavar="NAME", callback=nonblank("a QOS"),
+                     help="Slurm QOS (slurm.qos; over the site's)."),
+        click.option("--reservation", metavar="NAME", callback=nonblank("a reservation"),
+                     help="Run in a Slurm reservation (every het group)."),
+        click.option("--mail-type", "mail_type", metavar="TYPES", callback=nonblank("mail types such as END,FAIL"),
                      help="Mail on these events, e.g. FAIL or END,FAIL (job-wide)."),
-        click.option("--mail-user", "mail_user", metavar="ADDR", help="Who gets the mail (job-wide)."),
-        click.option("--dependency", metavar="EXPR",
+        click.option("--mail-user", "mail_user", metavar="ADDR", callback=nonblank("an address"),
+                     help="Who gets the mail (job-wide)."),
+        click.option("--dependency", metavar="EXPR", callback=nonblank("a dependency such as afterok:123"),
                      help="Slurm dependency, e.g. afterok:1234 (job-wide; sf adds singleton for the run)."),
-        click.option("--exclude", metavar="NODES", help="Nodes to leave out, e.g. node[01-02] (every het group)."),
-        click.option("--constraint", metavar="FEATURES",
+        click.option("--exclude", metavar="NODES", callback=nonblank("node names"),
+                     help="Nodes to leave out, e.g. node[01-02] (every het group)."),
+        click.option("--constraint", metavar="FEATURES", callback=nonblank("node features such as a100&ib"),
                      help="Node features, joined with the series' own by & (every het group)."),
-        click.option("--after", metavar="RUN", shell_complete=complete_run_ids,
+        click.option("--after", metavar="RUN", shell_complete=complete_run_ids, callback=nonblank("a run id"),
                      help="Wait for another run (or sweep) to succeed: afterok on its "
                      "current job, still right after it is requeued."),
         click.option("--exclude-bad-nodes", "exclude_bad_nodes", is_flag=True, default=None,

@@ -130,6 +130,16 @@ def exp(env):
     (["logs", "x", "--interval", "nan"], ["--interval", "nan"]),
     (["logs", "x", "--check-every", "inf"], ["--check-every", "inf"]),
     (["list", "--runs-dir", " "], ["--runs-dir", "is empty"]),
+    (["validate", "exp", "--exclude", ""], ["--exclude", "is empty"]),
+    (["validate", "exp", "--dependency", ""], ["--dependency", "is empty"]),
+    (["validate", "exp", "--mail-type", ""], ["--mail-type", "is empty"]),
+    (["validate", "exp", "--reservation", ""], ["--reservation", "is empty"]),
+    (["validate", "exp", "--account", ""], ["--account", "is empty"]),
+    (["validate", "exp", "--constraint", ""], ["--constraint", "is empty"]),
+    (["submit", "exp", "--dry-run", "--after", ""], ["--after", "is empty"]),
+    (["status", ""], ["RUN|SWEEP", "is empty"]),
+    (["logs", "x", "--node", ""], ["--node", "is empty"]),
+    (["logs", "x", "--role", ""], ["--role", "is empty"]),
 ])
 def test_command_value_refused(exp, args, needles):
     refused(sf(*args), *needles)
