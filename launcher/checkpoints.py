@@ -133,7 +133,7 @@ def read_world_size(config: Path) -> int:
     text = _read_small(config)
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise LayoutError(f"{config} is not JSON: it is damaged; fix it (verl writes {{\"world_size\": W}})") from None
     value = data.get("world_size") if isinstance(data, dict) else None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:

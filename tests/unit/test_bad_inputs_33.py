@@ -271,12 +271,15 @@ def test_damaged_tracker_refused(ckpt_env, tracker, needles):
     ({"FSDP_version": 1}, ["fsdp_config.json", "world_size None"]),
     ([2], ["fsdp_config.json", "world_size None"]),
     ("{not json", ["fsdp_config.json", "not JSON"]),
+    ("[" * 60000, ["fsdp_config.json", "not JSON"]),
+    (b"\x00\xff", ["fsdp_config.json", "not text"]),
 ])
 def test_damaged_fsdp_config_refused_quickly(ckpt_env, config, needles):
     import time
 
     path = ckpt_env / "ckpt" / "global_step_5" / "actor" / "fsdp_config.json"
-    path.write_text(config if isinstance(config, str) else json.dumps(config))
+    path.write_bytes(config if isinstance(config, bytes) else
+                     (config if isinstance(config, str) else json.dumps(config)).encode())
     start = time.monotonic()
     refused(export(ckpt_env), "--checkpoint", *needles)
     run = sft_run(ckpt_env)
