@@ -20,6 +20,7 @@ from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.spec.contracts import load_registry
 from launcher.spec.runtime import registry_path, runtime_from_entry
 from launcher.spec.site import load_site
+from launcher.submit import container_checks
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -264,7 +265,10 @@ def check_runtimes(site, timeout: float = 30) -> list[Check]:
         except Exception as exc:  # SpecError: a bad entry
             checks.append(Check(name, FAIL, str(exc), f"fix the entry in {path}"))
             continue
-        checks.append(_probe_runtime(name, rt, str(version), timeout))
+        if rt.in_container:  # pyxis, apptainer, oci: the plugin or binary, the image, a probe on a node
+            checks += [Check(*found) for found in container_checks.check(name, rt, str(version), site, timeout)]
+        else:
+            checks.append(_probe_runtime(name, rt, str(version), timeout))
         checks += check_py_spy(name, rt, site.hang_timeout_s, timeout)
     return checks
 
@@ -277,15 +281,7 @@ def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
             return Check(name, FAIL, f"{python} is missing or not executable",
                          f"build the venv at {rt.path} or fix its path in the registry")
         argv = [str(python), "-c", probe]
-    elif rt.kind == "apptainer":
-        if not Path(rt.image).is_file():
-            return Check(name, FAIL, f"image {rt.image} does not exist", "fix the image path in the registry")
-        return Check(name, OK, f"apptainer image {rt.image} present (verl inside not checked from the login node)")
-    elif rt.kind == "pyxis":
-        if rt.image.startswith("/") and not Path(rt.image).exists():
-            return Check(name, FAIL, f"image {rt.image} does not exist", "fix the image path in the registry")
-        return Check(name, OK, f"pyxis image {rt.image} (pulled on the compute nodes; not checked here)")
-    else:  # module
+    else:  # module (container kinds: launcher.submit.container_checks)
         argv = ["bash", "-lc", f"module load {' '.join(rt.modules)} && {rt.python} -c \"{probe}\""]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -141,3 +141,68 @@ def test_preflight_names_the_mount_that_fixes_an_unseen_path(tmp_path):
     assert preflight.path_failures({"dev2": {"_error": "boom"}}, oci) == ["paths on dev2: boom"]
     where = mounts.where()
     assert where["python"] and where["container"] in (None, *[where["container"]])
+
+
+class _Site:
+    default_series = "s"
+    series = {"s": type("Series", (), {"partition": "gpu"})()}
+
+
+def test_doctor_checks_the_container_plugin_or_binary(tmp_path, monkeypatch):
+    from launcher import slurm
+    from launcher.submit import container_checks as cc
+
+    image = tmp_path / "verl.sif"
+    image.write_text("x")
+    pyxis = Runtime(framework="verl", version="0.9.1", kind="pyxis", image=str(image))
+    app = Runtime(framework="verl", version="0.9.1", kind="apptainer", image=str(image))
+    asked = []
+
+    def on_node(partition, argv, timeout=60):
+        asked.append((partition, argv))
+        return answers.pop(0)
+
+    monkeypatch.setattr(slurm, "run_on_a_node", on_node)
+    monkeypatch.setattr(cc, "srun_has_option", lambda option, timeout=30: False)
+    [c] = cc.check("rt", pyxis, "0.9.1", _Site())
+    assert c.status == "fail" and "pyxis SPANK plugin is not loaded" in c.detail and "plugstack.conf" in c.fix
+    monkeypatch.setattr(cc, "srun_has_option", lambda option, timeout=30: option == "--container-image")
+    answers = ["/usr/bin/enroot\n", "", "", "/usr/bin/apptainer\n"]
+    [c] = cc.check("rt", pyxis, "0.9.1", _Site())
+    assert c.status == "ok" and "enroot at /usr/bin/enroot" in c.detail
+    [c] = cc.check("rt", pyxis, "0.9.1", _Site())
+    assert c.status == "fail" and "no enroot" in c.detail
+    [c] = cc.check("rt", app, "0.9.1", _Site())
+    assert c.status == "fail" and "neither apptainer nor singularity" in c.detail
+    [c] = cc.check("rt", app, "0.9.1", _Site())
+    assert c.status == "ok" and "/usr/bin/apptainer" in c.detail
+    assert all(p == "gpu" for p, _ in asked)
+    [c] = cc.check("rt", Runtime(framework="verl", version="0.9.1", kind="apptainer", image="/no/such.sif"),
+                   "0.9.1", _Site())
+    assert c.status == "fail" and "does not exist" in c.detail
+
+
+def test_doctor_checks_an_oci_bundle_and_oci_conf(tmp_path, monkeypatch):
+    from launcher import slurm
+    from launcher.submit import container_checks as cc
+
+    b = bundle(tmp_path)
+    rt = Runtime(framework="verl", version="0.9.1", kind="oci", image=str(b), python="/opt/sf/runtime/bin/python")
+    [c] = cc.check("rt", rt, "0.9.1", _Site())
+    assert c.status == "fail" and "/opt/sf/runtime/bin/python is not in" in c.detail
+    sp = b / "rootfs" / "opt" / "sf" / "runtime" / "lib" / "python3.11" / "site-packages" / "verl-0.9.1.dist-info"
+    sp.mkdir(parents=True)
+    (b / "rootfs" / "opt" / "sf" / "runtime" / "bin").mkdir()
+    (b / "rootfs" / "opt" / "sf" / "runtime" / "bin" / "python").symlink_to("/usr/bin/python3")
+    assert cc.bundle_problem(str(b), rt.python, "0.9.0").endswith("has verl 0.9.1 under /opt/sf/runtime, not 0.9.0")
+    conf = tmp_path / "etc" / "slurm.conf"
+    conf.parent.mkdir()
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    [c] = cc.check("rt", rt, "0.9.1", _Site())
+    assert c.status == "fail" and "no " + str(conf.parent / "oci.conf") in c.detail and "silently" in c.detail
+    (conf.parent / "oci.conf").write_text("RunTimeRun=...\n")
+    seen = []
+    monkeypatch.setattr(slurm, "run_on_a_node", lambda p, argv, timeout=60: seen.append(argv) or "0.9.1\n")
+    [c] = cc.check("rt", rt, "0.9.1", _Site())
+    assert c.status == "ok" and seen[0][:2] == [f"--container={b}", "/opt/sf/runtime/bin/python"]
