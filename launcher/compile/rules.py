@@ -121,7 +121,10 @@ def hydra_value(value: Any) -> str:
     if text and _SAFE.fullmatch(text) and text.lower() not in ("true", "false", "null", "none") \
             and not _HYDRA_NUMBERISH.fullmatch(text):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # Hydra keeps a backslash in a quoted value as it is, but where backslashes precede a quote
+    # (or the closing one): those it reads in pairs. Doubling every backslash reached verl doubled.
+    body = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + body.replace("'", "\\'") + "'"
 
 
 # ----------------------------------------------------------------------------- enums

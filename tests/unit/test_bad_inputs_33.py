@@ -548,3 +548,17 @@ def test_binary_reason_file_is_read_not_a_crash(env):
     r = sf("list")
     assert r.exit_code == 0 and run.id in r.stdout, (r.stderr, r.exception)
     assert "OOM on node" in runs.Run(run.dir).record()["exit_reason"]
+
+
+@pytest.mark.parametrize("text", ["a\\b", "C:\\runs\\x", "ends\\", "it's\\", "two\\\\slashes"])
+def test_backslash_reaches_verl_as_written(exp, text):
+    """Hydra reads backslashes in a quoted value literally but before a quote: sf's override
+    must compose to the text given, not to it with every backslash doubled."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    r = sf("validate", "exp", "--set", f"experiment_name={text}", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    override = next(o for o in doc["overrides"] if o.startswith("trainer.experiment_name="))
+    assert OverridesParser.create().parse_override(override).value() == text, override
+    assert doc["resolved"]["trainer.experiment_name"]["value"] == text
