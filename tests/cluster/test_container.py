@@ -247,3 +247,62 @@ def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
             subprocess.run(["scancel", job], check=False)
+
+
+EXPORT_VENV = STATE / "export-test-venv"
+EXPORT_BUNDLE = STATE / "containers" / "export-test"  # scripts/test builds it from the export test venv
+
+
+def test_export_then_eval_in_containers(slurm, tmp_path):
+    """sf export (verl's merger) and sf eval on an oci runtime: their steps are `srun
+    --container` steps whose python, /opt/sf/runtime/bin/python, exists only in the bundle."""
+    from launcher import runs
+
+    if not (EXPORT_BUNDLE / "config.json").is_file():
+        pytest.fail(f"no {EXPORT_BUNDLE}: scripts/test builds it (scripts/build-container --out {EXPORT_BUNDLE} "
+                    f"0.9.1 {EXPORT_VENV})", pytrace=False)
+    fixtures = REPO / "tests" / "unit" / "fixtures_extra"
+    runs_dir = STATE / "runs" / f"test-ct-export-{os.getpid()}"
+    registry = tmp_path / "runtimes.yaml"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: oci, bundle: {EXPORT_BUNDLE}, python: {CT_PYTHON}}}\n')
+    e = {**os.environ, "SF_RUNS_DIR": str(runs_dir), "FORGE_RUNTIME_REGISTRY_FILE": str(registry),
+         "SF_SITE": str(REPO / "site" / "dev.yaml")}
+    e.pop("FORGE_IMAGE_VERL", None)
+
+    def sf_(*args):
+        return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], capture_output=True, text=True,
+                              env=e, timeout=120, cwd=REPO)
+    try:
+        ckpt = runs_dir / "ckpt-src"
+        subprocess.run([str(EXPORT_VENV / "bin" / "python"), str(fixtures / "make_checkpoint.py"), str(ckpt), "4"],
+                       check=True, capture_output=True)
+        proc = sf_("export", "tiny", "--checkpoint", str(ckpt), "--checkpoint-format", "verl-fsdp")
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.split("submitted export job ")[1].split()[0]
+        states = slurm.wait_terminal(job_id, timeout=300)
+        run = [r for r in runs.list_runs(runs_dir) if r.raw_record().get("task") == "export"][0]
+        [exp] = run.record()["exports"]
+        log = Path(exp["log"]).read_text() if Path(exp["log"]).exists() else ""
+        assert states[job_id] == "COMPLETED", log[-3000:]
+        script = next(Path(run.dir).rglob("*.sbatch")).read_text()
+        assert f"--container={EXPORT_BUNDLE}" in script and CT_PYTHON in script, script
+        check = subprocess.run([str(EXPORT_VENV / "bin" / "python"), str(fixtures / "check_merged.py"),
+                                exp["target"], str(ckpt / "reference.pt")], capture_output=True, text=True)
+        assert "ok 27 tensors" in check.stdout, check.stderr[-2000:]
+
+        val = runs_dir / "val.jsonl"
+        val.write_text(json.dumps({"messages": [{"role": "user", "content": "what is one plus two ?"},
+                                                {"role": "assistant", "content": "three"}]}) + "\n")
+        sft = runs.create_run(runs_dir, "tiny-sft")
+        sft.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1",
+                                     "overrides": [f"data.val_files={val}"]})
+        proc = sf_("eval", "tiny-sft", "--run-id", sft.id, "--model", exp["target"], "--max-new-tokens", "3")
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.split("submitted eval job ")[1].split()[0]
+        states = slurm.wait_terminal(job_id, timeout=300)
+        [ev] = sft.record()["evals"]
+        assert states[job_id] == "COMPLETED", Path(ev["log"]).read_text()[-3000:]
+        summary = json.loads(Path(ev["summary"]).read_text())
+        assert summary["samples"] == 1 and summary["val_loss"] > 0
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
