@@ -1190,14 +1190,23 @@ def rule_pitfalls(ctx) -> None:
                  f"tensor_model_parallel_size: {gpn} or fewer")
     bs = g("data.train_batch_size", 1024)
     n = g("actor_rollout_ref.rollout.n", 1)
-    if all(isinstance(x, int) and not isinstance(x, bool) for x in (bs, n, gpn, nodes)) and gpn and nodes:
+    # verl.trainer.main_ppo's validate_config refuses these at start (without dynamic batch
+    # sizes; the divisibility for FSDP, Megatron's is by its data-parallel size): errors there,
+    # warnings for the other entries
+    checked = "verl.trainer.main_ppo" in ctx.entry and g("actor_rollout_ref.actor.use_dynamic_bsz") is not True
+    say = ctx.error if checked else (lambda _field, message: ctx.warn(message))
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (bs, n, gpn, nodes)) and gpn and nodes \
+            and (not checked or g("actor_rollout_ref.actor.strategy") != "megatron"):
         gpus = gpn * nodes
         if (bs * n) % gpus:
-            ctx.warn(f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl "
-                     "refuses it at start-up")
+            say(ctx.culprit("data.train_batch_size", "knobs.train_batch_size"),
+                f"train_batch_size*rollout_n = {bs}*{n} = {bs * n} is not divisible by the {gpus} GPUs; verl "
+                f"refuses it at start-up; set train_batch_size to a multiple of {gpus // math.gcd(gpus, n)}")
     mini = g("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
     if isinstance(mini, int) and isinstance(bs, int) and 0 < bs < mini:  # 0: verl/grpo-async's pin
-        ctx.warn(f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs}; set ppo_mini_batch_size <= {bs}")
+        say(ctx.culprit("actor_rollout_ref.actor.ppo_mini_batch_size", "knobs.ppo_mini_batch_size"),
+            f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs} (verl refuses it at start-up); "
+            f"set ppo_mini_batch_size <= {bs}")
     if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
         for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
                           ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",

@@ -283,13 +283,23 @@ def test_topology_keys_refused():
     ({"kl_coef": 0.01, "use_kl_in_reward": False}, "use_kl_in_reward is off"),
     ({"kl_loss_coef": 0.01, "use_kl_loss": False}, "use_kl_loss is off"),
     ({"tensor_model_parallel_size": 8}, "larger than the 4 GPUs per node"),
-    ({"train_batch_size": 3, "rollout_n": 5}, "not divisible"),
-    ({"train_batch_size": 32, "ppo_mini_batch_size": 64}, "larger than train_batch_size"),
     ({"ppo_micro_batch_size_per_gpu": None}, "ppo_micro_batch_size_per_gpu is not set"),
 ])
 def test_pitfall_warnings(knobs, needle):
     plan = compile_values(base("grpo", knobs=knobs))
     assert any(needle in w for w in plan.warnings), plan.warnings
+
+
+@pytest.mark.parametrize("knobs,needles", [
+    ({"train_batch_size": 3, "rollout_n": 5}, ["knobs.train_batch_size", "not divisible", "multiple of 4"]),
+    ({"train_batch_size": 32, "ppo_mini_batch_size": 64}, ["knobs.ppo_mini_batch_size", "larger than train_batch_size"]),
+])
+def test_batch_sizes_main_ppo_refuses_at_start_are_errors(knobs, needles):
+    """verl.trainer.main_ppo's validate_config refuses them at start (issue 33): errors, not warnings;
+    with dynamic batch sizes verl does not check them: a warning."""
+    _one(errors_of(base("grpo", knobs=knobs)), *needles)
+    plan = compile_values(base("grpo", knobs={**knobs, "use_dynamic_bsz": True}))
+    assert any(needles[1] in w for w in plan.warnings), plan.warnings
 
 
 def test_kl_pitfall_through_raw_overrides_too():
