@@ -9,10 +9,11 @@ replaced, a literal) is shell-quoted on the way out (the Environment's finalize)
 environment is Jinja's immutable sandbox (no `__class__`, no changing what sf passes), with
 StrictUndefined and autoescape off.
 
-Login-node cost: Jinja is imported only when a script is rendered, and sf's template is not
-compiled then: launcher/render/_train_sbatch.py holds Jinja's Python code of it, used while
-the template's SHA-256 and Jinja's version are the ones it was compiled from (else the
-template is compiled as usual). After changing templates/train.sbatch.j2, compile it again:
+Login-node cost: sf's own script is rendered without importing Jinja. launcher/render/
+_train_sbatch.py holds Jinja's Python code for the template, which calls the few runtime
+pieces in launcher/render/template_runtime.py; it is used while the template's SHA-256 is
+the one it was compiled from (else Jinja compiles the template as usual). Jinja is imported
+for a site's own template only. After changing templates/train.sbatch.j2, compile it again:
 
     python -m launcher.render.sbatch_template
 """
@@ -20,11 +21,13 @@ template is compiled as usual). After changing templates/train.sbatch.j2, compil
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import sys
 from pathlib import Path
 
 from launcher.errors import SpecError
+from launcher.render import template_runtime
 from launcher.spec import paths
 
 TEMPLATE = "train.sbatch.j2"  # in templates/, and in a site's templates_dir
@@ -120,7 +123,7 @@ def _make_environment():
             return SuperReference(name, self, ref._stack, ref._depth) if isinstance(ref, BlockReference) else ref
 
     class Loader(jinja2.BaseLoader):
-        """`sf/<name>`: sf's templates/ (train.sbatch.j2 precompiled when fresh); nothing else."""
+        """`sf/<name>`: sf's templates/, nothing else."""
 
         def get_source(self, environment, template):
             if not template.startswith("sf/") or "/" in template[3:] or template[3:].startswith("."):
@@ -132,15 +135,6 @@ def _make_environment():
                 raise jinja2.TemplateNotFound(template) from None
             return text, str(path), lambda: False
 
-        def load(self, environment, name, globals=None):
-            if name == BASE:
-                text, filename, _ = self.get_source(environment, name)
-                compiled = _precompiled(text, jinja2.__version__)
-                if compiled is not None:
-                    return environment.template_class.from_module_dict(
-                        environment, vars(compiled), environment.make_globals(globals))
-            return super().load(environment, name, globals)
-
     env = ImmutableSandboxedEnvironment(
         loader=Loader(), undefined=jinja2.StrictUndefined, autoescape=False, finalize=finalize,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, auto_reload=False)
@@ -149,36 +143,48 @@ def _make_environment():
     return env
 
 
-def _precompiled(text: str, jinja_version: str):
-    """launcher/render/_train_sbatch.py when it was compiled from `text` by this Jinja; else None."""
+def _precompiled():
+    """launcher/render/_train_sbatch.py when it was compiled from the template as it is now; else None."""
+    text = (paths.templates_dir() / TEMPLATE).read_text(encoding="utf-8")
     try:
-        from launcher.render import _train_sbatch as compiled  # imports Jinja's runtime (start-up cost)
+        from launcher.render import _train_sbatch as compiled  # sf's template as Python, no Jinja (start-up cost)
     except ImportError:
         return None
-    if compiled.SOURCE_SHA256 != source_sha256(text) or compiled.JINJA2_VERSION != jinja_version:
-        return None
-    return compiled
+    return compiled if compiled.SOURCE_SHA256 == source_sha256(text) else None
 
 
 def compile_base() -> str:
-    """The text of launcher/render/_train_sbatch.py: templates/train.sbatch.j2 as Jinja compiles it."""
-    import jinja2  # Jinja on first use only (start-up cost)
-
+    """The text of launcher/render/_train_sbatch.py: Jinja's code for templates/train.sbatch.j2,
+    calling launcher.render.template_runtime instead of Jinja's runtime."""
     env = environment()
     text, filename, _ = env.loader.get_source(env, BASE)
     code = env.compile(text, BASE, "templates/" + TEMPLATE, raw=True, defer_init=True)
+    first, _, rest = code.partition("\n")
+    names = first.removeprefix("from jinja2.runtime import ").split(", ")
+    uses = {(m[0], m[1]) for m in re.findall(r"\b(context|environment)\.([a-z_]+)", rest)}
+    allowed = {("context", u) for u in template_runtime.CONTEXT_USES} | \
+        {("environment", u) for u in template_runtime.ENVIRONMENT_USES}
+    if not first.startswith("from jinja2.runtime import ") or set(names) - set(template_runtime.__all__) \
+            or uses - allowed:
+        raise RuntimeError(f"Jinja's code for {TEMPLATE} needs more than launcher/render/template_runtime.py has: "
+                           f"{sorted(set(names) - set(template_runtime.__all__))} {sorted(uses - allowed)}")
     # Jinja's lines stay where they are (its debug_info maps template lines to them): the
     # blank line above `def root` says why root is long, the rest goes below
-    code = code.replace("\n\ndef root(", "\n# long: Jinja's code of the whole template\ndef root(", 1)
-    return (code.rstrip("\n") + "\n\n# ruff: noqa\n"
+    rest = rest.replace("\n\ndef root(", "\n# long: Jinja's code of the whole template\ndef root(", 1)
+    return ("from launcher.render.template_runtime import " + ", ".join(names) + "\n" + rest.rstrip("\n")
+            + "\n\n# ruff: noqa\n"
             f"# Generated by `python -m launcher.render.sbatch_template` from templates/{TEMPLATE}: do not edit.\n"
-            f"SOURCE_SHA256 = {source_sha256(text)!r}\nJINJA2_VERSION = {jinja2.__version__!r}\n")
+            f"SOURCE_SHA256 = {source_sha256(text)!r}\n")
 
 
 def render(context: dict) -> str:
     """sf's batch script (templates/train.sbatch.j2) from launcher.render.script's checked
-    values (Shell, Sbatch, numbers, their tuples). A site's own: launcher.render.site_template."""
-    return environment().get_template(BASE).render(context)
+    values (Shell, Sbatch, numbers, their tuples): its precompiled code, or Jinja when the
+    template has changed since. A site's own: launcher.render.site_template."""
+    compiled = _precompiled()
+    if compiled is None:
+        return environment().get_template(BASE).render(context)
+    return template_runtime.render(compiled, context, {"sbatch": sbatch_line}, finalize)
 
 
 if __name__ == "__main__":

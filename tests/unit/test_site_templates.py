@@ -238,14 +238,31 @@ def test_the_precompiled_template_is_the_template():
 
 
 def test_compiled_from_source_when_stale_the_same_script(monkeypatch):
-    monkeypatch.setattr(sbatch_template, "_precompiled", lambda text, version: None)
+    monkeypatch.setattr(sbatch_template, "_precompiled", lambda: None)
     monkeypatch.setattr(sbatch_template, "_ENV", None)  # a fresh environment: nothing cached
     for name in ("plain", "het", "array", "example-distill"):
         plan, site, runtime, kwargs = cases()[name]
         assert normalized(render_script(plan, site, runtime, **kwargs)) == (GOLDEN / f"{name}.sbatch").read_text()
 
 
-def test_importing_the_renderer_imports_no_jinja():
-    code = "import sys, launcher.render.script, launcher.submit.pipeline; print('jinja2' in sys.modules)"
+def test_rendering_sfs_script_imports_no_jinja(tmp_path):
+    """sf submit's path: the precompiled template on launcher.render.template_runtime. A site's
+    own template is what brings Jinja in."""
+    folder = site_with(tmp_path, EXTENDS).templates_dir
+    code = ("import sys; sys.path.insert(0, 'tests/unit'); from test_render import SITE, VENV, het_plan; "
+            "from launcher.render.script import render_script; from dataclasses import replace; "
+            "render_script(het_plan(), SITE, VENV); print('jinja2' in sys.modules); "
+            f"render_script(het_plan(), replace(SITE, templates_dir={folder!r}), VENV); "
+            "print('jinja2' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.data_root())
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_the_template_runtime_refuses_an_undefined_name():
+    from launcher.render import _train_sbatch, template_runtime
+
+    with pytest.raises(template_runtime.UndefinedError, match="'run_dir' is undefined"):
+        context = {"components": (), "sf_version": "1", "experiment": "x", "method": "m", "framework": "f",
+                   "framework_version": "v", "array": None, "script_name": "job.sbatch", "login_env_unset": None}
+        template_runtime.render(_train_sbatch, context, {"sbatch": sbatch_template.sbatch_line},
+                                sbatch_template.finalize)
