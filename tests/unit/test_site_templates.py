@@ -240,8 +240,7 @@ def test_the_precompiled_template_is_the_template():
 def test_compiled_from_source_when_stale_the_same_script(monkeypatch):
     monkeypatch.setattr(sbatch_template, "_precompiled", lambda: None)
     monkeypatch.setattr(sbatch_template, "_ENV", None)  # a fresh environment: nothing cached
-    for name in ("plain", "het", "array", "example-distill"):
-        plan, site, runtime, kwargs = cases()[name]
+    for name, (plan, site, runtime, kwargs) in cases().items():  # Jinja's rendering, every golden
         assert normalized(render_script(plan, site, runtime, **kwargs)) == (GOLDEN / f"{name}.sbatch").read_text()
 
 
