@@ -306,3 +306,57 @@ def test_export_then_eval_in_containers(slurm, tmp_path):
         assert summary["samples"] == 1 and summary["val_loss"] > 0
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
+
+
+TRAINER = r'''
+import json, os, sys, time
+
+k = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
+run_dir = os.environ["FORGE_CLUSTER_RUN_DIR"]
+with open(os.path.join(run_dir, f"driver-{k}.json"), "w") as f:
+    json.dump({"pid": os.getpid(), "python": sys.executable, "time": time.time(),
+               "container": open("/etc/sf-container").readline().strip()}, f)
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:  # two training steps: a restart is worth it
+    for step in (2 * k + 1, 2 * k + 2):
+        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1}}) + "\n")
+        log.flush()
+if k >= 1:
+    sys.exit(0)
+time.sleep(600)
+'''
+
+
+def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
+    """Restart in place on an oci runtime: the driver (a container step; `python3` there is
+    the container's) killed, Ray and the driver come up again in the same job, in containers."""
+    exp = one_node_experiment(tmp_path)
+    data = yaml.safe_load(Path(exp, "config.yaml").read_text())
+    data["slurm"]["max_restarts_in_place"] = 1
+    Path(exp, "config.yaml").write_text(yaml.safe_dump(data))
+    Path(exp, "trainer.py").write_text(TRAINER)
+    proc = sf("submit", exp, "--json", env=ct_env(SF_TEST_DRIVER=f'exec python3 {exp}/trainer.py "$@"'))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run_dir, job = Path(out["run_dir"]), out["job_id"]
+    try:
+        deadline = time.monotonic() + 150
+        while not (run_dir / "driver-0.json").exists():
+            assert time.monotonic() < deadline, phases(run_dir)[-5:]
+            time.sleep(0.3)
+        time.sleep(1.5)  # its steps logged, and the watchdog's next look at them
+        first = json.loads((run_dir / "driver-0.json").read_text())
+        assert first["python"].startswith("/opt/sf/runtime/bin/python") and first["container"], first
+        os.kill(first["pid"], 9)  # host PIDs: the container shares the host's PID namespace
+        wait_for(run_dir, "restarted_in_place", restart=0, timeout=150)
+        deadline = time.monotonic() + 150
+        while not (run_dir / "driver-1.json").exists():
+            assert time.monotonic() < deadline, phases(run_dir)[-5:]
+            time.sleep(0.3)
+        assert wait_job(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
+        assert len(joined) == 2 and {e["job_id"] for e in joined} == {job}  # Ray up again, same job
+        again = json.loads((run_dir / "driver-1.json").read_text())
+        assert again["container"] == "sf container: verl 0.9.1", again
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
+            subprocess.run(["scancel", job], check=False)

@@ -95,7 +95,8 @@ def test_rewrite_gives_the_node_its_identity(tmp_path):
     config = json.loads((b / "config.json").read_text())
     config["root"]["path"] = str(b / "rootfs")
     # what 22.05 writes: the batch shell's per-task values leaked in, the step's nodelist
-    config["process"] = {"env": ["PATH=/bin", "SLURMD_NODENAME=dev1", "SLURM_PROCID=0", "CUDA_VISIBLE_DEVICES=0,1",
+    config["process"] = {"env": ["PATH=/opt/sf/runtime/bin:/usr/bin", "PATH=/host/venv/bin:/usr/bin",
+                                 "SLURMD_NODENAME=dev1", "SLURM_PROCID=0", "CUDA_VISIBLE_DEVICES=0,1",
                                  "SLURM_JOB_GPUS=0,1", "SLURM_STEP_NODELIST=dev[1-2]", f"PWD={tmp_path}"],
                          "capabilities": {"bounding": ["CAP_KILL", "CAP_SYS_RESOURCE"]}}
     out = m.rewrite(config, "dev2", "7", gpus_of=lambda job, node, env: ["2", "3"] if (job, node) == ("7", "dev2")
@@ -104,6 +105,7 @@ def test_rewrite_gives_the_node_its_identity(tmp_path):
     assert env["SLURMD_NODENAME"] == "dev2" and env["SLURM_PROCID"] == env["SLURM_NODEID"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == env["SLURM_STEP_GPUS"] == "2,3" and env["SLURM_LOCALID"] == "0"
     assert out["process"]["cwd"] == str(tmp_path)  # a mounted cwd is kept
+    assert env["PATH"] == "/opt/sf/runtime/bin:/usr/bin:/host/venv/bin"  # the bundle's first
     config["process"]["env"] = ["SLURMD_NODENAME=dev1", "CUDA_VISIBLE_DEVICES=0", "SLURM_JOB_GPUS=0", "PWD=/nowhere"]
     out = m.rewrite(config, "dev5", "7", gpus_of=lambda *a: None)
     env = dict(e.split("=", 1) for e in out["process"]["env"])
