@@ -1204,9 +1204,12 @@ def rule_pitfalls(ctx) -> None:
                 f"refuses it at start-up; set train_batch_size to a multiple of {gpus // math.gcd(gpus, n)}")
     mini = g("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
     if isinstance(mini, int) and isinstance(bs, int) and 0 < bs < mini:  # 0: verl/grpo-async's pin
-        say(ctx.culprit("actor_rollout_ref.actor.ppo_mini_batch_size", "knobs.ppo_mini_batch_size"),
-            f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs} (verl refuses it at start-up); "
-            f"set ppo_mini_batch_size <= {bs}")
+        mini_key = "actor_rollout_ref.actor.ppo_mini_batch_size"
+        blame = ctx.culprit("data.train_batch_size", "knobs.train_batch_size") \
+            if ctx.user_sets("data.train_batch_size") and not ctx.user_sets(mini_key) \
+            else ctx.culprit(mini_key, "knobs.ppo_mini_batch_size")
+        say(blame, f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs} (verl refuses it at start-up); "
+            f"set ppo_mini_batch_size <= {bs} or train_batch_size >= {mini}")
     if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
         for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
                           ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",

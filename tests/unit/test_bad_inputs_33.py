@@ -533,7 +533,7 @@ def test_start_up_failures_refused(exp, setting, needles):
 
 
 @pytest.mark.parametrize("setting", ["actor_lr=0", "temperature=0", "gpu_memory_utilization=1.0",
-                                     "train_batch_size=64", "gpu_memory_utilization=0.05"])
+                                     "train_batch_size=256", "gpu_memory_utilization=0.05"])
 def test_start_up_edges_pass(exp, setting):
     r = sf("validate", "exp", "--set", setting)
     assert r.exit_code == 0 and "refuses it at start" not in r.stderr, r.stderr
@@ -562,3 +562,9 @@ def test_backslash_reaches_verl_as_written(exp, text):
     override = next(o for o in doc["overrides"] if o.startswith("trainer.experiment_name="))
     assert OverridesParser.create().parse_override(override).value() == text, override
     assert doc["resolved"]["trainer.experiment_name"]["value"] == text
+
+
+def test_train_batch_below_the_default_mini_batch_blames_the_knob_set(exp):
+    line = refused(sf("validate", "exp", "--set", "train_batch_size=64"), "knobs.train_batch_size",
+                   "ppo_mini_batch_size=256 is larger than train_batch_size=64", "train_batch_size >= 256")
+    assert "refuses it at start-up" in line
