@@ -270,8 +270,8 @@ def test_a_float_where_verl_takes_a_float_is_fine():
 
 
 def test_resolved_values_are_typed_as_verl_reads_them():
-    plan = compile_values(base("grpo", knobs={"train_batch_size": "64", "use_kl_loss": "no"},
-                               overrides=["trainer.critic_warmup=2"]))
+    knobs = {"train_batch_size": "64", "ppo_mini_batch_size": "64", "use_kl_loss": "no"}  # mini <= train (verl)
+    plan = compile_values(base("grpo", knobs=knobs, overrides=["trainer.critic_warmup=2"]))
     assert plan.resolved["data.train_batch_size"]["value"] == 64
     assert plan.resolved["trainer.critic_warmup"]["value"] == 2
     assert plan.resolved["actor_rollout_ref.actor.use_kl_loss"]["value"] is False
