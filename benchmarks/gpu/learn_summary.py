@@ -5,9 +5,10 @@
 Reads LOGS_DIR/{sft,learn}-run-dir.txt, sweep-id.txt and sft-pick.json, and each run's
 metrics/*.jsonl through sf's own reader (launcher.monitor.metrics): per GRPO run the reward
 (`critic/score/mean`) of the first and last 5 steps and their difference, the validation
-score (`val-core/*/reward/mean@1`) by step, the median step time; for the SFT the loss at
-the picked checkpoint. With --runs the run folders are looked up there by name (the tarball
-brought back from the device keeps the device's paths).
+score by step (`val-core/*/reward/mean@1`, or `val-core/*/acc/mean@1` as verl 0.9.1 logs
+it), the median step time; for the SFT the loss at the picked checkpoint. With --runs the
+run folders are looked up there by name (the tarball brought back from the device keeps
+the device's paths).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def grpo_figures(run_dir: Path) -> dict:
     if values:
         best = max(reward, key=lambda p: p[1])
         out.update(first=values[0], last=values[-1], best=best[1], best_step=best[0])
-    for key in data.keys_matching("val-core/*/reward/mean*"):
+    for key in data.keys_matching("val-core/*/reward/mean*") + data.keys_matching("val-core/*/acc/mean*"):
         out.setdefault("validation", {})[key] = {str(s): round(v, 4) for s, v in data.series[key]}
     steps = [v for s, v in data.series.get("timing_s/step", []) if s > 1]
     if steps:

@@ -37,6 +37,9 @@ METRICS_FILE = "metrics.jsonl"
 KEY_SERIES: tuple[str, ...] = (
     "critic/score/mean",
     "val-core/*/reward/mean*",
+    # verl 0.9.1's reward loop also returns `acc` (the score): its validation core variable is
+    # then acc, not reward (seen on the H200: val-core/sf_tiny/acc/mean@1, reward in val-aux)
+    "val-core/*/acc/mean*",
     "timing_s/gen",
     "timing_s/step",
     "response_length/mean",
@@ -51,7 +54,7 @@ KEY_SERIES: tuple[str, ...] = (
 
 # Panels of `sf plot`: title -> patterns drawn on one axis.
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("reward", ("critic/score/mean", "val-core/*/reward/mean*")),
+    ("reward", ("critic/score/mean", "val-core/*/reward/mean*", "val-core/*/acc/mean*")),
     ("time per step (s)", ("timing_s/step", "timing_s/gen")),
     ("response length", ("response_length/mean",)),
     ("loss", ("actor/pg_loss", "actor/distillation/loss", "critic/vf_loss", "train/loss", "val/loss")),
@@ -272,7 +275,8 @@ def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
 # The score of a point, first found wins: (pattern, higher is better). RL logs the reward,
 # SFT its loss; validation likewise (verl's val-core reward, or the SFT's val/loss).
 TRAIN_SCORES: tuple[tuple[str, bool], ...] = (("critic/score/mean", True), ("train/loss", False))
-VAL_SCORES: tuple[tuple[str, bool], ...] = (("val-core/*/reward/mean*", True), ("val/loss", False))
+VAL_SCORES: tuple[tuple[str, bool], ...] = (("val-core/*/reward/mean*", True), ("val-core/*/acc/mean*", True),
+                                             ("val/loss", False))
 
 
 @dataclass

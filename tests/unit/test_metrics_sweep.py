@@ -135,3 +135,27 @@ def test_plot_sweep_nothing_logged(tmp_path):
     point = m.SweepPoint(0, "r", {}, "pending", None)
     with pytest.raises(Exception, match="no point of the sweep has logged"):
         m.plot_sweep([point], [], tmp_path / "x.png")
+
+
+# the first line verl 0.9.1 logged on the H200 (tiny-learn, val_before_train): its validation
+# core variable is acc (the reward loop returns it), the reward itself sits in val-aux
+H200_STEP0 = ('{"step":0,"data":{"val-aux/sf_tiny/reward/mean@1":0.40951874444726855,'
+              '"val-core/sf_tiny/acc/mean@1":0.4095187364718615,"val-aux/sf_tiny/acc_success_only/mean@1":'
+              '0.4095187364718615,"val-aux/num_turns/min":2,"val-aux/num_turns/max":2,"val-aux/num_turns/mean":2.0}}')
+
+
+def test_verl_091_validation_is_val_core_acc(tmp_path, monkeypatch):
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path))
+    run = runs.create_run(tmp_path, "tiny-learn")
+    with open(run.dir / "metrics" / "attempt-0.jsonl", "w") as fp:
+        fp.write(H200_STEP0 + "\n")
+        fp.write(json.dumps({"step": 1, "data": {"critic/score/mean": 0.3188}}) + "\n")
+        fp.write(json.dumps({"step": 10, "data": {"critic/score/mean": 0.70,
+                                                  "val-core/sf_tiny/acc/mean@1": 0.4373}}) + "\n")
+    data = m.read_metrics(run.dir)
+    assert data.key_series() == ["critic/score/mean", "val-core/sf_tiny/acc/mean@1"]
+    row = m.point_summary(m.SweepPoint(0, run.id, {}, "completed", data))
+    assert row["validation"] == "val-core/sf_tiny/acc/mean@1"
+    assert (row["val_first"], row["val_last"]) == (pytest.approx(0.4095, abs=1e-4), pytest.approx(0.4373))
+    res = CliRunner().invoke(main, ["metrics", run.id])
+    assert res.exit_code == 0 and "val-core/sf_tiny/acc/mean@1" in res.output
