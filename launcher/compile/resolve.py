@@ -128,8 +128,10 @@ class Resolution:
         return out
 
 
-def _related(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+def _parents(key: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`]: the keys a write of `key` lies below."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def layer_label(layer: str) -> str:
@@ -144,18 +146,26 @@ def resolve(writes: list[Write]) -> Resolution:
     for w in writes:
         if w.owner:
             owners[w.key] = w  # the last owner write of a key stands (sf's own order)
-    # two writes of one key (or of a key and its parent) in one input layer
-    seen: dict[str, list[Write]] = {}
-    for w in writes:
+    # two writes of one key (or of a key and its parent) in one input layer: the earliest
+    # related write of another item, found through the key's parents and children (linear in the
+    # writes, not pairwise: a spec of thousands of overrides must not tie up the login node)
+    by_key: dict[tuple[str, str], list[tuple[int, Write]]] = {}
+    below: dict[tuple[str, str], list[tuple[int, Write]]] = {}
+    for index, w in enumerate(writes):
         if w.layer not in INPUT_LAYERS:
             continue
-        for other in seen.get(w.layer, []):
-            if _related(other.key, w.key) and other.item != w.item:
-                where = w.key if w.key == other.key else f"{other.key} and {w.key}"
-                errors.append(SpecError(w.field, f"{where} is written twice in {w.layer} "
-                                        f"({other.field} and {w.field}); keep one of them"))
-                break
-        seen.setdefault(w.layer, []).append(w)
+        parents = _parents(w.key)
+        candidates = [*by_key.get((w.layer, w.key), ()), *below.get((w.layer, w.key), ()),
+                      *(hit for p in parents for hit in by_key.get((w.layer, p), ()))]
+        other = min(((i, o) for i, o in candidates if o.item != w.item), key=lambda pair: pair[0], default=None)
+        if other is not None:
+            other = other[1]
+            where = w.key if w.key == other.key else f"{other.key} and {w.key}"
+            errors.append(SpecError(w.field, f"{where} is written twice in {w.layer} "
+                                    f"({other.field} and {w.field}); keep one of them"))
+        by_key.setdefault((w.layer, w.key), []).append((index, w))
+        for p in parents:
+            below.setdefault((w.layer, p), []).append((index, w))
     # owners refuse a conflicting write: the same key with another value, or a parent replaced
     kept: list[Write] = []
     for w in writes:
@@ -183,14 +193,18 @@ def resolve(writes: list[Write]) -> Resolution:
             entry.overridden.append(entry.write)
             entry.write = w
     # a delete (or a non-dict value) replaces the lower writes below its key
+    children: dict[str, list[str]] = {}
+    for key in entries:
+        for p in _parents(key):
+            children.setdefault(p, []).append(key)
     for entry in list(entries.values()):
         w = entry.write
         if not w.replaces_subtree():
             continue
-        for key in [k for k in entries if k.startswith(w.key + ".")]:
-            below = entries[key]
-            if below.write.rank < w.rank:
-                entry.overridden.extend([*below.overridden, below.write])
+        for key in [k for k in children.get(w.key, ()) if k in entries]:
+            under = entries[key]
+            if under.write.rank < w.rank:
+                entry.overridden.extend([*under.overridden, under.write])
                 del entries[key]
     ordered = sorted(entries.values(), key=lambda e: (0 if e.write.owner else 1, e.write.rank, e.write.seq))
     return Resolution({e.key: e for e in ordered}, errors, conflicts)

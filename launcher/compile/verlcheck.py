@@ -429,6 +429,9 @@ def _split(override: str) -> tuple[str, str, str]:
     return prefix, key, value
 
 
+MAX_SUGGESTIONS = 20
+
+
 def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
     keys = base_keys(config_name)
     errors = []
@@ -441,7 +444,9 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
             continue
         if key in keys:
             continue
-        close = closest_key(key, config_name)
+        # the closest key is a fuzzy search of verl's keys: for the first few only (bounded work
+        # on the login node whatever the number of overrides)
+        close = closest_key(key, config_name) if len(errors) < MAX_SUGGESTIONS else None
         errors.append(SpecError(key, f"not a key of verl {installed_verl_version() or ''}'s {config_name} config"
                                 + (f"; closest real key: {close}" if close else "")))
     return errors

@@ -568,3 +568,31 @@ def test_train_batch_below_the_default_mini_batch_blames_the_knob_set(exp):
     line = refused(sf("validate", "exp", "--set", "train_batch_size=64"), "knobs.train_batch_size",
                    "ppo_mini_batch_size=256 is larger than train_batch_size=64", "train_batch_size >= 256")
     assert "refuses it at start-up" in line
+
+
+# --- bounded work: resolving thousands of writes is linear, not pairwise -----------------------
+
+def test_resolve_of_many_writes_is_linear_and_still_finds_twice_written_keys():
+    import time
+
+    from launcher.compile.resolve import Write, resolve
+
+    n = 20_000
+    writes = [Write(f"t.k{i}.x", i, "config.yaml", f"overrides[{i}]", "config.yaml", seq=i, item=i) for i in range(n)]
+    writes += [Write("t.k7", 1, "config.yaml", "overrides[a]", "config.yaml", seq=n, item=n),  # a parent, later
+               Write("t.k9.x", 2, "config.yaml", "overrides[b]", "config.yaml", seq=n + 1, item=n + 1),
+               Write("t.k11.x.y", 3, "--set", "--set t.k11.x.y", "--set", seq=n + 2, item=n + 2),
+               Write("t.k11", 4, "--set", "--set t.k11", "--set", seq=n + 3, item=n + 3)]
+    start = time.monotonic()
+    res = resolve(writes)
+    took = time.monotonic() - start
+    assert took < 5, took  # pairwise it took minutes
+    messages = [str(e) for e in res.errors]
+    keep = "; keep one of them"
+    assert messages == [
+        "overrides[a]: t.k7.x and t.k7 is written twice in config.yaml (overrides[7] and overrides[a])" + keep,
+        "overrides[b]: t.k9.x is written twice in config.yaml (overrides[9] and overrides[b])" + keep,
+        "--set t.k11: t.k11.x.y and t.k11 is written twice in --set (--set t.k11.x.y and --set t.k11)" + keep,
+    ], messages
+    # t.k11 (a value, --set) replaces t.k11.x (config.yaml) below it; t.k11.x.y stays in its own layer's rank
+    assert "t.k11.x" not in res.entries and "t.k11" in res.entries
