@@ -279,6 +279,48 @@ def gpu_env_wrapper(argv: list[str]) -> list[str]:
     return ["sh", "-c", script, "sf-gpu-env", *argv]
 
 
+def oom_kills(cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """How many processes the kernel's OOM killer took in this process's memory cgroup (v2
+    memory.events, v1 memory.oom_control), None when it cannot be read."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            where, name = Path(cgroup_root, path.lstrip("/")), "memory.events"
+        elif "memory" in controllers.split(","):
+            where, name = Path(cgroup_root, "memory", path.lstrip("/")), "memory.oom_control"
+        else:
+            continue
+        try:
+            for field in (where / name).read_text().splitlines():
+                key, _, value = field.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def exit_text(rc: int, oom_killed: int | None = None) -> str:
+    """How a process ended, as a person reads it: `exited with 3`, or the signal that killed it
+    by name (a Popen's negative return code); SIGKILL with the likely cause: the kernel's OOM
+    killer when the cgroup counted a kill, else "out of memory?" as the first thing to check."""
+    if rc >= 0:
+        return f"exited with {rc}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    text = f"was killed by {name}"
+    if -rc == signal.SIGKILL:
+        text += (" (out of memory: the kernel's OOM killer killed a process of this job)" if oom_killed
+                 else " (out of memory? the kernel's OOM killer kills this way; else another user or process did)")
+    return text
+
+
 def last_json(popen: subprocess.Popen, rc: int) -> dict:
     """The JSON line a checking step (barrier, health) printed last, or why there is none."""
     out = popen.stdout.read().decode(errors="replace") if popen.stdout else ""
@@ -856,7 +898,8 @@ class Supervisor:
                     # before this batch step hears of it (a local driver dies with this step)
                     if rc != 0 and self.runtime.local_argv([]) is None and (ending := self.ending_by_slurm()):
                         return self.end_by_slurm(ending)
-                    reason = "completed" if rc == 0 else f"{what} exited with {rc} during phase driver"
+                    reason = "completed" if rc == 0 else \
+                        f"{what} {exit_text(rc, oom_kills() if rc < 0 else None)} during phase driver"
                     cause = self.driver_failure(what) if rc != 0 else None
                     if cause:
                         reason += f": {cause}"

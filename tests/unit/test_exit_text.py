@@ -1,0 +1,35 @@
+"""A driver's ending named as it happened (launcher/injob/supervise.py exit_text, oom_kills)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.injob import supervise
+
+
+def test_an_exit_code_is_an_exit_code():
+    assert supervise.exit_text(3) == "exited with 3"
+
+
+def test_a_signal_is_named_and_sigkill_points_at_memory():
+    assert supervise.exit_text(-15) == "was killed by SIGTERM"
+    assert supervise.exit_text(-9).startswith("was killed by SIGKILL (out of memory? ")
+    assert "the kernel's OOM killer killed a process of this job" in supervise.exit_text(-9, oom_killed=2)
+    assert supervise.exit_text(-200) == "was killed by signal 200"
+
+
+def test_oom_kills_are_read_from_this_process_cgroup(tmp_path, monkeypatch):
+    real_read = Path.read_text
+
+    def fake_read(self, *args, **kwargs):
+        if str(self) == "/proc/self/cgroup":
+            return "0::/job_7/step_batch\n"
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", fake_read)
+    events = tmp_path / "job_7" / "step_batch"
+    events.mkdir(parents=True)
+    (events / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n")
+    assert supervise.oom_kills(str(tmp_path)) == 1
+    (events / "memory.events").write_text("low 0\noom_kill 0\n")
+    assert supervise.oom_kills(str(tmp_path)) == 0
+    assert supervise.oom_kills(str(tmp_path / "nowhere")) is None
