@@ -113,6 +113,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
         watched[0].raw_record()  # a damaged record: one line naming it (the poll would skip it)
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
         watched = [r for r in runs.list_runs(root) if not _is_point(r)][:limit]
+        _say_damaged(root)
     failures = 0
     try:
         while True:
@@ -453,6 +454,16 @@ def cancel(target, as_json, site_path, runs_dir):
 
 # --- list ----------------------------------------------------------------------------------
 
+def _say_damaged(root: Path) -> list[str]:
+    """One warning on stderr naming the damaged run records left out of a listing; their ids."""
+    damaged = _damaged_records(root)
+    if damaged:
+        click.echo(f"sf: warning: left out {len(damaged)} damaged run record(s): "
+                   f"{', '.join(str(Path(root) / d / runs.RECORD) for d in damaged[:5])}"
+                   f"{' ...' if len(damaged) > 5 else ''} (unreadable or not a run record)", err=True)
+    return damaged
+
+
 def _damaged_records(root: Path) -> list[str]:
     """Ids of the run folders under `root` whose record.json cannot be read as a run record."""
     out = []
@@ -490,11 +501,7 @@ def list_runs(as_json, limit, site_path, runs_dir):
         except (OSError, ValueError):
             continue
         items.append(rec)
-    damaged = _damaged_records(root)
-    if damaged and not as_json:
-        click.echo(f"sf: warning: left out {len(damaged)} damaged run record(s): "
-                   f"{', '.join(str(root / d / runs.RECORD) for d in damaged[:5])}"
-                   f"{' ...' if len(damaged) > 5 else ''} (not a JSON object of a run record)", err=True)
+    damaged = _say_damaged(root)
     if as_json:
         click.echo(json.dumps({"runs_dir": str(root), "damaged": damaged, "runs": [
             {k: rec.get(k) for k in ("id", "experiment", "kind", "state", "created", "job_ids",

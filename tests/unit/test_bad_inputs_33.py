@@ -492,8 +492,9 @@ def test_list_leaves_out_and_names_a_damaged_record(damaged):
     assert r.exit_code == 0
     doc = json.loads(r.stdout)
     assert doc["damaged"] == [BAD] and [x["id"] for x in doc["runs"]] == [damaged["good"].id]
-    r = sf("status")  # the newest runs: the damaged one left out, no crash
+    r = sf("status")  # the newest runs: the damaged one left out and named, no crash
     assert r.exit_code == 0 and damaged["good"].id in r.stdout, (r.stderr, r.exception)
+    assert BAD not in r.stdout and str(damaged["record"]) in r.stderr
 
 
 def test_damaged_plan_is_one_line_naming_it(ckpt_env):
