@@ -138,17 +138,12 @@ def layer_label(layer: str) -> str:
     return {"method": "the method's defaults", "sf": "sf's defaults", "default:sf": "sf's defaults"}.get(layer, layer)
 
 
-def resolve(writes: list[Write]) -> Resolution:
-    """Resolve `writes` into one entry per verl key (see the module docstring)."""
+def twice_in_a_layer(writes: list[Write]) -> list[SpecError]:
+    """Two writes of one key (or of a key and its parent) by different items of one input layer."""
     errors: list[SpecError] = []
-    conflicts: list[Conflict] = []
-    owners: dict[str, Write] = {}
-    for w in writes:
-        if w.owner:
-            owners[w.key] = w  # the last owner write of a key stands (sf's own order)
-    # two writes of one key (or of a key and its parent) in one input layer: the earliest
-    # related write of another item, found through the key's parents and children (linear in the
-    # writes, not pairwise: a spec of thousands of overrides must not tie up the login node)
+    # for each write, the earliest related write of another item, found through the key's
+    # parents and children (linear in the writes, not pairwise: a spec of thousands of
+    # overrides must not tie up the login node)
     by_key: dict[tuple[str, str], list[tuple[int, Write]]] = {}
     below: dict[tuple[str, str], list[tuple[int, Write]]] = {}
     for index, w in enumerate(writes):
@@ -166,6 +161,17 @@ def resolve(writes: list[Write]) -> Resolution:
         by_key.setdefault((w.layer, w.key), []).append((index, w))
         for p in parents:
             below.setdefault((w.layer, p), []).append((index, w))
+    return errors
+
+
+def resolve(writes: list[Write]) -> Resolution:
+    """Resolve `writes` into one entry per verl key (see the module docstring)."""
+    conflicts: list[Conflict] = []
+    owners: dict[str, Write] = {}
+    for w in writes:
+        if w.owner:
+            owners[w.key] = w  # the last owner write of a key stands (sf's own order)
+    errors: list[SpecError] = twice_in_a_layer(writes)
     # owners refuse a conflicting write: the same key with another value, or a parent replaced
     kept: list[Write] = []
     for w in writes:
