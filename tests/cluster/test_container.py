@@ -36,7 +36,7 @@ from test_bringup import REPO, job_state, phases, sf  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 REGISTRY = STATE / "runtimes-container.yaml"
-RUNC_ROOT = "/run/sfdev-runc"  # scripts/dev-cluster's oci.conf
+RUNC_ROOT = "/run/sfdev-runc/root"  # scripts/dev-cluster's oci.conf: /run/sfdev-runc/%u
 MARKER = "/etc/sf-container"
 CT_PYTHON = "/opt/sf/runtime/bin/python"
 

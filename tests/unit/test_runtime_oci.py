@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,21 @@ def test_doctor_checks_an_oci_bundle_and_oci_conf(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm, "run_on_a_node", lambda p, argv, timeout=60: seen.append(argv) or "0.9.1\n")
     [c] = cc.check("rt", rt, "0.9.1", _Site())
     assert c.status == "ok" and seen[0][:2] == [f"--container={b}", "/opt/sf/runtime/bin/python"]
+
+
+def test_rootless_config_for_other_users(tmp_path):
+    m = oci_run()
+    config = {"process": {"user": {"uid": 1000, "gid": 1000}, "capabilities": {"bounding": ["CAP_KILL"]}},
+              "linux": {"namespaces": [{"type": "mount"}], "resources": {"devices": [{"allow": True}]}}}
+    m.rootless(config, 1000, 100)
+    assert [n["type"] for n in config["linux"]["namespaces"]] == ["mount", "user", "pid"]
+    assert config["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1000, "size": 1}]
+    assert config["linux"]["gidMappings"] == [{"containerID": 0, "hostID": 100, "size": 1}]
+    assert "resources" not in config["linux"] and config["process"]["user"] == {"uid": 0, "gid": 0}
+    assert config["process"]["capabilities"] == {"bounding": []}
+    assert m.state_dir(["runc", "--root=/run/x/alice", "run"]) == "/run/x/alice"
+    assert m.own_state_dir(str(tmp_path / "state")) is None and (tmp_path / "state").is_dir()
+    other = tmp_path / "other"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    assert "not this user's own folder" in m.own_state_dir(str(other))
