@@ -16,7 +16,9 @@ sets it even when no oci.conf made a container.)
     temp dirs and port blocks as with a venv;
   - a model the container cannot see: the preflight names the path and the mount;
   - requeue (`scontrol requeue`) and cancel of a containerised job: the driver runs in the
-    container in both attempts; after scancel no container of the job is left (runc list).
+    container in both attempts; `sf attach RUN -- CMD` runs in the container (ray status with
+    the job's token); after scancel no container of the job is left (runc list);
+  - a killed driver restarted in place, in containers; sf export and sf eval in containers.
 """
 from __future__ import annotations
 
@@ -235,6 +237,12 @@ def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
         running = containers_of(job)
         assert len(running) >= 2, running  # the head's Ray node and the driver
+        # sf attach: a command in the running job, in the container, with Ray's token
+        probe = ("head -1 /etc/sf-container; python3 -c 'import ray; ray.init(logging_level=\"ERROR\"); "
+                 "print(\"alive\", sum(n[\"Alive\"] for n in ray.nodes()))'")
+        att = sf("attach", run_dir.name, "--", "sh", "-c", probe, env=ct_env())
+        assert att.returncode == 0 and "sf container: verl 0.9.1" in att.stdout and "alive 1" in att.stdout, \
+            att.stdout[-2000:] + att.stderr[-2000:]
         subprocess.run(["scancel", job], check=True)
         assert wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}) == "CANCELLED"
         deadline = time.monotonic() + 30
