@@ -18,7 +18,8 @@ sets it even when no oci.conf made a container.)
   - requeue (`scontrol requeue`) and cancel of a containerised job: the driver runs in the
     container in both attempts; `sf attach RUN -- CMD` runs in the container (ray status with
     the job's token); after scancel no container of the job is left (runc list);
-  - a killed driver restarted in place, in containers; sf export and sf eval in containers.
+  - a killed driver restarted in place, in containers; a frozen driver found by the watchdog
+    and every node's stacks dumped by the container's py-spy; sf export and sf eval.
 """
 from __future__ import annotations
 
@@ -365,6 +366,39 @@ def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
         assert len(joined) == 2 and {e["job_id"] for e in joined} == {job}  # Ray up again, same job
         again = json.loads((run_dir / "driver-1.json").read_text())
         assert again["container"] == "sf container: verl 0.9.1", again
+    finally:
+        if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
+            subprocess.run(["scancel", job], check=False)
+
+
+def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
+    """The progress watchdog on an oci runtime: a frozen driver with an actor on each of 2
+    nodes is found, and py-spy, run in a container step on every node, dumps the stacks."""
+    from test_watchdog import FROZEN
+    from test_watchdog import experiment as watchdog_experiment
+
+    exp = watchdog_experiment(tmp_path, "ctfrozen", nodes=2, hang_timeout_s=20, first_step_timeout_s=180,
+                              max_requeues=1)
+    assert "freeze_in_rollout" in FROZEN
+    proc = sf("submit", exp, "--json", env=ct_env(SF_TEST_DRIVER=f"exec python3 {exp}/frozen.py",
+                                                  SF_TEST_FINISH_AT="1"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run_dir, job = Path(out["run_dir"]), out["job_id"]
+    try:
+        hang = wait_for(run_dir, "hang", restart=0, timeout=240)
+        saved = wait_for(run_dir, "stacks_saved", restart=0, timeout=120)
+        hosts = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
+        assert sorted(saved["nodes"]) == sorted(hosts), (saved, hosts)
+        stacks = run_dir / hang["stacks"]
+        head_text, worker_text = (stacks / f"{hosts[0]}.txt").read_text(), (stacks / f"{hosts[1]}.txt").read_text()
+        assert "freeze_in_rollout" in head_text, head_text
+        assert "generate_sequences" in head_text and "generate_sequences" in worker_text, worker_text
+        assert "/opt/sf/runtime/bin/py-spy" in head_text  # the container's py-spy
+        requeued = [e for e in phases(run_dir) if e["phase"] == "requeued"]
+        assert requeued and requeued[0]["cause"] == "hang", requeued
+        wait_for(run_dir, "driver_started", restart=1, timeout=180)  # the next attempt, in containers too
+        assert wait_job(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
             subprocess.run(["scancel", job], check=False)
