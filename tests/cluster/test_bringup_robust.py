@@ -86,7 +86,7 @@ def test_the_reason_carries_the_first_failing_line():
     out = submit("examples/grpo", "--validation-data", "/var/lib/sfdev/no-such-val.parquet")
     assert out["rc"] != 0
     reason = (RUNS / out["run"] / "reason").read_text()
-    assert "preflight exited with 1 during phase driver: paths:" in reason and "no-such-val.parquet" in reason, reason
+    assert "preflight exited with 1 during phase driver: paths" in reason and "no-such-val.parquet" in reason, reason
     status = subprocess.run([SF, "status", out["run"]], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert "no-such-val.parquet" in status.stdout, status.stdout
     driver = "echo 'Traceback (most recent call last):'; echo 'ValueError: reward function returned None'; exit 1"
@@ -97,14 +97,19 @@ def test_the_reason_carries_the_first_failing_line():
     assert "exited with 1 during phase driver: ValueError: reward function returned None" in reason, reason
 
 
+# a batch verl accepts on 400 GPUs (train_batch_size * rollout_n divisible by them), so that
+# the partition's size is the one thing wrong
+BATCH_400 = ("--set", "train_batch_size=320")
+
+
 def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size():
-    for args in (["submit", "examples/grpo", "--profile", "fake:100x4"],
-                 ["validate", "examples/grpo", "--profile", "fake:100x4", "--live"]):
+    for args in (["submit", "examples/grpo", "--profile", "fake:100x4", *BATCH_400],
+                 ["validate", "examples/grpo", "--profile", "fake:100x4", *BATCH_400, "--live"]):
         proc = subprocess.run([SF, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "100 nodes x 4 GPUs can never run in partition train: it has 6 nodes" in proc.stderr, proc.stderr
     before = set(p.name for p in RUNS.iterdir())
-    proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4"], capture_output=True,
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4", *BATCH_400], capture_output=True,
                           text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2 and set(p.name for p in RUNS.iterdir()) == before  # nothing written
 
@@ -157,7 +162,8 @@ def joined_nodes(run: str) -> list[set[str]]:
 
 
 def test_exclude_bad_nodes_requeues_without_the_node_that_failed_the_health_check():
-    out, bad = run_with_bad_node("examples/grpo", "--profile", "fake:3x4")
+    # 3 x 4 GPUs: a batch verl accepts on 12 (train_batch_size * rollout_n divisible by 12)
+    out, bad = run_with_bad_node("examples/grpo", "--profile", "fake:3x4", "--set", "train_batch_size=1200")
     first, second = joined_nodes(out["run"])
     assert bad in first and bad not in second and len(second) == 3
     assert [e["phase"] for e in runs.read_phases(RUNS / out["run"])].count("health_checked") == 1
