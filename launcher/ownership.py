@@ -18,6 +18,7 @@ An UnsafePath names the path, what is wrong with it and how to fix it.
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -41,11 +42,12 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _trusted_owner(uid: int) -> bool:
+def trusted_owner(uid: int) -> bool:
+    """root or this user: who may rename what is in a folder they own."""
     return uid in (0, os.getuid())
 
 
-def _open_to_others(st: os.stat_result) -> bool:
+def open_to_others(st: os.stat_result) -> bool:
     """Writable by group or others without the sticky bit: anyone of them may rename what is in it."""
     return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not st.st_mode & stat.S_ISVTX
 
@@ -63,11 +65,11 @@ def trusted_chain(path: str | os.PathLike, field: str = "runs_dir") -> None:
             return  # the rest does not exist yet: sf makes it, with its own modes
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafePath(field, f"{folder} is a file where sf needs a folder; fix {field}")
-        if not _trusted_owner(st.st_uid):
+        if not trusted_owner(st.st_uid):
             raise UnsafePath(field, f"{folder} belongs to {user_name(st.st_uid)}, who could rename your runs and put "
                              f"their own in their place; use a folder of yours, or a shared one owned by root "
                              f"with mode 1777 like /tmp")
-        if _open_to_others(st):
+        if open_to_others(st):
             raise UnsafePath(field, f"{folder} is writable by other users without the sticky bit (mode "
                              f"{stat.S_IMODE(st.st_mode):04o}): any of them could rename a run and put their own in "
                              f"its place; ask the admin to `chmod 1777 {folder}` (like /tmp), or use a folder of yours")
@@ -136,7 +138,7 @@ def open_own_file(path: str | os.PathLike, flags: int, mode: int = 0o600, field:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symlink
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW: the last component is a symlink
             raise UnsafePath(field, f"{path} is a symlink: sf does not write through one (remove it)") from None
         raise
     st = os.fstat(fd)

@@ -36,6 +36,8 @@ import stat
 import tempfile
 import time
 
+from launcher import ownership
+
 PREFIX = "sf"  # <root>/sfXXXXXXXX: short, for Ray's 107-byte unix socket paths
 RAY_SUBDIR = "r"
 MARK = ".sf-owner"  # inside a private dir: "<job id> <node> <pid>", for sweep_stale
@@ -55,9 +57,9 @@ def check_root(root: str) -> None:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeDir(f"ray.temp_root {root} is not a directory (a symlink?); set ray.temp_root "
                         "to a real directory such as /tmp")
-    if st.st_uid not in (0, os.getuid()):
+    if not ownership.trusted_owner(st.st_uid):
         raise UnsafeDir(f"ray.temp_root {root} belongs to uid {st.st_uid}, not to root or to you")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+    if ownership.open_to_others(st):
         raise UnsafeDir(f"ray.temp_root {root} is writable by others without the sticky bit")
 
 
