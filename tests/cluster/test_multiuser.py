@@ -32,7 +32,9 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, SF, job_state, phases, sf  # noqa: E402
+from test_bringup import REPO, SF, phases, sf  # noqa: E402
+from test_bringup import wait_terminal as wait_done  # noqa: E402
+from test_requeue import experiment as requeue_experiment  # noqa: E402
 
 NOBODY = pwd.getpwnam("nobody")
 STATE = Path("/var/lib/sfdev")
@@ -68,19 +70,9 @@ def shared_runs():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def experiment(tmp_path: Path, name: str = "mu", nodes: int = 1) -> str:
-    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data["model"] = str(assets / "model")
-    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                    "validation": {"files": str(assets / "data" / "test.parquet")}}
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": nodes, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", "max_requeues": 0}
-    exp = tmp_path / name
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
+def experiment(tmp_path: Path) -> str:
+    """A one-node GRPO experiment of the example's assets that is never requeued."""
+    return requeue_experiment(tmp_path, max_requeues=0)
 
 
 def site_file(tmp_path: Path, **top) -> str:
@@ -91,17 +83,6 @@ def site_file(tmp_path: Path, **top) -> str:
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
-
-
-def wait_done(job: str, timeout: float = 150) -> str:
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
-        state = job_state(job)
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job} still {state} after {timeout}s")
 
 
 def why(run_dir: Path) -> str:
