@@ -373,9 +373,7 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
     else:  # pragma: no cover - 100 collisions in 33M suffixes
         raise RuntimeError(f"could not find a free run id under {root}")
     run = Run(root / run_id)
-    for sub in SUBDIRS:
-        ownership.make_own_dir(run.dir / sub, ownership.PRIVATE_DIR if sub in PRIVATE_SUBDIRS else mode,
-                               group=None if sub in PRIVATE_SUBDIRS else share_group)
+    make_subdirs(run.dir, mode, group=share_group)
     rec = _initial_record(run_id, experiment, kind, sweep)
     rec.update(fields)
     run.write_json(RECORD, rec)
@@ -390,11 +388,18 @@ def make_run_dir(path, share_group: str | None = None) -> Run:
     make_runs_root(path.parent, share_group, field="--output")
     mode = ownership.SHARED_DIR if share_group else ownership.PRIVATE_DIR
     ownership.make_own_dir(path, mode, group=share_group, exist_ok=True, field="--output")
+    make_subdirs(path, mode, group=share_group, exist_ok=True, field="--output")
+    return Run(path)
+
+
+def make_subdirs(run_dir, mode: int, *, group: str | None = None, exist_ok: bool = False,
+                 field: str = "run") -> None:
+    """A run's SUBDIRS with `mode` (the run's own: private, or shared with `group`), but the
+    PRIVATE_SUBDIRS, which are its user's alone whatever the run's mode."""
     for sub in SUBDIRS:
         private = sub in PRIVATE_SUBDIRS
-        ownership.make_own_dir(path / sub, ownership.PRIVATE_DIR if private else mode,
-                               group=None if private else share_group, exist_ok=True, field="--output")
-    return Run(path)
+        ownership.make_own_dir(Path(run_dir) / sub, ownership.PRIVATE_DIR if private else mode,
+                               group=None if private else group, exist_ok=exist_ok, field=field)
 
 
 def _run_ids(root: Path) -> list[str]:

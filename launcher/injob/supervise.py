@@ -955,13 +955,11 @@ def main(argv: list[str]) -> int:
         return 2
     # what the job makes (checkpoints, metrics, verl's and Ray's files) is its user's alone, or its
     # group's to read when the run is shared (ownership.run_umask), whatever umask it came with
-    os.umask(ownership.run_umask(args.run_dir))
+    umask = ownership.run_umask(args.run_dir)
+    os.umask(umask)
     try:  # a run dir of an older sf, or made by hand: the folders the job writes into, with sf's modes
-        shared = ownership.run_umask(args.run_dir) == ownership.SHARED_UMASK
-        for sub in runs.SUBDIRS:
-            private = sub in runs.PRIVATE_SUBDIRS or not shared
-            ownership.make_own_dir(os.path.join(args.run_dir, sub),
-                                   ownership.PRIVATE_DIR if private else ownership.SHARED_DIR, exist_ok=True)
+        shared = umask == ownership.SHARED_UMASK
+        runs.make_subdirs(args.run_dir, ownership.SHARED_DIR if shared else ownership.PRIVATE_DIR, exist_ok=True)
     except (OSError, SpecError) as exc:
         log(f"refusing to run: {exc}")
         return 2
