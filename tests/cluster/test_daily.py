@@ -82,7 +82,8 @@ def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
 # runtime, else the folder $SF_TEST_WANDB_PATH, e.g. `pip install --target DIR wandb`), starts
 # a real offline W&B run the way verl's logger does (wandb.init with project and name) and
 # writes the id it got.
-WANDB_PATH = os.environ.get("SF_TEST_WANDB_PATH", "/tmp/sf-daily-wandb")
+WANDB_PATH = os.environ.get("SF_TEST_WANDB_PATH",
+                            os.path.join(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"), "wandb-test"))
 WANDB_DRIVER = r"""
 n="${SLURM_RESTART_COUNT:-0}"
 srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 \

@@ -130,7 +130,7 @@ sleep 300
         runner = CliRunner()
         result = runner.invoke(main, ["status", run.id, "--json", "--runs-dir", str(root)])
         assert result.exit_code == 0, result.output
-        doc = json.loads(result.output)
+        doc = json.loads(result.stdout)
         entry = doc["runs"][0]
         assert doc["source"] == "sacct" and doc["accounting"] is True
         assert entry["id"] == run.id and entry["state"] == "running" and entry["job_ids"] == [job_id]
@@ -140,7 +140,7 @@ sleep 300
 
         result = runner.invoke(main, ["cancel", run.id, "--json", "--runs-dir", str(root)])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["cancelled"] == [run.id]
+        assert json.loads(result.stdout)["cancelled"] == [run.id]
         assert run.record()["state"] == "cancelled"
         wait_for(lambda: sfslurm.job_states([job_id])[job_id].state == "CANCELLED", timeout=60,
                  what=f"sacct CANCELLED for {job_id}")

@@ -72,3 +72,17 @@ def fake_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("SF_SLURM_BIN_DIR", str(fake.dir))
     monkeypatch.setenv("SF_RUNS_DIR", str(fake.runs_dir))
     return fake
+
+
+# The shell that runs the tests may carry Slurm's, Ray's or sf's own steering variables (CI's
+# scripts/test sets SF_TEST_* for the cluster tests; a developer may run inside an salloc):
+# unit tests are pure, so none of them reaches a test unless the test sets it itself.
+_STEERING_PREFIXES = ("SLURM_", "SRUN_", "SALLOC_", "SBATCH_", "RAY_", "SF_TEST_")
+
+
+@pytest.fixture(autouse=True)
+def _no_steering_variables_from_the_shell(monkeypatch):
+    import os
+    for name in list(os.environ):
+        if name.startswith(_STEERING_PREFIXES) and name != "SLURM_CONF":
+            monkeypatch.delenv(name)

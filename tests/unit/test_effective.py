@@ -179,9 +179,9 @@ def test_icepop_in_config_yaml_and_set_is_a_pair(env):
     # PyYAML's YAML 1.1 would read 0.5_5 as 0.55 (silently TIS); sf reads config.yaml as YAML 1.2
     r = _validate(env, "knobs: {rollout_is: token, rollout_is_threshold: 0.5_5}\n", "--json")
     assert r.exit_code == 0, r.stderr
-    assert f"{ICEPOP}=0.5_5.0" in json.loads(r.output)["overrides"]
+    assert f"{ICEPOP}=0.5_5.0" in json.loads(r.stdout)["overrides"]
     r = _validate(env, "knobs: {rollout_is: token}\n", "--set", "rollout_is_threshold=0.5_5", "--json")
-    assert f"{ICEPOP}=0.5_5.0" in json.loads(r.output)["overrides"], r.stderr
+    assert f"{ICEPOP}=0.5_5.0" in json.loads(r.stdout)["overrides"], r.stderr
 
 
 @pytest.mark.parametrize("override,ok", [
@@ -244,7 +244,7 @@ def test_raw_override_strings_where_verl_has_bools_or_numbers(override):
 def test_yaml_words_stay_words(env):
     r = _validate(env, "knobs: {use_kl_loss: no, project_name: no, experiment_name: on}\n", "--json")
     assert r.exit_code == 0, r.stderr
-    ov = json.loads(r.output)["overrides"]
+    ov = json.loads(r.stdout)["overrides"]
     assert "actor_rollout_ref.actor.use_kl_loss=False" in ov
     assert "trainer.project_name=no" in ov and "trainer.experiment_name=on" in ov  # names, not False/True
 
@@ -257,7 +257,7 @@ def test_one_form_per_number(given):
 @pytest.mark.parametrize("text", ["1e-6", "1.0e-6", "1e-06", "0.000001"])
 def test_one_form_per_number_in_config_yaml(env, text):
     r = _validate(env, f"knobs: {{actor_lr: {text}}}\n", "--json")
-    assert "actor_rollout_ref.actor.optim.lr=1e-06" in json.loads(r.output)["overrides"], r.stderr
+    assert "actor_rollout_ref.actor.optim.lr=1e-06" in json.loads(r.stdout)["overrides"], r.stderr
 
 
 @pytest.mark.parametrize("given,emitted", [(1024.0, "1024"), ("1024.0", "1024"), (1e3, "1000"), ("1e3", "1000"), ("0512", "512")])
@@ -333,7 +333,7 @@ def test_sources_through_validate_and_dry_run(env):
     args = ["exp", "--model", "/m", "--train-data", "/t.parquet", "--set", "rollout_n=6", "--set", "trainer.val_before_train=false"]
     r = CliRunner().invoke(main, ["validate", *args, "--json"])
     assert r.exit_code == 0, r.stderr
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     src = dict(zip((o.split("=", 1)[0] for o in out["overrides"]), out["sources"]))
     assert len(out["sources"]) == len(out["overrides"])
     assert src["actor_rollout_ref.model.path"] == "--model" and src["data.train_files"] == "--train-data"
@@ -342,7 +342,7 @@ def test_sources_through_validate_and_dry_run(env):
     assert src["actor_rollout_ref.actor.optim.lr"] == "config.yaml"
     r = CliRunner().invoke(main, ["submit", *args, "--dry-run", "--json"])
     assert r.exit_code == 0, r.stderr
-    dry = json.loads(r.output)
+    dry = json.loads(r.stdout)
     assert dry["sources"] == out["sources"] and len(dry["sources"]) == len(dry["overrides"])
     r = CliRunner().invoke(main, ["validate", *args])
     assert "actor_rollout_ref.model.path=/m    [--model]" in r.output

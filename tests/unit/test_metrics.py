@@ -108,7 +108,7 @@ def test_cli_metrics_table_and_json(run):
     assert "generation takes" in res.output
     res = CliRunner().invoke(main, ["metrics", run.id[:-2], "--json"])  # a unique prefix works
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["run"] == run.id and data["steps"] == 10
     assert data["data"]["timing_s/step"][0] == [1, pytest.approx(5.1)]
     assert "training/global_step" not in data["data"]

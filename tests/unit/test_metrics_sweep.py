@@ -100,7 +100,7 @@ def test_cli_metrics_sweep_json(sweep):
     sw, members = sweep
     res = CliRunner().invoke(main, ["metrics", sw.id, "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["sweep"] == sw.id and data["grid_keys"] == ["actor_rollout_ref.actor.optim.lr"]
     first, second, third = data["points"]
     assert first["run"] == members[0].id and first["params"] == {"actor_rollout_ref.actor.optim.lr": 2e-5}
@@ -122,7 +122,7 @@ def test_cli_plot_sweep_one_png(sweep, tmp_path):
     out = tmp_path / "sweep.png"
     res = CliRunner().invoke(main, ["plot", sw.id, "-o", str(out), "--json"])
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["sweep"] == sw.id and [p["steps"] for p in data["points"]] == [40, 40, 0]
     raw = out.read_bytes()
     assert raw[:8] == b"\x89PNG\r\n\x1a\n"

@@ -110,7 +110,7 @@ def test_squeue_fallback_is_reported(fake_slurm):
     assert statuses[gone.id].state == "gone" and statuses[gone.id].done
     assert "accounting unavailable" in statuses[run.id].warning
     result = CliRunner().invoke(main, ["status", "--json"])
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["source"] == "squeue" and doc["accounting"] is False and "accounting" in doc["warning"]
 
 
@@ -153,7 +153,7 @@ def test_status_cli_table_json_and_unknown_run(fake_slurm):
     result = runner.invoke(main, ["status"])
     assert result.exit_code == 0 and run.id in result.output and "running" in result.output
     result = runner.invoke(main, ["status", run.id, "--json"])
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["runs"][0]["id"] == run.id and doc["runs"][0]["state"] == "running"
     assert doc["runs"][0]["nodes"] == "dev3" and doc["source"] == "sacct"
     result = runner.invoke(main, ["status", run.id[:-1] + "9"])
@@ -192,7 +192,7 @@ def test_cancel_run_and_sweep(fake_slurm):
     runner = CliRunner()
     result = runner.invoke(main, ["cancel", run.id, "--json"])
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["job_ids"] == ["100"] and doc["cancelled"] == [run.id]
     assert fake_slurm.calls("scancel") == ["scancel 100"]
     assert run.record()["state"] == "cancelled"
@@ -206,7 +206,7 @@ def test_cancel_run_and_sweep(fake_slurm):
     fake_slurm.set("sacct", _row("110+0", "RUNNING") + _row("110+1", "RUNNING") + _row("112", "PENDING"))
     result = runner.invoke(main, ["cancel", sweep.id, "--json"])
     assert result.exit_code == 0, result.output
-    assert sorted(json.loads(result.output)["cancelled"]) == sorted([p0.id, p1.id])
+    assert sorted(json.loads(result.stdout)["cancelled"]) == sorted([p0.id, p1.id])
     assert fake_slurm.calls("scancel")[-1] == "scancel 110 112"
 
 

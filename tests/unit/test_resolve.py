@@ -46,7 +46,7 @@ def _validate(env, text, *args, method="grpo"):
 def _json(env, text, *args, method="grpo"):
     r = _validate(env, text, *args, "--json", method=method)
     assert r.exit_code == 0, r.stderr
-    return json.loads(r.output)
+    return json.loads(r.stdout)
 
 
 def _one(errors, *needles):
@@ -325,6 +325,6 @@ def test_dry_run_json_carries_the_map(env):
     r = CliRunner(env={"FORGE_IMAGE_VERL": str(venv)}).invoke(main, ["submit", "exp", "--dry-run", "--json",
                                                                     "--set", "rollout_n=6"])
     assert r.exit_code == 0, r.stderr
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["resolved"][N]["value"] == 6 and out["resolved"][N]["overrides"][0]["source"] == "config.yaml"
     assert f"{N}=6" in out["overrides"]

@@ -102,7 +102,7 @@ def test_schema_matches_knob_table():
 
 def test_sf_schema_prints_it(root):
     r = CliRunner().invoke(main, ["schema"])
-    assert r.exit_code == 0 and json.loads(r.output)["properties"]["knobs"]["properties"]["rollout_n"]
+    assert r.exit_code == 0 and json.loads(r.stdout)["properties"]["knobs"]["properties"]["rollout_n"]
 
 
 @pytest.mark.parametrize("method", catalog.METHODS)
