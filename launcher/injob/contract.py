@@ -181,7 +181,7 @@ def child_env(job: Job, base, *, ray_auth: dict, metrics_path: str | None = None
     and for the driver (`driver`):
       RAY_ADDRESS             Ray's own: the driver's ray.init() joins the job's cluster
       MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP   verl's save-before-expiry (`expires`)
-      FORGE_CLUSTER_*         the topology a user's driver reads (README: inside the job)"""
+      FORGE_CLUSTER_*         the topology a user's driver reads (docs/healing.md: inside the job)"""
     env = dict(base)
     env[JOB_ENV] = job.to_json()
     env["PYTHONUNBUFFERED"] = "1"

@@ -145,7 +145,7 @@ def check_oci(name, rt, version: str, site, timeout: float = 60) -> list:
     if conf is not None and not conf.is_file():
         return [_check(f"oci {name}", "fail", f"Slurm has no {conf}: srun --container is ignored and every step "
                                               "would run on the host, silently",
-                       "write oci.conf beside slurm.conf (RunTimeRun with runc; README: For admins, containers)")]
+                       "write oci.conf beside slurm.conf (RunTimeRun with runc; docs/admins.md: containers)")]
     out, why = _on_node(site, [f"--container={rt.image}", rt.python, "-c", PROBE], timeout)
     if out is None:
         return [_check(name, "fail", f"a container step on a node failed: {why}",

@@ -421,11 +421,12 @@ def test_doctor_lists_every_registry_problem(tmp_path):
     assert all(c.name == "runtime registry" and str(reg) in c.detail for c in checks)
 
 
-# --- the README's examples fit ------------------------------------------------------------------
+# --- the admins' page's examples fit ------------------------------------------------------------------
 
 def _readme_block(after: str, starts: str) -> str:
-    """The first 4-space indented block after the heading `after` whose first line starts with `starts`."""
-    text = (REPO / "README.md").read_text()
+    """The first 4-space indented block after the heading `after` of docs/admins.md (the admins'
+    page) whose first line starts with `starts`."""
+    text = (REPO / "docs" / "admins.md").read_text()
     lines = text[text.index(after):].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("    " + starts))
     block = []
