@@ -80,6 +80,8 @@ BARRIER_WAITING = "barrier_waiting"  # launcher/injob/barrier.py: hosts not join
 ALL_JOINED = "all_joined"  # the barrier passed
 DRIVER_STARTED = "driver_started"  # what=preflight | torchrun | main_ppo | ...
 ENDED = "ended"
+# launcher/injob/verl_phases.py: verl's own start-up phase read from the driver's log (name, label, step)
+VERL_PHASE = "verl_phase"
 HEALTH_CHECKED = "health_checked"  # site ray.health_check: always, before the driver
 # launcher/injob/capabilities.py: what the method needs from the runtime, before Ray starts
 CAPABILITIES_CHECKED = "capabilities_checked"
@@ -117,6 +119,7 @@ PHASE_LABELS = {
     STACKS_SAVED: "hung: stacks saved",
     RESTARTED_IN_PLACE: "restarting in place",
     DRIVER_STARTED: "driver started",
+    VERL_PHASE: "verl",
     ENDED: "ended",
     REQUEUED: "requeued",
     REQUEUE_REFUSED: "requeue refused (bound reached)",
@@ -139,6 +142,8 @@ def phase_detail(event: dict) -> str:
     wait the hosts it still waits for ("waiting for nodes: dev4 (train)")."""
     phase = str(event["phase"])
     label = phase_label(phase, event.get("what"))
+    if phase == VERL_PHASE:
+        return f"{label}: {event.get('label') or event.get('name')}"
     if phase != BARRIER_WAITING:
         return label
     pools = event.get("pools") or {}

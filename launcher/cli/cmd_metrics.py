@@ -8,7 +8,9 @@ import click
 
 from launcher import runs
 from launcher.cli.options import json_option, print_json, runs_options
+from launcher.errors import SpecError
 from launcher.monitor import metrics as m
+from launcher.monitor import timeline as timeline_mod
 from launcher.spec.site import runs_root
 
 
@@ -58,12 +60,24 @@ def metrics(run_id, as_json, site_path, runs_dir):
 @click.command("plot")
 @click.argument("run_id", metavar="RUN|SWEEP")
 @click.option("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write.")
+@click.option("--timeline", is_flag=True, help="Draw RUN's start-up per attempt (sf status RUN --timeline) instead.")
 @json_option
 @runs_options
-def plot(run_id, output, as_json, site_path, runs_dir):
+def plot(run_id, output, timeline, as_json, site_path, runs_dir):
     """Draw the key training metrics of RUN to a PNG (needs matplotlib: sf[plots]); for a
-    SWEEP, every point's curves in one PNG (a colour per point)."""
+    SWEEP, every point's curves in one PNG (a colour per point); with --timeline, RUN's
+    start-up: a bar per attempt, a segment per phase (sf's blue, verl's orange)."""
     run = _open(site_path, runs_dir, run_id)
+    if timeline:
+        rows = timeline_mod.attempts(runs.read_phases(run.dir))
+        if not rows:
+            raise SpecError("--timeline", f"run {run.id} has no events yet: plot it once its job has started")
+        path = timeline_mod.plot_timeline(rows, output, title=f"{run.id}: start-up per attempt")
+        if as_json:
+            print_json({"ok": True, "run": run.id, "png": str(path), "attempts": len(rows)})
+            return
+        click.echo(f"wrote {path}")
+        return
     sweep = _sweep(run)
     if sweep is not None:
         _record, keys, points = sweep

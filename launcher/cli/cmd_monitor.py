@@ -19,6 +19,7 @@ from launcher import runs, slurm
 from launcher.cli.options import complete_run_ids, finite_seconds, json_option, nonblank, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
+from launcher.monitor import timeline as timeline_mod
 from launcher.spec.site import runs_root
 from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
 
@@ -98,8 +99,10 @@ def _is_point(run: runs.Run) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (one per poll with --watch).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
               help="Runs shown without RUN.")
+@click.option("--timeline", is_flag=True,
+              help="RUN's start-up per attempt: sf's phases and verl's own, with their durations.")
 @runs_options
-def status(target, watch, interval, as_json, limit, site_path, runs_dir):
+def status(target, watch, interval, as_json, limit, site_path, runs_dir, timeline):
     """Show where runs are: Slurm state, phase, training step.
 
     Without RUN: the newest runs (those already ended come from their record, without
@@ -108,6 +111,9 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
     """
     finite_seconds(interval, "--interval")
     root = runs_root(runs_dir, site_path=site_path)
+    if timeline:
+        _print_timeline(root, target, as_json, watch)
+        return
     if target:
         watched = [runs.open_run(root, target)]
         watched[0].raw_record()  # a damaged record: one line naming it (the poll would skip it)
@@ -143,6 +149,19 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir):
             time.sleep(interval)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _print_timeline(root, target, as_json, watch) -> None:
+    if not target:
+        raise click.UsageError("--timeline: name the run (sf status RUN --timeline)")
+    if watch:
+        raise click.UsageError("--timeline: drop --watch (the timeline is printed once)")
+    run = runs.open_run(root, target)
+    rows = timeline_mod.attempts(runs.read_phases(run.dir))
+    if as_json:
+        print_json({"run": run.id, "attempts": rows})
+    else:
+        click.echo(timeline_mod.format_timeline(run.id, rows))
 
 
 # --- logs ----------------------------------------------------------------------------------

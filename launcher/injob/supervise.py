@@ -56,7 +56,7 @@ from pathlib import Path
 from launcher import ownership, runs, slurm, states
 from launcher.errors import SpecError
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_main
+from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_main, verl_phases
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Contract, Job, child_env
@@ -381,6 +381,7 @@ class Supervisor:
         # this attempt's step records: the batch script's; a restart in place writes its own (heal.py)
         self.metrics_path = os.environ.get("VERL_FILE_LOGGER_PATH")
         self.restarts_in_place = 0
+        self.verl_log = verl_phases.LogWatch(None)  # verl's phases in the batch log, from each driver start
 
     # -- helpers ----------------------------------------------------------------------
     def record(self, phase: str, **info) -> None:
@@ -606,6 +607,7 @@ class Supervisor:
         return argv
 
     def start_driver(self) -> None:
+        self.verl_log = verl_phases.LogWatch.from_here()
         hook = self.test_driver()
         if hook is not None:
             log("driver (SF_TEST_DRIVER test hook): " + " ".join(hook[:3]))
@@ -633,6 +635,7 @@ class Supervisor:
         self.stage = states.STAGE_DRIVER
 
     def start_torchrun(self) -> None:
+        self.verl_log = verl_phases.LogWatch.from_here()
         train = self.plan.pools[0]
         argv = self.plan.argv()
         rdzv = [f"--nnodes={train.nodes}", f"--nproc_per_node={train.gpus_per_node}",
@@ -910,6 +913,8 @@ class Supervisor:
                         self.write_reason(reason)
                     self.finish(rc, reason)
                     return rc
+            for found in self.verl_log.new_phases():  # verl's own start-up phases, as its driver logs them
+                self.record(states.VERL_PHASE, seconds=self.elapsed(), **found)
             hang = heal.check(self)  # the progress watchdog, while the driver trains
             if hang and (ended := heal.on_hang(self, hang)) is not None:
                 return ended
