@@ -86,6 +86,11 @@ class Plan:
     paths_to_check: tuple[str, ...] = ()  # model/data paths preflight reads on the nodes
     # what the method needs importable in the runtime (catalog `needs`; launcher/injob/capabilities.py)
     runtime_needs: tuple[str, ...] = ()
+    # the method's trainer family (catalog `trainer`: colocated, one-step-off, fully-async) and
+    # the verl resource pool each role lands in under it: what the job knows of the method,
+    # whatever the entry (a user's main.py runs the method's trainer too)
+    trainer: str = "colocated"
+    verl_pools: dict = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # provenance of each override, parallel to `overrides`
     # the one resolved map (launcher.compile.resolve): verl key -> {value, op, layer, source,

@@ -13,7 +13,7 @@ import yaml
 
 from launcher.cli.options import json_option, print_json, spec_flags, spec_options
 from launcher.compile import catalog
-from launcher.compile.catalog import METHODS, versions
+from launcher.compile.catalog import all_methods, get_method, versions
 from launcher.compile.resolve import shown_dict
 from launcher.compile.rules import hydra_value
 from launcher.errors import SpecError
@@ -73,7 +73,7 @@ def config_text(name: str, method: str, version: str) -> str:
     lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
     lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":"]
     lines += ["overrides:", *(f"  - {o}" for o in _OVERRIDES[method])] if method in _OVERRIDES else ["overrides: []"]
-    if method in ("grpo-one-step-off", "grpo-async"):
+    if get_method(version, method).separate_rollout:
         lines += ["", "# Rollout on a pool of its own (another series allowed): one heterogeneous job; sf fills",
                   "# trainer.* from the actor's pool and rollout.nnodes / n_gpus_per_node from the rollout's.",
                   "spec:", "  resources:", "    pools:",
@@ -93,7 +93,7 @@ def config_text(name: str, method: str, version: str) -> str:
 
 
 def _complete_methods(ctx, param, incomplete):
-    return [f"verl/{m}" for m in METHODS if f"verl/{m}".startswith(incomplete)]
+    return [f"verl/{m}" for m in all_methods() if f"verl/{m}".startswith(incomplete)]
 
 
 def _complete_versions(ctx, param, incomplete):

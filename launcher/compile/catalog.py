@@ -4,9 +4,14 @@ another's is named in configs/methods/verl/aliases.yaml instead of copying the f
 
 Each recipe pins what makes the method itself (the advantage estimator, DAPO's dynamic
 sampling and reward manager), carries overridable knob defaults, the Hydra config name,
-the entry command and the launcher (ray or torchrun), and names what it needs from the
-runtime (`needs`: capabilities such as flash_attn, checked in the job). Only versions with a folder here
-exist: older runtimes are refused with the reason.
+the entry command and the launcher (ray or torchrun), its trainer family (`trainer`:
+colocated, one-step-off or fully-async; the version's _trainers.yaml says which verl
+resource pool each role lands in under each), and names what it needs from the runtime
+(`needs`: capabilities such as flash_attn, checked in the job). This folder is the one place
+that says what a method is: the compiled Plan carries what the job needs of it (trainer,
+verl_pools), and nothing else lists methods, their entries or their pools
+(tests/unit/test_facts.py). Only versions with a folder here exist: older runtimes are
+refused with the reason.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from launcher.errors import SpecError
 from launcher.spec import paths
 
 FRAMEWORK = "verl"
-METHODS = ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft", "grpo-one-step-off",
-           "grpo-async")
+# verl's trainer families: main_ppo's hybrid engine, and the disaggregated trainers whose
+# rollout runs on a pool of its own
+COLOCATED = "colocated"
+TRAINERS = (COLOCATED, "one-step-off", "fully-async")
+TABLES = "_trainers.yaml"  # files starting with `_` in a version's folder are the catalog's own tables
 REFUSED_VERSIONS = {
     "0.8": "verl 0.8's main_ppo_sync was removed upstream; the catalog keeps no old runtimes. Use 0.9.0 or 0.9.1",
 }
@@ -46,10 +54,12 @@ class Method:
     needs: tuple[str, ...] = ()
     rollout_n_min: int | None = None
     rollout_n_max: int | None = None
-    # "actor": verl's main_ppo runs the rollout inside the actor's resource pool (hybrid
-    # engine); "separate": the method's trainer runs it on a pool of its own (roles.rollout),
-    # sized by the top-level rollout.nnodes / rollout.n_gpus_per_node its main reads.
-    rollout_pool: str = "actor"
+    # colocated: verl's main_ppo runs the rollout inside the actor's resource pool (hybrid
+    # engine); one-step-off, fully-async: the method's trainer runs it on a pool of its own
+    # (roles.rollout), sized by the top-level rollout.nnodes / rollout.n_gpus_per_node its main reads.
+    trainer: str = COLOCATED
+    # role -> the verl resource pool its workers land in under this trainer (_trainers.yaml)
+    verl_pools: dict = field(default_factory=dict)
 
     @property
     def estimator(self) -> str | None:
@@ -58,7 +68,7 @@ class Method:
 
     @property
     def separate_rollout(self) -> bool:
-        return self.rollout_pool == "separate"
+        return self.trainer != COLOCATED
 
     @property
     def sft(self) -> bool:
@@ -89,7 +99,20 @@ def versions() -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def methods(version: str) -> tuple[str, ...]:
-    return tuple(sorted(p.stem for p in methods_dir(version).glob("*.yaml")))
+    return tuple(sorted(p.stem for p in methods_dir(version).glob("*.yaml") if not p.name.startswith("_")))
+
+
+@lru_cache(maxsize=None)
+def all_methods() -> tuple[str, ...]:
+    """Every method of any version in the catalog, in the order `sf` lists them."""
+    return tuple(sorted({m for v in versions() for m in methods(v)}))
+
+
+@lru_cache(maxsize=None)
+def trainer_pools(version: str) -> dict[str, dict[str, str]]:
+    """trainer family -> {role: the verl resource pool its workers land in} (_trainers.yaml)."""
+    data = yaml.safe_load((methods_dir(version) / TABLES).read_text()) or {}
+    return {str(family): {str(r): str(p) for r, p in (pools or {}).items()} for family, pools in data.items()}
 
 
 def check_version(version: str) -> str:
@@ -107,14 +130,15 @@ def parse_method(text: str) -> str:
     framework, _, name = str(text).partition("/")
     if not name:
         raise SpecError("method", f"{text!r} is not FRAMEWORK/METHOD; write e.g. method: verl/grpo "
-                                  f"({', '.join(METHODS)})")
+                                  f"({', '.join(all_methods())})")
     if framework != FRAMEWORK:
         raise SpecError("method", f"framework {framework!r} is not supported; sf runs verl: method: verl/{name}")
-    if name not in METHODS:
-        close = difflib.get_close_matches(name, METHODS, n=2, cutoff=0.4)
+    known = all_methods()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=2, cutoff=0.4)
         hint = f"did you mean verl/{close[0]}? " if close else ""
         raise SpecError("method", f"unknown method verl/{name}; {hint}methods: "
-                                  f"{', '.join('verl/' + m for m in METHODS)}")
+                                  f"{', '.join('verl/' + m for m in known)}")
     return name
 
 
@@ -127,6 +151,9 @@ def get_method(version: str, name: str) -> Method:
                         f"{', '.join('verl/' + m for m in methods(version))}")
     data = yaml.safe_load(path.read_text()) or {}
     n = data.get("rollout_n") or {}
+    trainer = str(data.get("trainer", COLOCATED))
+    if trainer not in TRAINERS:
+        raise SpecError("method", f"{path}: trainer {trainer!r} is not one of {', '.join(TRAINERS)}; fix the recipe")
     return Method(
         name=name,
         version=version,
@@ -140,6 +167,7 @@ def get_method(version: str, name: str) -> Method:
         needs=tuple(str(n) for n in data.get("needs") or ()),
         rollout_n_min=n.get("min"),
         rollout_n_max=n.get("max"),
-        rollout_pool=str(data.get("rollout_pool", "actor")),
+        trainer=trainer,
+        verl_pools=dict(trainer_pools(version).get(trainer) or {}),
     )
 

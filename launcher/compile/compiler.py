@@ -387,6 +387,7 @@ def compile_plan(spec: MergedSpec, site: Site, run_dir: str, runtime_overrides: 
         slurm=slurm,
         env=(("PYTHONUNBUFFERED", "1"),),
         paths_to_check=_paths_to_check(spec), runtime_needs=runtime_needs(ctx),
+        trainer=method.trainer, verl_pools=dict(method.verl_pools),
         warnings=tuple(ctx.warnings),
     )
 

@@ -127,6 +127,7 @@ class Job:
     paths_to_check: tuple[str, ...] = ()
     entry: tuple[str, ...] = ()  # the driver's argv before the overrides (the preflight reports it)
     overrides: tuple[str, ...] = ()
+    verl_pools: dict = field(default_factory=dict)  # role -> verl resource pool (Plan.verl_pools)
     gpu_ids: dict = field(default_factory=dict)  # node -> the GPUs its step sees (after the barrier)
 
     @property

@@ -19,30 +19,17 @@ from launcher.plan import Pool
 
 VERL_MAX_COLOCATE = 3
 
-# verl 0.9.1's resource pool of each role (trainer/main_ppo.py: actor, rollout, ref and critic
-# share `global_pool`; the reward model gets `reward_pool` when it has a pool of its own;
-# distillation's teacher `teacher_pool`; their vLLM servers `rollout_pool_<that>`).
-VERL_POOL_OF_ROLE = {"actor": "global_pool", "rollout": "global_pool", "ref": "global_pool",
-                     "critic": "global_pool", "teacher": "teacher_pool", "reward": "reward_pool"}
-# verl 0.9.1's disaggregated trainers (one-step-off, fully async): actor, ref and critic in
-# `trainer_pool` (experimental/separation/utils.py:37-47), each standalone rollout server in a
-# pool of its own, `rollout_pool_<replica>` (workers/rollout/replica.py:198), 2 CPUs a bundle.
-SEPARATE_ROLLOUT_ENTRIES = ("verl.experimental.one_step_off_policy.main_ppo",
-                            "verl.experimental.fully_async_policy.fully_async_main")
-SEPARATE_POOL_OF_ROLE = {**VERL_POOL_OF_ROLE, "actor": "trainer_pool", "ref": "trainer_pool",
-                         "critic": "trainer_pool", "rollout": "rollout_pool"}
+# Which verl resource pool each role's workers are in is the method's (its recipe's trainer
+# family, configs/methods/verl/<version>/_trainers.yaml): the job reads it from the Plan
+# (Job.verl_pools), never from the entry, so an experiment's own main.py is pinned the same.
+
+# CPUs verl 0.9.1 asks per GPU bundle of a standalone rollout server's pool (replica.py:200-204)
 VERL_ROLLOUT_COLOCATE = 2
 # verl pool name prefix -> role; first match wins, so the teacher's and reward model's own
 # rollout pools come before the policy's `rollout_pool`.
 _ROLE_OF_VERL_POOL = (("teacher_pool", "teacher"), ("rollout_pool_teacher", "teacher"),
                       ("reward_pool", "reward"), ("rollout_pool_reward", "reward"),
                       ("rollout_pool", "rollout"))
-
-
-def pool_of_role(entry) -> dict:
-    """role -> the verl resource pool its workers are in, for this entry (argv)."""
-    separate = any(part in SEPARATE_ROLLOUT_ENTRIES for part in (entry or ()))
-    return SEPARATE_POOL_OF_ROLE if separate else VERL_POOL_OF_ROLE
 
 
 def role_of(verl_pool: str) -> str:
@@ -60,15 +47,15 @@ def slurm_pool_for(verl_pool: str, pools: tuple[Pool, ...]) -> Pool:
     return target or next((p for p in pools if p.het_group == 0), pools[0])
 
 
-def role_report(pools: tuple[Pool, ...], placed: dict, entry=()) -> list[dict]:
-    """Per role of every pool: the Slurm pool its verl resource pool (for this entry) is
-    pinned to and the nodes that pool's bundles landed on (`placed`: pool name ->
-    pin_report); ok when that is the pool `roles:` names."""
+def role_report(pools: tuple[Pool, ...], placed: dict, verl_pools: dict) -> list[dict]:
+    """Per role of every pool: the Slurm pool its verl resource pool (`verl_pools`, the
+    Plan's: role -> verl pool) is pinned to and the nodes that pool's bundles landed on
+    (`placed`: pool name -> pin_report); ok when that is the pool `roles:` names. A role the
+    method does not name runs with the actor."""
     out = []
-    table = pool_of_role(entry)
     for pool in pools:
         for role in pool.roles:
-            target = slurm_pool_for(table.get(role, "global_pool"), pools)
+            target = slurm_pool_for(verl_pools.get(role) or verl_pools.get("actor", ""), pools)
             place = placed.get(target.name) or {}
             out.append({"role": role, "pool": pool.name, "placed_on_pool": target.name,
                         "nodes": list(place.get("nodes") or []),

@@ -217,7 +217,7 @@ def main() -> int:
                                   + "; ".join(report["health"]["failed"][:3]))
     report["placement"] = place
     if place:  # where each role's workers land: the pool roles: names, or a failure naming the role
-        report["roles"] = placement.role_report(job.pools, place, entry)
+        report["roles"] = placement.role_report(job.pools, place, job.verl_pools)
         for entry_ in report["roles"]:
             if not entry_["ok"]:
                 nodes = ", ".join(entry_["nodes"]) or "no nodes"

@@ -1,8 +1,9 @@
 """verl's main_ppo (or a disaggregated trainer's main) with every verl resource pool pinned
 to its Slurm pool's nodes.
 
-Run on the head as `python -m launcher.injob.verl_main --entry MODULE <overrides>` (the
-supervisor puts it in place of `-m MODULE` for the mains in ENTRIES). verl 0.9.1 builds its pools in
+Run on the head as `python -m launcher.injob.verl_main --entry MODULE <overrides>` (or
+`--script main.py <overrides>`, an experiment's own driver; the supervisor puts it in place of
+every Ray driver: supervise.pinned). verl 0.9.1 builds its pools in
 `verl.single_controller.ray.base.RayResourcePool.get_placement_groups`, which calls the
 module-level `placement_group(bundles=..., strategy=..., name=..., lifetime=...)` once per
 node. We wrap get_placement_groups to remember which verl pool (its `name_prefix`:
@@ -117,25 +118,29 @@ def wrap_ray_init(ray_module) -> None:
 
 
 MAIN_PPO = "verl.trainer.main_ppo"
-# verl mains this wrapper runs (`--entry MODULE`): main_ppo, and the disaggregated trainers,
-# whose rollout servers get pools of their own (launcher.injob.placement pins them by role).
-ENTRIES = (MAIN_PPO, "verl.experimental.one_step_off_policy.main_ppo",
-           "verl.experimental.fully_async_policy.fully_async_main")
 
 
 def main(argv: list[str] | None = None) -> None:
+    """`--entry MODULE ARGS` (a method's verl main) or `--script PATH ARGS` (an experiment's own
+    main.py, which builds the same trainer's pools) with every pool pinned."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    entry = MAIN_PPO
+    entry, script = MAIN_PPO, None
     if argv[:1] == ["--entry"]:
         entry, argv = argv[1], argv[2:]
-    if entry not in ENTRIES:
-        raise SystemExit(f"sf: verl_main runs {', '.join(ENTRIES)}, not {entry}")
+    elif argv[:1] == ["--script"]:
+        script, argv = argv[1], argv[2:]
     import importlib
+    import runpy
 
     import ray
 
     wrap_ray_init(ray)
     install_in_worker()  # the driver too
+    if script is not None:  # as `python main.py` runs it: its folder first on sys.path (Hydra: config beside it)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        sys.argv = [script, *argv]
+        runpy.run_path(script, run_name="__main__")
+        return
     module = importlib.import_module(entry)
 
     sys.argv = [module.__file__, *hydra_argv(module.__file__, argv)]

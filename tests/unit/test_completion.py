@@ -23,7 +23,7 @@ def test_command_names():
 
 
 def test_methods_and_versions():
-    assert complete("sf new x --method verl/r") == ["verl/rloo", "verl/reinforce-baseline", "verl/remax"]
+    assert complete("sf new x --method verl/r") == ["verl/reinforce-baseline", "verl/remax", "verl/rloo"]
     assert complete("sf new x --framework-version ") == ["0.9.0", "0.9.1"]
 
 

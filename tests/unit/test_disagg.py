@@ -5,6 +5,7 @@ colocated rollout refused, the fully async trainer's own checks), the placement 
 verl 0.9.1's disaggregated trainers, and the compose against their own Hydra configs."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_ports (job_json), run alone too
 from sfc_helpers import RUN_DIR, SITE, SITE_DICT, base, compile_values, errors_of, overrides_of, spec_from_values  # noqa: E402,E501
 
-from launcher.compile import verlcheck  # noqa: E402
+from launcher.compile import catalog, verlcheck  # noqa: E402
 from launcher.spec.site import site_from_dict  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
@@ -190,26 +191,53 @@ def test_placement_of_the_disaggregated_trainers():
     assert placement.slurm_pool_for("rollout_pool_3", pools).name == "gen"
     assert placement.slurm_pool_for("rollout_pool_teacher_0", pools).name == "train"  # no teacher pool
     placed = {"train": {"nodes": ["dev1"], "ok": True}, "gen": {"nodes": ["dev7"], "ok": True}}
-    entry = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main"]
-    report = {r["role"]: r for r in placement.role_report(pools, placed, entry)}
+    separate = catalog.get_method("0.9.1", "grpo-async").verl_pools
+    report = {r["role"]: r for r in placement.role_report(pools, placed, separate)}
     assert report["rollout"]["nodes"] == ["dev7"] and report["actor"]["nodes"] == ["dev1"]
     assert all(r["ok"] for r in report.values())
     # under main_ppo the rollout is in the actor's global_pool: a rollout role on another pool
     # is reported off its pool
-    bad = {r["role"]: r for r in placement.role_report(pools, placed, ["python3", "-m", "verl.trainer.main_ppo"])}
+    colocated = catalog.get_method("0.9.1", "grpo").verl_pools
+    bad = {r["role"]: r for r in placement.role_report(pools, placed, colocated)}
     assert not bad["rollout"]["ok"] and bad["rollout"]["placed_on_pool"] == "train"
     # standalone rollout servers reserve 2 CPUs a GPU bundle (replica.py:200-204), the trainer 3
     assert placement.pool_bundles(pools[1]) == [[{"CPU": 2, "GPU": 1, "sf_pool_gen": 1}] * 4]
     assert placement.fitting_cpus(pools[0], 64) == (3, None)
 
 
-def test_supervisor_runs_each_main_through_the_pinning_wrapper():
-    from launcher.injob import supervise, verl_main
+def test_supervisor_runs_each_ray_driver_through_the_pinning_wrapper():
+    from launcher.injob import supervise
 
-    for module in verl_main.ENTRIES:
-        assert module in supervise.PINNED_ENTRIES
-    with pytest.raises(SystemExit, match="not verl.trainer.other"):
-        verl_main.main(["--entry", "verl.trainer.other"])
+    for name in ("grpo", "grpo-one-step-off", "grpo-async", "distillation"):
+        entry = list(catalog.get_method("0.9.1", name).entry)
+        assert supervise.pinned([*entry, "a=1"]) == [entry[0], "-m", supervise.PINNED_MAIN, "--entry",
+                                                     *entry[2:], "a=1"]
+    # an experiment's own main.py builds the same trainer's pools: pinned too
+    assert supervise.pinned(["/venv/bin/python", "/exp/main.py", "a=1"]) == [
+        "/venv/bin/python", "-m", supervise.PINNED_MAIN, "--script", "/exp/main.py", "a=1"]
+    # a driver that is no verl main (python -c) runs as it is
+    assert supervise.pinned(["python3", "-c", "pass"]) == ["python3", "-c", "pass"]
+
+
+def test_main_py_on_a_disaggregated_method_keeps_the_methods_pools(tmp_path):
+    """An experiment's own main.py (the entry is `python3 main.py`) on verl/grpo-one-step-off:
+    the Plan still carries the method's trainer and pools, so the job pins and checks the
+    rollout on its own pool (the entry's argv once decided it: main.py got verl's colocated
+    table and a rollout off its pool)."""
+    from launcher.injob import placement
+    from launcher.plan import Plan, Pool
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "main.py").write_text("print('my driver')\n")
+    plan = compile_values(_pools("grpo-one-step-off"), main_py=str(exp / "main.py"))
+    assert plan.entry[-1].endswith("main.py") and "verl.experimental" not in " ".join(plan.entry)
+    assert plan.trainer == "one-step-off"
+    plan = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))  # as the job reads plan.json
+    assert plan.verl_pools["rollout"] == "rollout_pool" and plan.verl_pools["actor"] == "trainer_pool"
+    pools = (Pool("train", "fake", 1, 4, 0, ("actor", "ref")), Pool("gen", "fake", 1, 4, 1, ("rollout",)))
+    placed = {"train": {"nodes": ["dev1"], "ok": True}, "gen": {"nodes": ["dev7"], "ok": True}}
+    assert all(r["ok"] for r in placement.role_report(pools, placed, plan.verl_pools))
 
 
 @needs_verl

@@ -128,19 +128,21 @@ def test_placement_pins_verl_pools_to_slurm_pools():
 def test_role_report_names_a_role_off_its_pool():
     from dataclasses import replace
 
+    from launcher.compile import catalog
     from launcher.injob import placement
     from launcher.plan import Pool
 
+    verl_pools = catalog.get_method("0.9.1", "distillation").verl_pools
     pools = [Pool("train", "fake", 1, 1, 0, ("actor", "rollout")), Pool("teach", "fake", 1, 1, 1, ("teacher",))]
     placed = {"train": {"nodes": ["dev1"], "ok": True}, "teach": {"nodes": ["dev2"], "ok": True}}
-    report = placement.role_report(pools, placed)
+    report = placement.role_report(pools, placed, verl_pools)
     assert [(r["role"], r["pool"], r["nodes"], r["ok"]) for r in report] == [
         ("actor", "train", ["dev1"], True), ("rollout", "train", ["dev1"], True), ("teacher", "teach", ["dev2"], True)]
     # a role verl would not put on the pool roles: names (here a reward role on a second pool
     # whose placement failed) is reported as not ok
     pools[1] = replace(pools[1], roles=("reward",))
     placed["teach"]["ok"] = False
-    assert [r["ok"] for r in placement.role_report(pools, placed)] == [True, True, False]
+    assert [r["ok"] for r in placement.role_report(pools, placed, verl_pools)] == [True, True, False]
 
 
 def test_verl_main_patch_tags_bundles(monkeypatch):

@@ -105,7 +105,7 @@ def test_sf_schema_prints_it(root):
     assert r.exit_code == 0 and json.loads(r.stdout)["properties"]["knobs"]["properties"]["rollout_n"]
 
 
-@pytest.mark.parametrize("method", catalog.METHODS)
+@pytest.mark.parametrize("method", catalog.all_methods())
 def test_sf_new_writes_a_valid_commented_config(root, method):
     r = CliRunner().invoke(main, ["new", f"e-{method}", "--method", f"verl/{method}", "--framework-version", "0.9.0"])
     assert r.exit_code == 0, r.stderr
