@@ -69,6 +69,7 @@ from launcher.states import CREATED, REQUEUED
 RECORD = "record.json"
 EVENTS = "events.jsonl"
 REASON = "reason"
+PROGRESS = "progress.json"  # the newest training step and when it arrived (launcher/injob/heal.py)
 LOCK = ".record.lock"
 SUBDIRS = ("logs", "checkpoints", "metrics")
 PRIVATE_SUBDIRS = ("logs",)  # Ray's and the driver's output: never shared with a group

@@ -4,9 +4,11 @@ loop (launcher/injob/supervise.py, two calls) and the watchdog's pure decision
 
   check(sup)        once per watch-loop turn while the driver trains: a watchdog.Hang or None
   on_hang(sup, h)   record `hang` (last step, seconds since, the limit), save every node's
-                    Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`), then
-                    restart in place, else end the attempt: a requeue when the job may still
-                    be requeued (requeue on, restarts below max_requeues), else fail; the
+                    Python stacks under <run>/stacks/<job>-<restart>/ (`stacks_saved`, with
+                    the worker nodes whose processes did not answer: stopped, or no answer
+                    at all), then restart in place, those nodes left out for spares; with
+                    too few spares (or past the bound) end the attempt: a requeue when the
+                    job may still be requeued (without the silent nodes), else fail; the
                     reason says "hang: no training step for N s after step S".
   on_node_death     a node step ended: restart in place (a spare for a node that went away),
                     else requeue a job whose node went away, else fail.
@@ -23,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from launcher import slurm, states
+from launcher import runs, slurm, states
 from launcher.checkpoints import TRACKER
 from launcher.injob import stacks, watchdog
 
@@ -63,7 +65,20 @@ def check(sup) -> watchdog.Hang | None:
                          f"{limits.first_step_timeout_s:g} s for the first step")
     if not dog:
         return None
-    return dog.poll(time.monotonic())
+    hang = dog.poll(time.monotonic())
+    if dog.stepped:
+        write_progress(sup, dog.progress.last_step)
+    return hang
+
+
+def write_progress(sup, step: int | None) -> None:
+    """<run>/progress.json: the newest training step and when it arrived (wall clock), which
+    `sf status` shows as "step 12 (40 s ago)"; replaced at each new step number."""
+    try:
+        runs.Run(sup.run_dir).write_json(runs.PROGRESS, {"step": step, "at": round(time.time(), 1),
+                                                        "job_id": sup.job_id, "restart": sup.restart})
+    except OSError as exc:
+        log(f"warning: cannot write {runs.PROGRESS}: {exc}")
 
 
 def on_hang(sup, hang: watchdog.Hang) -> int | None:
@@ -75,16 +90,37 @@ def on_hang(sup, hang: watchdog.Hang) -> int | None:
                first_step=hang.first_step, stacks=rel, seconds=sup.elapsed())
     t0 = time.monotonic()
     saved = stacks.save(sup, Path(sup.run_dir) / rel)
-    sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], seconds=round(time.monotonic() - t0, 1))
+    # The head is never left out (the batch step, the GCS and the hung driver, killed below,
+    # live there); a worker node whose processes did not answer the dump is the evidence.
+    silent = {n: why for n, why in saved["silent"].items() if n != sup.job.head_node}
+    sup.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], silent=silent or None,
+               seconds=round(time.monotonic() - t0, 1))
     reason += f"; Python stacks of every node in {rel}/ (sf logs RUN --stacks)"
+    if silent:
+        reason += "; did not answer: " + "; ".join(f"{n} ({why})" for n, why in silent.items())
     # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
     # kill it now, so ending the attempt does not wait out the grace times for it.
     for step in sup.steps:
         if step["kind"] == "driver" and step["popen"].poll() is None:
             step["popen"].kill()
-    if restart_in_place(sup, "hang", reason):
-        return None
-    return requeue_or_fail(sup, reason, "hang")
+    return heal_hang(sup, reason, list(silent))
+
+
+def heal_hang(sup, reason: str, silent: list[str]) -> int | None:
+    """Follow the evidence: nodes that answered the dump get Ray and the driver again in place;
+    nodes that did not are left out for spares, or, with too few spares, the job goes back to
+    Slurm without them (a restart on a frozen node would hang again)."""
+    if not silent or spares_cover(sup.job, silent):
+        if restart_in_place(sup, "hang", reason, silent or None):
+            return None
+        if not silent:
+            return requeue_or_fail(sup, reason, "hang")
+    else:
+        log(f"not restarting in place: {', '.join(silent)} did not answer and no spare can take "
+            f"{'its' if len(silent) == 1 else 'their'} place")
+    if sup.may_requeue():
+        return sup.requeue_without(silent, reason)
+    return requeue_or_fail(sup, reason, "hang", silent)
 
 
 def on_node_death(sup, reason: str, nodes: list[str], lost: bool) -> int | None:
@@ -227,8 +263,8 @@ def restart_in_place(sup, cause: str, reason: str, nodes: list[str] | None = Non
     wait_steps_gone(sup.leader)
     sup.restarts_in_place = n
     swapped = {}
-    if cause == "node":
-        hosts, spares, swapped = swap_in_spares(sup.job, nodes or [])
+    if cause in ("node", "hang") and nodes:  # a dead node, or one that did not answer a hang's dump
+        hosts, spares, swapped = swap_in_spares(sup.job, nodes)
         sup.job = replace(sup.job, hosts=hosts, spares=spares)
     if swapped:
         log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in swapped.items()))

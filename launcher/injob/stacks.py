@@ -135,6 +135,28 @@ def wanted(argv: list[str]) -> bool:
     return not any(d in joined for d in RAY_OWN_ARGS)
 
 
+def _state(pid: int) -> str:
+    """The process's state letter from /proc/PID/stat ('T': stopped, '' when gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
+
+
+def stopped_processes(job_id: str, node: str, skip: set[int]) -> list[int]:
+    """Every process of this job on this node (Python or not: raylet, GCS, NCCL helpers) that
+    is stopped (SIGSTOP, or held by a tracer): the evidence that the node did not answer."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip or _state(int(entry)) not in ("T", "t"):
+            continue
+        env = _environ(int(entry))
+        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME", node) == node:
+            found.append(int(entry))
+    return sorted(found)
+
+
 def job_processes(job_id: str, node: str, skip: set[int]) -> list[tuple[int, list[str]]]:
     """(pid, argv) of this job's Python processes on this node, oldest first."""
     found = []
@@ -187,6 +209,10 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     skip = {os.getpid(), os.getppid()}
+    # the answer first (before any dump, which may be slow): which of the job's processes here
+    # are stopped; the supervisor leaves such a node out for a spare (launcher/injob/heal.py)
+    stopped = stopped_processes(job_id, node, skip)
+    write_answer(out, node, stopped)
     py_spy = find_py_spy()
     procs = job_processes(job_id, node, skip)
     lines = [f"# Python stacks on {node} (job {job_id}), {time.strftime('%Y-%m-%d %H:%M:%S')}, "
@@ -208,9 +234,31 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def write_answer(out: Path, node: str, stopped: list[int]) -> None:
+    tmp = out / f".{node}.json.tmp"
+    tmp.write_text(json.dumps({"node": node, "stopped": stopped}))
+    os.replace(tmp, out / f"{node}.json")
+
+
+def silent_nodes(out_dir: Path, nodes: list[str]) -> dict[str, str]:
+    """{node: why} for the nodes that did not answer the dump: no answer file (the task never
+    ran or never got that far) or stopped processes of the job there (pure but for the reads)."""
+    silent = {}
+    for node in nodes:
+        try:
+            stopped = json.loads((out_dir / f"{node}.json").read_text())["stopped"]
+        except (OSError, ValueError, KeyError, TypeError):
+            silent[node] = "no answer to the stacks dump"
+            continue
+        if stopped:
+            silent[node] = f"{len(stopped)} of the job's processes stopped (pids {', '.join(map(str, stopped[:5]))})"
+    return silent
+
+
 def save(sup, out_dir: Path) -> dict:
     """Supervisor side: one srun per het group over all its nodes, each task writing its
-    node's file; waits at most SAVE_TIMEOUT_S. Returns {"dir", "nodes" (files written)}."""
+    node's file; waits at most SAVE_TIMEOUT_S. Returns {"dir", "nodes" (files written),
+    "silent" ({node: why} for the nodes that did not answer)}."""
     from launcher import slurm
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -237,7 +285,7 @@ def save(sup, out_dir: Path) -> dict:
         except subprocess.TimeoutExpired:
             step.kill()
     written = sorted(p.stem for p in out_dir.glob("*.txt"))
-    return {"dir": str(out_dir), "nodes": written}
+    return {"dir": str(out_dir), "nodes": written, "silent": silent_nodes(out_dir, list(sup.job.nodes))}
 
 
 if __name__ == "__main__":

@@ -9,13 +9,17 @@ The decision (pure, unit-tested in tests/unit/test_watchdog.py):
 
   - before the first training step: a hang when nothing trained for first_step_timeout_s
     since the driver started (model load, vLLM start, validation before training: minutes);
-  - after it: a hang when no record arrived for limit_s = max(hang_timeout_s,
+  - after it: a hang when no NEW training step arrived for limit_s = max(hang_timeout_s,
     factor x the median time between steps of this attempt): a run whose steps take 20 min
     is not declared hung after the 10 min a run of 1 min steps is allowed.
 
-A validation-only record (verl's val_before_train logs `val-core/...` keys at the resume
-step) is progress (it resets the idle clock) but not a training step: the first-step
-allowance still holds after it, as the first step proper follows.
+Progress is a training step number above the last one (issue 35). A record that repeats a
+step number (a trainer stuck re-logging its step) and a validation-only record (verl's
+val_before_train logs `val-core/...` keys at the resume step; a loop in validation logs
+nothing else) do not reset the clock. verl validates inside a step (the step's record
+carries its `val-core/` keys), so a long validation counts in that step's time: the
+hang limit must cover a step with its validation. A record without a step number is
+progress (nothing to compare it with).
 
 Time is the supervisor's monotonic clock at the moment a line was first seen, not verl's
 `timing_s/step`: what matters is what reaches the file (validation and checkpoint saves
@@ -92,18 +96,27 @@ def is_training_record(record: dict) -> bool:
     return any(not str(key).startswith(VALIDATION_PREFIXES) for key in data)
 
 
-def observe(progress: Progress, record: dict, now: float) -> None:
-    """Fold one new record seen at `now` into `progress`."""
+def step_number(record: dict) -> int | None:
+    step = record.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def observe(progress: Progress, record: dict, now: float) -> bool:
+    """Fold one new record seen at `now` into `progress`; True when it is progress (a
+    training step numbered above the last one)."""
     progress.last_record = now
     if not is_training_record(record):
-        return
+        return False
+    step = step_number(record)
+    if step is not None and progress.last_step is not None and step <= progress.last_step:
+        return False  # the same step again (or an older one): no progress
     if progress.last_step_at is not None:
         progress.intervals.append(max(0.0, now - progress.last_step_at))
         del progress.intervals[:-MAX_INTERVALS]
-    step = record.get("step")
-    progress.last_step = step if isinstance(step, int) and not isinstance(step, bool) else progress.last_step
+    progress.last_step = step if step is not None else progress.last_step
     progress.last_step_at = now
     progress.training_steps += 1
+    return True
 
 
 def limit_s(limits: Limits, intervals: list[float]) -> float:
@@ -121,7 +134,7 @@ def decide(limits: Limits, progress: Progress, now: float) -> Hang | None:
             return Hang(round(idle, 1), limits.first_step_timeout_s, None, True)
         return None
     limit = limit_s(limits, progress.intervals)
-    idle = now - (progress.last_record or progress.started)
+    idle = now - (progress.last_step_at or progress.started)
     if idle > limit:
         return Hang(round(idle, 1), round(limit, 1), progress.last_step, False)
     return None
@@ -182,11 +195,13 @@ class Watchdog:
         self.limits = limits
         self.progress = Progress(started=now)
         self.checked = 0.0
+        self.stepped = False  # the last poll saw a new training step
 
     def poll(self, now: float) -> Hang | None:
         if now - self.checked < 1.0:  # a stat a second is plenty for limits of minutes
             return None
         self.checked = now
+        self.stepped = False
         for record in self.follower.new_records():
-            observe(self.progress, record, now)
+            self.stepped = observe(self.progress, record, now) or self.stepped
         return decide(self.limits, self.progress, now)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,7 @@ class RunStatus:
     phase: str | None = None  # latest phase from events.jsonl
     step: int | None = None
     total_steps: int | None = None
+    step_at: float | None = None  # when the newest step arrived (epoch s; the watchdog's progress.json)
     requeue_count: int = 0
     # each restart of Ray and the driver inside the allocation (launcher/injob/heal.py):
     # {"n", "job_id", "cause", "nodes", "resumed_from", "iso"}
@@ -159,6 +161,28 @@ def _head(path: Path, size: int = HEAD_BYTES) -> str:
         return ""
 
 
+def step_seen(run: runs_mod.Run, rec: dict) -> tuple[int | None, float | None]:
+    """(step, when) from progress.json, which the supervisor replaces at each new training step
+    of the current job; (None, None) when absent or from another job."""
+    try:
+        data = run.read_json(runs_mod.PROGRESS) or {}
+    except (OSError, SpecError):
+        return None, None
+    if not isinstance(data, dict) or str(data.get("job_id")) not in _active_ids(rec):
+        return None, None
+    step, at = data.get("step"), data.get("at")
+    return (step if isinstance(step, int) else None), (float(at) if isinstance(at, (int, float)) else None)
+
+
+def ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
 def training_progress(run: runs_mod.Run, rec: dict) -> tuple[int | None, int | None]:
     """(last step, total steps): steps from the tail of the driver output, the total from
     the record, the output (tail, then head) or `trainer.total_training_steps` in plan.json."""
@@ -182,7 +206,7 @@ def _active_ids(rec: dict) -> list[str]:
 
 
 def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
-                   step: int | None, total: int | None, rec: dict) -> str:
+                   step: int | None, total: int | None, rec: dict, step_at: float | None = None) -> str:
     if state == CREATED:
         return "not submitted"
     if state == SUBMIT_FAILED:
@@ -195,7 +219,8 @@ def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
         return f"queued{requeued}" + (f" ({reason})" if reason else "")
     if state in RUN_RUNNING:
         if step is not None:
-            return f"step {step}/{total}" if total else f"step {step}"
+            since = f" ({ago(time.time() - step_at)})" if step_at is not None else ""
+            return (f"step {step}/{total}" if total else f"step {step}") + since
         if event:
             return vocabulary.phase_detail(event)
         return vocabulary.phase_label(vocabulary.ALLOCATED)
@@ -236,6 +261,11 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     wants_progress = state in (RUNNING, COMPLETING) or (
         state in RUN_TERMINAL and states is not None)
     step, total = training_progress(run, rec) if wants_progress else (None, None)
+    seen, step_at = step_seen(run, rec) if wants_progress else (None, None)
+    if seen is not None and (step is None or seen >= step):
+        step = seen
+    else:
+        step_at = None  # the console shows a newer step than the record: its time is unknown
     if state in RUN_RUNNING and rec.get("state") == CANCELLED:
         state = CANCELLING  # sf cancel was sent; sacct lags a second behind
     final = rec.get("final") if states is None and state in RUN_TERMINAL else None
@@ -246,13 +276,13 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     reason = job.reason if job is not None and job.reason not in ("", "None") and state == PENDING else None
     return RunStatus(
         id=rec.get("id", run.id), experiment=rec.get("experiment", ""), kind=rec.get("kind", "run"),
-        state=state, progress=_progress_line(state, job, event, step, total, rec),
+        state=state, progress=_progress_line(state, job, event, step, total, rec, step_at),
         job_ids=job_ids, slurm_state=job.state if job is not None else (final or {}).get("slurm_state"),
         reason=reason,
         nodes=job.nodelist if job is not None else (final or {}).get("nodes", ""),
         elapsed=job.elapsed if job is not None else (final or {}).get("elapsed", ""),
         exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
-        phase=phase, step=step, total_steps=total, requeue_count=int(rec.get("requeue_count") or 0),
+        phase=phase, step=step, total_steps=total, step_at=step_at, requeue_count=int(rec.get("requeue_count") or 0),
         restarts_in_place=restarts_in_place(phases),
         exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
         jobs=jobs, done=run_ended(state) or not job_ids,

@@ -28,7 +28,7 @@ def test_no_hang_before_the_first_step_allowance_runs_out():
     assert hang.reason().startswith("hang: no training step for 601 s after the driver started")
 
 
-def test_validation_before_training_is_progress_but_not_the_first_step():
+def test_validation_before_training_is_not_the_first_step():
     limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
     p = Progress(started=0.0)
     wd.observe(p, VAL, 50.0)
@@ -61,12 +61,22 @@ def test_the_median_follows_the_newest_steps():
     assert len(p.intervals) == wd.MAX_INTERVALS
 
 
-def test_a_new_record_resets_the_idle_clock():
+def test_only_a_higher_step_number_resets_the_idle_clock():
     limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    p = steps(Progress(started=0.0), [10.0], first=4)
+    assert wd.observe(p, VAL, 30.0) is False  # validation only (a loop in validation): no progress
+    assert wd.observe(p, {"step": 4, "data": {"actor/pg_loss": 0.0}}, 50.0) is False  # step 4 again
+    assert wd.observe(p, {"step": 3, "data": {"actor/pg_loss": 0.0}}, 55.0) is False  # an older step
+    hang = wd.decide(limits, p, 71.0)
+    assert hang and hang.last_step == 4 and hang.idle_s == 61.0
+    assert p.training_steps == 1 and p.intervals == []  # repeats are no steps and no intervals
+    assert wd.observe(p, {"step": 5, "data": {"actor/pg_loss": 0.0}}, 70.0) is True
+    assert wd.decide(limits, p, 100.0) is None and p.last_step == 5
+
+
+def test_a_record_without_a_step_number_is_progress():
     p = steps(Progress(started=0.0), [10.0])
-    assert wd.decide(limits, p, 71.0)
-    wd.observe(p, VAL, 70.0)  # a validation record at the same step: still alive
-    assert wd.decide(limits, p, 100.0) is None
+    assert wd.observe(p, {"data": {"actor/pg_loss": 0.0}}, 20.0) is True and p.last_step == 1
 
 
 @pytest.mark.parametrize("record, training", [

@@ -1,0 +1,132 @@
+"""Every ending and every healing decision true (issue 35), on the real dev cluster.
+
+The drivers are SF_TEST_DRIVER hooks after the real bring-up (launcher/injob/supervise.py):
+
+  - a frozen worker node (every process of the job on it SIGSTOPped) in a pool with a spare:
+    the hang's stacks dump names it as not answering, the restart in place leaves it out for
+    the spare (never back onto the frozen node) and the job completes;
+  - a trainer that logs step 2 again and again (and validation records): no progress, the
+    hang is found at the limit after the first step 2; `sf status` said "step 2 (N s ago)"
+    meanwhile.
+
+Limits are seconds, waits are on events (no fixed sleeps).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_bringup import phases, sf  # noqa: E402
+from test_requeue import cleanup, restarts, wait_event, wait_state  # noqa: E402
+from test_restart_in_place import steps_logged, submit, wait_file, wait_steps  # noqa: E402
+from test_watchdog import experiment  # noqa: E402
+
+RELOGGER = r'''
+import json, os, time
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
+    for step in (1, 2):
+        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1, "sf_test/time": time.time()}}) + "\n")
+        log.flush()
+        time.sleep(0.5)
+    while True:  # step 2 again, and validation at step 2: a trainer going round in circles
+        time.sleep(1)
+        log.write(json.dumps({"step": 2, "data": {"actor/pg_loss": 0.1}}) + "\n")
+        log.write(json.dumps({"step": 2, "data": {"val-core/reward/mean@1": 0.5}}) + "\n")
+        log.flush()
+'''
+
+
+def job_pids(job: str, node: str) -> list[int]:
+    """Every process of `job` on emulated node `node` (its environment says so)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in raw and f"SLURMD_NODENAME={node}".encode() in raw:
+            found.append(int(entry))
+    return found
+
+
+def freeze(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+
+
+def test_frozen_node_is_left_out_for_the_spare(tmp_path):
+    exp = experiment(tmp_path, "frozen-node", nodes=2, hang_timeout_s=6, first_step_timeout_s=120,
+                     max_restarts_in_place=1)
+    config = yaml.safe_load(Path(exp, "config.yaml").read_text())
+    config["spec"]["resources"]["pools"][0]["spare_nodes"] = 1
+    Path(exp, "config.yaml").write_text(yaml.safe_dump(config))
+    run, run_dir, job = submit(exp, finish_in_place=1)
+    frozen: list[int] = []
+    try:
+        wait_file(run_dir / "driver-0.json", timeout=420)  # three nodes: the shared dev cluster may be full
+        wait_steps(run_dir, "attempt-0.jsonl", 2)
+        head, worker = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
+        frozen = job_pids(job, worker)
+        assert frozen, f"no process of job {job} on {worker}"
+        freeze(frozen)
+        saved = wait_event(run_dir, "stacks_saved", timeout=60)
+        assert list(saved["silent"]) == [worker] and "stopped" in saved["silent"][worker], saved
+        event = wait_event(run_dir, "restarted_in_place", timeout=60)
+        assert event["cause"] == "hang" and event["left_out"] == [worker], event
+        spare = event["spares_used"][0]
+        assert spare not in (head, worker)
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        again = [e for e in phases(run_dir) if e["phase"] == "all_joined"][-1]
+        assert sorted(again["pools"]["train"]) == sorted([head, spare]), again  # not back onto the frozen node
+        assert restarts(job) == 0 and steps_logged(run_dir, "attempt-0.1.jsonl") == [3, 4]
+        text = sf("status", run).stdout
+        assert f"node {worker} left out for spare {spare}" in text, text
+        print(f"\nfrozen {worker}: {event['reason'][:300]}\n  -> restarted in place on {head}, {spare}")
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        cleanup(job)
+
+
+def test_relogged_step_is_no_progress(tmp_path):
+    exp = experiment(tmp_path, "relog", nodes=1, hang_timeout_s=8, first_step_timeout_s=120, requeue=False)
+    Path(exp, "relog.py").write_text(RELOGGER)
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": f"exec python3 {exp}/relog.py"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run, run_dir, job = out["run"], Path(out["run_dir"]), out["job_id"]
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "progress.json").exists():
+            assert time.monotonic() < deadline, "no progress.json"
+            time.sleep(0.3)
+        shown = json.loads(sf("status", run, "--json").stdout)["runs"][0]
+        assert shown["step"] == 2 and shown["progress"].startswith("step 2") and " s ago)" in shown["progress"], shown
+        hang = wait_event(run_dir, "hang", timeout=60)
+        records = [json.loads(line) for line in (run_dir / "metrics" / "attempt-0.jsonl").read_text().splitlines()]
+        first_two = next(r for r in records if r["step"] == 2)["data"]["sf_test/time"]
+        assert len(records) > 6, "the trainer re-logged step 2 while the clock ran"
+        found_after = hang["time"] - first_two
+        assert 8 <= found_after <= 14, f"hang found {found_after:.1f} s after the first step 2 (limit 8 s)"
+        assert hang["last_step"] == 2, hang
+        assert wait_state(job, {"FAILED", "COMPLETED"}, timeout=60) == "FAILED"
+        reason = (run_dir / "reason").read_text()
+        assert reason.startswith("hang: no training step for"), reason
+        print(f"\nre-logged step: {shown['progress']!r} while running; reason: {reason.strip()[:200]}")
+    finally:
+        cleanup(job)
