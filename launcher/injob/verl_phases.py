@@ -30,7 +30,10 @@ PHASES = (
     ("from_scratch", "training from scratch", re.compile(r"Training from scratch")),
     ("resumed", "resumed from step", re.compile(r"Resuming from \S*?global_step_(\d+)")),
     ("ready_to_fit", "ready to train", re.compile(r"all initialize finished, ready to fit")),
-    ("first_step", "first step", re.compile(r"(?:^|\s)step:(\d+) - ")),
+    # verl's console logger prints each logged step as "step:N - key:value - ...": validation alone
+    # (val_before_train, before the first step) logs only val-* keys, a training step its own first
+    ("validated", "validation before training", re.compile(r"(?:^|\s)step:(\d+) - val-")),
+    ("first_step", "first step", re.compile(r"(?:^|\s)step:(\d+) - (?!val-)")),
 )
 LABELS = {name: label for name, label, _ in PHASES}
 

@@ -58,6 +58,14 @@ def test_legacy_trainer_prints_match_too():
         ("dataloader_ready", None), ("resumed", 5), ("first_step", 6)]
 
 
+def test_validation_before_training_is_not_the_first_step():
+    # the H200's tiny-learn run (benchmarks/gpu/results/rl-20261203): val_before_train logs step 0 first
+    lines = ["\x1b[36m(TaskRunnerV1 pid=6907)\x1b[0m step:0 - val-aux/sf_tiny/reward/mean@1:np.float64(0.4095) - "
+             "val-core/sf_tiny/acc/mean@1:np.float64(0.4095)",
+             "\x1b[36m(TaskRunnerV1 pid=6907)\x1b[0m step:1 - global_seqlen/min:6492.0 - global_seqlen/max:6492.0"]
+    assert [(e["name"], e["step"]) for e in verl_phases.parse(lines)] == [("validated", 0), ("first_step", 1)]
+
+
 def test_log_watch_reads_only_what_was_appended_and_waits_for_a_whole_line(tmp_path):
     log = tmp_path / "slurm-1.out"
     log.write_text("(TaskRunnerV1 pid=1) INFO:x:train and validate dataloader initialized, earlier attempt\n")
