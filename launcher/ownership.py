@@ -42,9 +42,41 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def trusted_owner(uid: int) -> bool:
-    """root or this user: who may rename what is in a folder they own."""
-    return uid in (0, os.getuid())
+# In a rootless container (scripts/sf-oci-run: a user namespace that maps only this user, as
+# uid 0) every file of another host user, root included, shows the kernel's overflow uid:
+# who owns it cannot be told from inside. The host side of the step, which can tell, names
+# the container paths it checked (root's or the user's, not open to others) in this variable;
+# only those count as root's. Inside no user namespace it means nothing.
+HOST_CHECKED_ENV = "SF_HOST_CHECKED_PATHS"
+
+
+def _overflow_uid() -> int:
+    try:
+        with open("/proc/sys/kernel/overflowuid") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return 65534
+
+
+def _host_root_unmapped() -> bool:
+    """This process runs in a user namespace where the host's root has no uid."""
+    try:
+        with open("/proc/self/uid_map") as handle:
+            rows = [line.split() for line in handle if line.strip()]
+    except OSError:
+        return False
+    return not any(len(r) == 3 and int(r[1]) <= 0 < int(r[1]) + int(r[2]) for r in rows)
+
+
+def trusted_owner(uid: int, path: str | os.PathLike | None = None) -> bool:
+    """root or this user: who may rename what is in a folder they own (in a rootless container,
+    also a path the host side checked, whose owner shows as the overflow uid)."""
+    if uid in (0, os.getuid()):
+        return True
+    if path is None or uid != _overflow_uid() or not _host_root_unmapped():
+        return False
+    checked = os.environ.get(HOST_CHECKED_ENV, "")
+    return os.path.normpath(os.fspath(path)) in {p for p in checked.split(":") if p}
 
 
 def open_to_others(st: os.stat_result) -> bool:
@@ -65,7 +97,7 @@ def trusted_chain(path: str | os.PathLike, field: str = "runs_dir") -> None:
             return  # the rest does not exist yet: sf makes it, with its own modes
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafePath(field, f"{folder} is a file where sf needs a folder; fix {field}")
-        if not trusted_owner(st.st_uid):
+        if not trusted_owner(st.st_uid, folder):
             raise UnsafePath(field, f"{folder} belongs to {user_name(st.st_uid)}, who could rename your runs and put "
                              f"their own in their place; use a folder of yours, or a shared one owned by root "
                              f"with mode 1777 like /tmp")

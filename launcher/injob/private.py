@@ -57,7 +57,7 @@ def check_root(root: str) -> None:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeDir(f"ray.temp_root {root} is not a directory (a symlink?); set ray.temp_root "
                         "to a real directory such as /tmp")
-    if not ownership.trusted_owner(st.st_uid):
+    if not ownership.trusted_owner(st.st_uid, root):
         raise UnsafeDir(f"ray.temp_root {root} belongs to uid {st.st_uid}, not to root or to you")
     if ownership.open_to_others(st):
         raise UnsafeDir(f"ray.temp_root {root} is writable by others without the sticky bit")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import launcher
@@ -292,7 +293,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
         module_lines=_module_lines(site, runtime),
         activate_lines=_activate_lines(runtime),
         sf_root=quote(root) if root else None,
-        host_python=quote(runtime.host_python()),
+        host_python=quote(runtime.host_python(sys.executable)),
         launcher=sbatch_values.name(plan.launcher, "launcher"),
         entry=[quote(a) for a in plan.entry],
         overrides=[quote(o) for o in plan.overrides],

@@ -75,11 +75,15 @@ class Runtime:
     def in_container(self) -> bool:
         return self.kind in CONTAINER_KINDS
 
-    def host_python(self) -> str:
-        """The interpreter that runs the supervisor on the batch host (stdlib only there)."""
+    def host_python(self, sf_python: str) -> str:
+        """The interpreter that runs the supervisor on the batch host (stdlib only there). A
+        container's python lives inside the image, so there the batch step runs `sf_python`,
+        the interpreter sf itself runs on (the cluster-wide install `module load sf` gives
+        every node): a bare `python3` of the host has no sf, and would find one only in the
+        submit directory."""
         if self.kind == "venv":
             return str(Path(self.path) / "bin" / "python")
-        return "python3" if self.in_container else self.python
+        return sf_python if self.in_container else self.python
 
     def runtime_python(self) -> str:
         """The interpreter inside the runtime (ray, verl)."""

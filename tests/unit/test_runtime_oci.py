@@ -47,7 +47,7 @@ def test_oci_kind_renders_container_steps(tmp_path):
     assert rt.srun_flags() == [f"--container={b}"]
     assert rt.wrap(["x", "y"]) == ["x", "y"]
     assert rt.local_argv(["x"]) is None  # the driver and the preflight are srun steps in the container
-    assert rt.activate_lines() == [] and rt.host_python() == "python3"
+    assert rt.activate_lines() == [] and rt.host_python("/opt/sf/bin/python") == "/opt/sf/bin/python"
     assert rt.runtime_python() == "/opt/sf/runtime/bin/python"
     assert rt.mounts == ("/data", "/runs")  # read from the bundle's config.json
     assert Runtime.from_dict(json.loads(json.dumps(rt.to_dict()))) == rt  # the job side reads it back
@@ -227,3 +227,38 @@ def test_rootless_config_for_other_users(tmp_path):
     other.mkdir()
     os.chown(other, 65534, 65534)
     assert "not this user's own folder" in m.own_state_dir(str(other))
+
+
+def test_a_rootless_container_learns_which_paths_the_host_checked(tmp_path):
+    """Inside a rootless container root's files show the overflow uid: the host side names the
+    container paths it checked (the rootfs' folders above each mount, each bind mount's source
+    that is root's or the user's and not open to others); an open or foreign source is left out."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "var" / "lib" / "runs").mkdir(parents=True)
+    (rootfs / "tmp").mkdir()
+    good, open_dir = tmp_path / "good", tmp_path / "open"
+    good.mkdir()
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)  # writable by all, no sticky bit: another user could swap what is in it
+    config = {"root": {"path": str(rootfs)},
+              "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                         {"destination": "/var/lib/runs", "type": "bind", "source": str(good)},
+                         {"destination": "/tmp", "type": "bind", "source": str(open_dir)}]}
+    expected = ["/", "/var", "/var/lib", "/var/lib/runs"]
+    assert oci_run().host_checked_paths(config, str(tmp_path), os.getuid()) == expected
+    if os.getuid() == 0:  # a source of another user is left out too
+        os.chown(good, 12345, -1)
+        assert oci_run().host_checked_paths(config, str(tmp_path), 4242) == ["/", "/var", "/var/lib"]
+
+
+def test_inside_a_rootless_container_only_host_checked_paths_pass_as_roots(monkeypatch):
+    from launcher import ownership
+    monkeypatch.setattr(ownership, "_overflow_uid", lambda: 65534)
+    monkeypatch.setattr(ownership, "_host_root_unmapped", lambda: True)
+    monkeypatch.setenv(ownership.HOST_CHECKED_ENV, "/:/tmp")
+    assert ownership.trusted_owner(65534, "/tmp") and ownership.trusted_owner(65534, "/tmp/")
+    assert not ownership.trusted_owner(65534, "/tmp/other-users-folder")
+    assert not ownership.trusted_owner(65534)  # no path: nothing vouches
+    assert not ownership.trusted_owner(1234, "/tmp")  # another mapped user is never root
+    monkeypatch.setattr(ownership, "_host_root_unmapped", lambda: False)
+    assert not ownership.trusted_owner(65534, "/tmp")  # outside a user namespace the variable means nothing

@@ -91,7 +91,7 @@ def cases() -> dict:
 
 
 def normalized(text: str) -> str:
-    return text.replace(str(paths.data_root()), "<SF_ROOT>").replace(f"sf {launcher.__version__} ", "sf <SF_VERSION> ")
+    return text.replace(sys.executable, "<SF_PYTHON>").replace(str(paths.data_root()), "<SF_ROOT>").replace(f"sf {launcher.__version__} ", "sf <SF_VERSION> ")
 
 
 def render_case(plan, site, runtime, kwargs, installed: bool = False) -> str:
