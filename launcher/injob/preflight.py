@@ -201,7 +201,9 @@ def main() -> int:
             pool_report, place, path_report = ray_checks(job)
         except Exception as exc:
             pool_report, place, path_report = {}, {}, {}
-            report["failures"].append(f"ray: {exc.__class__.__name__}: {exc}")
+            cause = exc.__cause__ or exc.__context__  # Ray's "Failed to connect" hides why
+            because = f" (because {cause.__class__.__name__}: {str(cause)[:300]})" if cause else ""
+            report["failures"].append(f"ray: {exc.__class__.__name__}: {exc}{because}")
     else:
         pool_report = {p.name: {"ok": len(job.hosts.get(p.name, ())) == p.nodes, "compiled": compiled(p),
                                 "hosts": list(job.hosts.get(p.name, ()))} for p in job.pools}
