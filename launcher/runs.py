@@ -64,7 +64,7 @@ from typing import Any, Callable
 
 from launcher import ownership
 from launcher.errors import SpecError
-from launcher.states import CREATED, REQUEUED
+from launcher.states import CREATED, ENDED, REQUEUED
 
 RECORD = "record.json"
 EVENTS = "events.jsonl"
@@ -224,7 +224,11 @@ class Run:
         rec["phases"] = phases
         restarts = [_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
         requeued = sum(1 for p in phases if p.get("phase") == REQUEUED)
-        rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts])
+        # an attempt Slurm requeued (`scontrol requeue` by hand, a node failure) records its
+        # `ended` with ending=requeued: counted from that moment, not once the next one starts
+        by_slurm = [_int(p.get("restart")) + 1 for p in phases
+                    if p.get("phase") == ENDED and p.get("ending") == "requeued"]
+        rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts, *by_slurm])
         if not rec.get("exit_reason"):
             reason = self.read_text(REASON)
             if reason and reason.strip():

@@ -231,6 +231,15 @@ def numbered_steps(job_id) -> list[str]:
     return [s for s in steps if s.rpartition(".")[2].isdigit()]
 
 
+def still_queued(job_ids) -> bool:
+    """Whether slurmctld still lists any of the jobs (pending, running or COMPLETING: its
+    processes may still write); False when squeue cannot say."""
+    if not job_ids:
+        return False
+    proc = _run(["squeue", "-h", "-j", ",".join(_query_ids(job_ids)), "-o", "%T"], check=False)
+    return proc.returncode == 0 and bool(proc.stdout.split())
+
+
 def hostnames(nodelist: str) -> list[str]:
     if not nodelist:
         return []

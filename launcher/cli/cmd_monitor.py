@@ -15,13 +15,14 @@ from pathlib import Path
 
 import click
 
-from launcher import runs, slurm
+from launcher import runs
 from launcher.cli.options import complete_run_ids, finite_seconds, json_option, nonblank, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
 from launcher.monitor import poll as monitor
 from launcher.monitor import timeline as timeline_mod
 from launcher.spec.site import runs_root
-from launcher.states import CANCELLED, RUN_TERMINAL, run_ended
+from launcher.states import RUN_TERMINAL
+from launcher.submit import cancel as cancel_mod
 
 EXIT_INTERRUPTED = 130
 
@@ -238,9 +239,7 @@ def _run_ended(run: runs.Run, only: str | None = None) -> bool:
     ids = [only] if only else [str(j) for j in rec.get("job_ids") or []]
     if not ids:
         return rec.get("state") in RUN_TERMINAL
-    states = slurm.job_states(ids)
-    return all(states[j].done for j in ids if j in states) or \
-        (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
+    return monitor.jobs_ended(ids)
 
 
 @click.command()
@@ -402,6 +401,9 @@ def _log_target(root, run_id: str, task: int | None):
     raise SpecError("--task", f"sweep {run.id} has no point {task} submitted")
 
 
+LAST_LINES_WAIT_S = 90  # Slurm's KillWait (30 s by default) and an epilog: the job's last writers
+
+
 def _follow(run, only, interval, check_every, current_files, read_new) -> None:
     """`sf logs -f`: new lines every `interval` s; every `check_every` s one Slurm query
     whether the job ended (then a last drain and return). Ctrl-C: exit 130."""
@@ -418,7 +420,14 @@ def _follow(run, only, interval, check_every, current_files, read_new) -> None:
                     click.echo(f"sf: slurm unreachable, still following: {exc}", err=True)
                     ended = False
                 if ended:
-                    time.sleep(min(interval, 0.5))
+                    # accounting says ended at the cancel, while the job's processes still write
+                    # their last lines (the supervisor's `ended`, the nodes stopping) until
+                    # slurmctld lets the job go: follow until then (bounded), then drain
+                    ids = [only] if only else [str(j) for j in run.record().get("job_ids") or []]
+                    deadline = time.monotonic() + LAST_LINES_WAIT_S
+                    while time.monotonic() < deadline and monitor.still_queued(ids):
+                        read_new(current_files(), first=False)
+                        time.sleep(interval)
                     read_new(current_files(), first=False, drain=True)
                     return
     except KeyboardInterrupt:
@@ -433,34 +442,8 @@ def _follow(run, only, interval, check_every, current_files, read_new) -> None:
 @runs_options
 def cancel(target, as_json, site_path, runs_dir):
     """Cancel every Slurm job of a run, or of every point of a sweep."""
-    root = runs_root(runs_dir, site_path=site_path)
-    run = runs.open_run(root, target)
-    run.raw_record()  # a damaged record: one line naming it (the poll would skip it)
-    statuses = monitor.poll([run], runs_dir=root, write_back=False)
-    status = statuses[0]
-    targets = [(run, status)]
-    if status.kind == "sweep":
-        for point in status.points:
-            if point.get("run_id"):
-                member = runs.open_run(root, point["run_id"])
-                targets.append((member, None))
-    job_ids, cancelled, already = [], [], []
-    member_states = {p.get("run_id"): p.get("state") for p in status.points if p.get("run_id")}
-    for r, st in targets:
-        rec = r.record()
-        state = st.state if st is not None else member_states.get(r.id, rec.get("state"))
-        ids = [str(j) for j in rec.get("job_ids") or []]
-        if not ids or run_ended(state):
-            if r is run and status.kind == "sweep" and not ids:
-                continue
-            already.append({"run": r.id, "state": state})
-            continue
-        job_ids.extend(ids)
-        cancelled.append(r)
-    if job_ids:
-        slurm.scancel(job_ids)
-    for r in cancelled:
-        r.add_state(CANCELLED, by="sf cancel", job_ids=[str(j) for j in r.record().get("job_ids") or []])
+    done = cancel_mod.cancel(target, site_path, runs_dir)
+    run, job_ids, cancelled, already = done.target, done.job_ids, done.cancelled, done.not_running
     if as_json:
         click.echo(json.dumps({"target": run.id, "job_ids": job_ids,
                                "cancelled": [r.id for r in cancelled], "not_running": already}, indent=2))
@@ -498,6 +481,11 @@ def _damaged_records(root: Path) -> list[str]:
     return out
 
 
+def _kind(rec: dict) -> str:
+    """One word for the table and --json alike: run, sweep, or point (a run of a sweep)."""
+    return "point" if rec.get("sweep") else rec.get("kind", "run")
+
+
 @click.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
@@ -523,14 +511,14 @@ def list_runs(as_json, limit, site_path, runs_dir):
     damaged = _say_damaged(root)
     if as_json:
         click.echo(json.dumps({"runs_dir": str(root), "damaged": damaged, "runs": [
-            {k: rec.get(k) for k in ("id", "experiment", "kind", "state", "created", "job_ids",
-                                     "requeue_count", "exit_reason", "sweep")} for rec in items]},
-            indent=2, default=str))
+            {**{k: rec.get(k) for k in ("id", "experiment", "state", "created", "job_ids",
+                                        "requeue_count", "exit_reason", "sweep")}, "kind": _kind(rec)}
+            for rec in items]}, indent=2, default=str))
         return
     if not items:
         click.echo(f"no runs in {root}")
         return
     click.echo(_table(["RUN", "KIND", "STATE", "JOB", "CREATED", "EXPERIMENT"],
-                      [[r["id"], "point" if r.get("sweep") else r.get("kind", "run"), r.get("state"),
+                      [[r["id"], _kind(r), r.get("state"),
                         ",".join(r.get("job_ids") or []) or "-",
                         _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))

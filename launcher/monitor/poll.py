@@ -231,6 +231,30 @@ def _progress_line(state: str, job: slurm.JobState | None, event: dict | None,
     return state
 
 
+def requeue_on(run: runs_mod.Run) -> bool:
+    """Whether the job was submitted with --requeue (plan.json): Slurm then requeues it by
+    itself after a node failure."""
+    try:
+        return bool(((run.read_json("plan.json") or {}).get("slurm") or {}).get("requeue", True))
+    except (OSError, SpecError, AttributeError):
+        return True
+
+
+def controller_state(job_id: str, state: str) -> str:
+    """A NODE_FAIL of a job Slurm may requeue is final only when slurmctld says so: accounting
+    shows it for seconds before the requeue (the dev cluster: about 4 s), and a `--wait` must
+    not end on it. The controller's own state, lowered; `state` when it no longer knows the job."""
+    try:
+        live = slurm.show_job(job_id).get("JobState")
+    except Exception:  # the controller cannot be asked: accounting's answer stands
+        return state
+    if not live:
+        return state
+    if live == "NODE_FAIL":
+        return state
+    return REQUEUED_STATE if live in ("PENDING", "REQUEUED", "REQUEUE_HOLD") else run_state(live)
+
+
 def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:
     job_ids = _active_ids(rec)
     job = None
@@ -255,6 +279,8 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     elif job is not None and job.missing and states is not None and states.source == "squeue" \
             and state not in RUN_TERMINAL:
         state = GONE
+    if job is not None and job.state == "NODE_FAIL" and requeue_on(run):
+        state = controller_state(job.job_id, state)
     phases = rec.get("phases") or []
     event = vocabulary.latest_event(phases)
     phase = str(event["phase"]) if event else None
@@ -435,6 +461,11 @@ def poll(runs: list[runs_mod.Run], *, runs_dir=None, write_back: bool = True,
                 status.progress = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                 status.done = all(run_ended(p["state"])
                                   for p in status.points)
+                if write_back and member_status and status.state != records[run].get("state"):
+                    try:  # a sweep of member runs has no job of its own: its state is theirs
+                        run.update(state=status.state)
+                    except (OSError, SpecError):
+                        pass
         out.append(status)
     return out
 
@@ -445,3 +476,16 @@ def poll_source(statuses: list[RunStatus]) -> tuple[str | None, str | None]:
         if status.source:
             return status.source, status.warning
     return None, None
+
+
+def jobs_ended(ids: list[str]) -> bool:
+    """Slurm says every one of these jobs has ended (sacct; squeue's GONE while accounting
+    is down): `sf logs -f` stops following then."""
+    states = slurm.job_states(ids)
+    return all(states[j].done for j in ids if j in states) or \
+        (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
+
+
+def still_queued(ids: list[str]) -> bool:
+    """slurmctld still holds one of these jobs (its last processes may still write)."""
+    return slurm.still_queued(ids)
