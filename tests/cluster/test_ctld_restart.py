@@ -17,12 +17,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import REPO, sf  # noqa: E402
 from test_sweep import experiment, poll_until_done, sweep  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 PIDFILE = STATE / "pids" / "slurmctld.pid"
+# Stopping slurmctld stalls every other job's sbatch/squeue: scripts/test runs this file alone,
+# after the tests that share the cluster (-m serial).
+pytestmark = pytest.mark.serial
 
 
 def ctld_pid() -> int | None:
