@@ -11,7 +11,7 @@ import socket
 
 import click
 
-from launcher import runs, slurm
+from launcher import runs
 from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options
 from launcher.errors import SpecError
 from launcher.injob import auth
@@ -77,7 +77,7 @@ def attach(run_id, node, role, print_only, command, as_json, site_path, runs_dir
     if not token:
         click.echo(f"sf: warning: no Ray token in {auth.token_path(str(run.dir), where.job_id).parent}; "
                    "RAY_AUTH_* are not set", err=True)
-    slurm.exec_srun(argv)
+    att.enter(argv)
 
 
 @click.command()

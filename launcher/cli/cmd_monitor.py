@@ -425,7 +425,7 @@ def _follow(run, only, interval, check_every, current_files, read_new) -> None:
                     # slurmctld lets the job go: follow until then (bounded), then drain
                     ids = [only] if only else [str(j) for j in run.record().get("job_ids") or []]
                     deadline = time.monotonic() + LAST_LINES_WAIT_S
-                    while time.monotonic() < deadline and monitor.still_queued(ids):
+                    while time.monotonic() < deadline and monitor.slurm_holds(ids):
                         read_new(current_files(), first=False)
                         time.sleep(interval)
                     read_new(current_files(), first=False, drain=True)

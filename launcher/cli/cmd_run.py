@@ -33,7 +33,7 @@ from launcher.errors import SpecError
 from launcher.render.logger_env import after_submit
 from launcher.states import SLURM_COMPLETED
 from launcher.submit import pipeline
-from launcher.submit.pipeline import prepare_run
+from launcher.submit.pipeline import prepare_run, write_render
 
 
 def _warn(warnings) -> None:
@@ -59,13 +59,10 @@ def render(name, out_dir, preflight, as_json, **kwargs):
         raise SpecError("--model", f"run {ce.run_id} has no export yet and sf render submits nothing; "
                         f"`sf submit` queues the export first, or `sf export {ce.run_id}` and render after it")
     out = Path(out_dir).expanduser().resolve()
-    files = request.rendered(str(out)).files
-    run = runs.make_run_dir(out, share_group=request.site.share_group if request.site else None)
-    for file_name in ("job.sbatch", "overrides.txt", "plan.json"):
-        run.write_text(file_name, files[file_name])
+    written = write_render(request, out)
     _warn(request.warnings)
     if as_json:
-        print_json({"ok": True, "files": [str(out / f) for f in ("job.sbatch", "overrides.txt", "plan.json")],
+        print_json({"ok": True, "files": [str(f) for f in written],
                     "submit": f"sbatch {out / 'job.sbatch'}", "warnings": list(request.warnings)})
         return
     click.echo(f"wrote {out / 'job.sbatch'}, {out / 'overrides.txt'}, {out / 'plan.json'}")

@@ -13,6 +13,7 @@ every pool in the current attempt (the `allocated` phase), the Ray head's addres
                        <run>/.ray-auth/<job>.token), activating the runtime, then an
                        interactive bash or CMD
   - `dashboard_line(...)`  the ssh port-forward to the head's Ray dashboard.
+  - `enter(argv)`      the one call that is not pure: this process becomes that srun.
 
 Every value that reaches SETUP is quoted (render.quote); the argv never passes a shell on
 the login node.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from launcher import slurm
 from launcher.errors import SpecError
 from launcher.injob import auth, ports
 from launcher.render.script import quote
@@ -158,3 +160,8 @@ def dashboard_line(w: Where, login_host: str, user: str, local_port: int = DASHB
     host, _, gcs = w.head_address.rpartition(":")
     port = int(gcs) - ports.OFFSETS["gcs"] + ports.OFFSETS["dashboard"]
     return f"ssh -N -L {local_port}:{host}:{port} {shlex.quote(user)}@{shlex.quote(login_host)}"
+
+
+def enter(argv: list[str]) -> None:
+    """`sf attach`: this process becomes the srun step of `shell_argv` (launcher.slurm)."""
+    slurm.exec_srun(argv)

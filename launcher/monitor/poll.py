@@ -486,6 +486,6 @@ def jobs_ended(ids: list[str]) -> bool:
         (states.source == "squeue" and all(states[j].state == "GONE" for j in ids))
 
 
-def still_queued(ids: list[str]) -> bool:
+def slurm_holds(ids: list[str]) -> bool:
     """slurmctld still holds one of these jobs (its last processes may still write)."""
     return slurm.still_queued(ids)

@@ -120,6 +120,18 @@ def run_files(spec, plan, site, runtime, *, preflight: bool = False, array: dict
 
 # --- sending ------------------------------------------------------------------------------
 
+RENDER_FILES = ("job.sbatch", "overrides.txt", "plan.json")
+
+
+def write_render(request: Request, out: Path) -> list[Path]:
+    """`sf render -o DIR`: the request bound to DIR (the job's run dir when it is sent by
+    hand), its script, overrides and plan written there; nothing is submitted."""
+    files = request.rendered(str(out)).files
+    run = runs.make_run_dir(out, share_group=request.site.share_group if request.site else None)
+    for file_name in RENDER_FILES:
+        run.write_text(file_name, files[file_name])
+    return [out / f for f in RENDER_FILES]
+
 def bind(request: Request, after: str | None = None, record: dict | None = None) -> tuple[runs.Run, bool, Rendered]:
     """The run of the request (created now unless it exists, with `record` added to its
     fields) and the request rendered for it, its files written. A failure to render records
