@@ -7,7 +7,12 @@ The drivers are SF_TEST_DRIVER hooks after the real bring-up (launcher/injob/sup
     the spare (never back onto the frozen node) and the job completes;
   - a trainer that logs step 2 again and again (and validation records): no progress, the
     hang is found at the limit after the first step 2; `sf status` said "step 2 (N s ago)"
-    meanwhile.
+    meanwhile;
+  - a driver SIGKILLed (as the kernel's OOM killer does): the reason names the signal and
+    the likely cause;
+  - `scontrol requeue` by hand: the pending job already shows 1 requeue;
+  - a node failure of a --requeue job: no poll reads it as ended while Slurm requeues it;
+  - `sf logs -f` and a cancel: it ends after the job's last line (the supervisor's own).
 
 Limits are seconds, waits are on events (no fixed sleeps).
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +30,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_bringup import phases, sf  # noqa: E402
-from test_requeue import cleanup, restarts, wait_event, wait_state  # noqa: E402
+from test_requeue import DRIVER, cleanup, restarts, wait_event, wait_state  # noqa: E402
+from test_requeue import experiment as one_node  # noqa: E402
 from test_restart_in_place import steps_logged, submit, wait_file, wait_steps  # noqa: E402
 from test_watchdog import experiment  # noqa: E402
 
@@ -128,5 +135,108 @@ def test_relogged_step_is_no_progress(tmp_path):
         reason = (run_dir / "reason").read_text()
         assert reason.startswith("hang: no training step for"), reason
         print(f"\nre-logged step: {shown['progress']!r} while running; reason: {reason.strip()[:200]}")
+    finally:
+        cleanup(job)
+
+
+def submit_one_node(tmp_path, driver: str = DRIVER, **slurm) -> tuple[str, Path, str]:
+    exp = Path(one_node(tmp_path, max_requeues=3))
+    if slurm:
+        config = yaml.safe_load((exp / "config.yaml").read_text())
+        config["slurm"].update(slurm)
+        (exp / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = sf("submit", str(exp), "--json", env={"SF_TEST_DRIVER": driver})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    return out["run"], Path(out["run_dir"]), out["job_id"]
+
+
+def status_json(run: str) -> dict:
+    proc = sf("status", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["runs"][0]
+
+
+def test_a_sigkilled_driver_is_named_so(tmp_path):
+    run, run_dir, job = submit_one_node(tmp_path, driver="kill -KILL $$", requeue=False)
+    try:
+        assert wait_state(job, {"FAILED", "COMPLETED"}, timeout=240) == "FAILED"
+        reason = (run_dir / "reason").read_text()
+        assert "was killed by SIGKILL (out of memory?" in reason and "exited with -9" not in reason, reason
+        print(f"\nSIGKILLed driver: {reason.strip()}")
+    finally:
+        cleanup(job)
+
+
+def test_a_hand_requeue_counts_at_once(tmp_path):
+    run, run_dir, job = submit_one_node(tmp_path)
+    try:
+        wait_event(run_dir, "driver_started", timeout=240)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        ended = wait_event(run_dir, "ended", timeout=60)
+        assert ended["ending"] == "requeued", ended
+        st = status_json(run)
+        assert st["requeue_count"] == 1 and st["state"] in ("pending", "requeued", "running"), st
+        line = sf("status", run).stdout
+        print(f"\nhand requeue, right after: {st['state']} / {st['progress']!r}, "
+              f"requeues {st['requeue_count']}\n{line}")
+        assert wait_event(run_dir, "restarted", restart=1, timeout=120)
+        assert status_json(run)["requeue_count"] == 1
+    finally:
+        cleanup(job)
+
+
+def alone_on(node: str, job: str, timeout: float = 120) -> bool:
+    """Whether `job` is the only job on `node` (waits up to `timeout`): a node failure must not
+    hit other engineers' jobs on the shared dev cluster."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = subprocess.run(["squeue", "-h", "-w", node, "-o", "%A"], capture_output=True, text=True).stdout.split()
+        if set(jobs) <= {job}:
+            return True
+        time.sleep(1)
+    return False
+
+
+def test_a_node_failure_with_requeue_on_is_never_final(tmp_path):
+    run, run_dir, job = submit_one_node(tmp_path, partition="teach")
+    node = None
+    try:
+        wait_event(run_dir, "driver_started", timeout=240)
+        node = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"][0]
+        assert alone_on(node, job), f"another job shares {node}: not failing it"
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=sf-test-node-failure"],
+                       check=True)
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = status_json(run)
+            seen.append((st["slurm_state"], st["state"], st["done"]))
+            assert not st["done"], seen  # never an ending: Slurm requeues it
+            if st["state"] in ("requeued", "pending"):
+                break
+        assert seen[-1][1] in ("requeued", "pending"), seen
+        print(f"\nnode failure, requeue on: {sorted(set(seen))}")
+    finally:
+        if node:
+            # resumed by hand unless Slurm already returned it to service (then "Invalid node state")
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False,
+                           capture_output=True)
+        subprocess.run(["scancel", job], check=False)
+
+
+def test_logs_follow_ends_after_the_last_line_of_a_cancel(tmp_path):
+    run, run_dir, job = submit_one_node(tmp_path)
+    try:
+        wait_event(run_dir, "driver_started", timeout=240)
+        follow = subprocess.Popen([str(Path(sys.executable).parent / "sf"), "logs", run, "-f"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+        subprocess.run(["scancel", job], check=True)
+        out, err = follow.communicate(timeout=150)
+        assert follow.returncode == 0, err
+        log = next((run_dir / "logs").glob("slurm-*.out")).read_text().rstrip().splitlines()
+        assert any("cancelled:" in line for line in log), log[-10:]
+        assert log[-1] in out, f"last line {log[-1]!r} missing from sf logs -f:\n{out[-2000:]}"
+        print(f"\nsf logs -f after a cancel ended with: {out.rstrip().splitlines()[-1]!r}")
     finally:
         cleanup(job)
