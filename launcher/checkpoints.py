@@ -127,6 +127,20 @@ def read_tracker(path: Path) -> int:
     return int(text)
 
 
+def tracked_step(checkpoint_dir) -> int | None:
+    """The step verl resumes from (resume_mode=auto) in a run's checkpoints dir: its
+    tracker's, read as read_tracker reads it; None when there is none yet or it is damaged
+    (the supervisor's restarts and the preflight's report read it here, export and eval
+    through checkpoint_layout)."""
+    path = Path(checkpoint_dir) / TRACKER
+    if not path.is_file():
+        return None
+    try:
+        return read_tracker(path)
+    except LayoutError:
+        return None
+
+
 def read_world_size(config: Path) -> int:
     """`world_size` of fsdp_config.json: a whole number from 1 to MAX_WORLD_SIZE (a bigger one
     would have sf check 10**12 shard files), else a LayoutError naming the file."""

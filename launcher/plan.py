@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
+# The progress watchdog's defaults (launcher/injob/watchdog.py), stated here once: the site
+# file, the spec, the Plan and the job's contract all fall back to these.
+HANG_TIMEOUT_S = 1800  # NeMo-RL's heartbeat is 450 s; RL steps with long rollouts take minutes
+FIRST_STEP_TIMEOUT_S = 3600  # verl's start on 8 x H200 took about 200 s to the first step
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -49,8 +54,8 @@ class SlurmOptions:
     # the progress watchdog (launcher/injob/heal.py): a hang after hang_timeout_s without a
     # training step (or 5 x the median step time when longer; 0: off), first_step_timeout_s
     # before the first one
-    hang_timeout_s: int = 1800
-    first_step_timeout_s: int = 3600
+    hang_timeout_s: int = HANG_TIMEOUT_S
+    first_step_timeout_s: int = FIRST_STEP_TIMEOUT_S
     # restarts of Ray and the driver inside the allocation (a hang, a node's or the driver's
     # death) before the job is requeued or fails; 0: none (launcher/injob/heal.py)
     max_restarts_in_place: int = 0

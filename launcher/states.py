@@ -27,6 +27,17 @@ AGGREGATE_ACTIVE_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "
 AGGREGATE_END_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIMEOUT", "DEADLINE",
                        "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
 
+# Slurm's state when Slurm itself ends a running job -> the ending the supervisor records
+# (launcher/injob/supervise.py). Only the states in which Slurm ends a running job appear;
+# anything else is the job's own failure.
+SLURM_ENDINGS = {
+    "CANCELLED": "cancelled", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
+    "PENDING": "requeued", "TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preempted",
+    "NODE_FAIL": "node failure",
+}
+# a job Slurm has put back in its queue (a requeue; PENDING once it was running)
+SLURM_REQUEUED = frozenset(state for state, ending in SLURM_ENDINGS.items() if ending == "requeued")
+
 
 def slurm_done(state: str) -> bool:
     """True once Slurm says the job has ended (GONE included)."""

@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from launcher.plan import Plan, Pool
+from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S, Plan, Pool
 
 JOB_ENV = "SF_JOB"  # the Job, JSON: every process of the job reads it (Job.from_env)
 
@@ -57,8 +57,8 @@ class RaySettings:
 class HealSettings:
     """plan.json "job"."heal": the progress watchdog (watchdog.py; 0: off) and restarts in place (heal.py)."""
 
-    hang_timeout_s: float = 1800
-    first_step_timeout_s: float = 3600
+    hang_timeout_s: float = HANG_TIMEOUT_S
+    first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
     max_restarts_in_place: int = 0
 
     @classmethod

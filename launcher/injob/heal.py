@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from launcher import runs, slurm, states
-from launcher.checkpoints import TRACKER
+from launcher.checkpoints import tracked_step
 from launcher.injob import stacks, watchdog
 
 
@@ -177,10 +177,7 @@ def after(sup) -> str:
 
 def checkpoint_step(checkpoint_dir: str) -> int:
     """The step verl resumes from (resume_mode=auto): its tracker file, else 0."""
-    try:
-        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
-    except (OSError, ValueError):
-        return 0
+    return tracked_step(checkpoint_dir) or 0
 
 
 STEPS_GONE_S = 30

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from launcher import runs
+from launcher.checkpoints import tracked_step
 from launcher.injob import capabilities, health, mounts, placement, stacks, topology
 from launcher.injob.contract import Job
 
@@ -79,10 +80,8 @@ def path_failures(path_report: dict, runtime: dict | None) -> list[str]:
 def latest_checkpoint(checkpoint_dir: str) -> dict:
     if not checkpoint_dir:
         return {"dir": None, "resume_from": None, "note": "no checkpoint dir compiled"}
-    tracker = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
-    try:
-        step = int(tracker.read_text().strip())
-    except (OSError, ValueError):
+    step = tracked_step(checkpoint_dir)
+    if step is None:
         return {"dir": checkpoint_dir, "resume_from": None, "note": "no checkpoint yet: starts from step 0"}
     path = Path(checkpoint_dir) / f"global_step_{step}"
     return {"dir": checkpoint_dir, "resume_from": str(path) if path.is_dir() else None, "step": step,

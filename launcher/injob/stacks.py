@@ -64,15 +64,14 @@ def find_py_spy(environ=None, python: str | None = None) -> str | None:
     return None
 
 
-HANG_TIMEOUT_DEFAULT_S = 1800  # launcher.plan.SlurmSettings / contract.HealSettings: the watchdog's default
-
-
 def hang_limit(run_dir: str) -> float:
     """The job's hang limit from its plan.json (0: the watchdog is off). Read here with json
     alone: this file also runs as a script in a runtime without sf (`--find`)."""
     try:
         heal = json.loads((Path(run_dir) / "plan.json").read_text())["job"].get("heal") or {}
-        return float(heal.get("hang_timeout_s", HANG_TIMEOUT_DEFAULT_S))
+        from launcher.plan import HANG_TIMEOUT_S  # here: `--find` runs this file where sf is not installed
+
+        return float(heal.get("hang_timeout_s", HANG_TIMEOUT_S))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 0.0
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from launcher import ownership, runs, slurm, states
 from launcher.errors import SpecError
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_main, verl_phases
+from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_phases
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Contract, Job, child_env
@@ -68,14 +68,7 @@ STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselve
 # The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
 ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
-MAIN_PPO = "verl.trainer.main_ppo"
-# Slurm's job state when Slurm itself ends the job -> how sf records the ending. Only the
-# states in which Slurm ends a running job appear; anything else is the job's own failure.
-SLURM_ENDINGS = {
-    "CANCELLED": "cancelled", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
-    "PENDING": "requeued", "TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preempted",
-    "NODE_FAIL": "node failure",
-}
+SLURM_ENDINGS = states.SLURM_ENDINGS  # Slurm's state when Slurm ends the job -> the ending recorded
 ENDING_TEXT = {
     "cancelled": "cancelled (scancel or sf cancel) during phase {phase}",
     "requeued": "requeued during phase {phase}: the job runs again",
@@ -87,7 +80,6 @@ ENDING_TEXT = {
 SACCT_WAIT_S = 2.0  # sacct lags scontrol by about a second
 SIGNAL_WAIT_S = 1.5  # a node step ended: Slurm's own SIGTERM to this step may be on its way
 PINNED_MAIN = "launcher.injob.verl_main"
-PINNED_ENTRIES = verl_main.ENTRIES  # main_ppo and the disaggregated trainers' mains
 
 
 RAY_PREFIX = re.compile(r"^\(\S+ pid=\d+[^)]*\)\s?")
@@ -360,6 +352,18 @@ class PortsTaken(RuntimeError):
     """No port slot of the site's range is free on the head's host (the message says which)."""
 
 
+def pinned(argv: list[str]) -> list[str]:
+    """A Ray driver's argv run through verl_main, so every verl resource pool it builds is
+    pinned to its Slurm group: `python -m MODULE` (the method's verl main) and `python
+    main.py` (an experiment's own driver of the same trainer) alike; anything else (`-c`,
+    a test's driver) as it is."""
+    if len(argv) >= 3 and argv[1] == "-m":
+        return [argv[0], "-m", PINNED_MAIN, "--entry", *argv[2:]]
+    if len(argv) >= 2 and argv[1].endswith(".py"):
+        return [argv[0], "-m", PINNED_MAIN, "--script", *argv[1:]]
+    return argv
+
+
 class Supervisor:
     def __init__(self, contract: Contract, run_dir: str, preflight: bool = False):
         self.contract = contract
@@ -519,7 +523,7 @@ class Supervisor:
                        config_name=plan.config_name, pools=plan.pools, hosts=hosts, spares=spares,
                        head_node=head_node, head="", port_block=0, head_slot=0, ray=self.ray,
                        checkpoint_dir=plan.checkpoint_dir or "", paths_to_check=plan.paths_to_check,
-                       entry=plan.entry, overrides=plan.overrides)
+                       entry=plan.entry, overrides=plan.overrides, verl_pools=dict(plan.verl_pools))
         self.take_head_slot()
         if plan.launcher == "ray":
             # Every Ray process of the job (ray start on each node through srun's environment,
@@ -602,9 +606,7 @@ class Supervisor:
         argv = self.plan.argv()
         if argv[:1] and argv[0] in ("python", "python3"):
             argv[0] = self.runtime.runtime_python()
-        if len(argv) >= 3 and argv[1] == "-m" and argv[2] in PINNED_ENTRIES:
-            argv[2:3] = [PINNED_MAIN, "--entry", argv[2]]  # verl's main with each pool pinned to its Slurm group
-        return argv
+        return pinned(argv) if self.plan.launcher == "ray" else argv
 
     def start_driver(self) -> None:
         hook = self.test_driver()

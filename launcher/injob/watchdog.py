@@ -36,9 +36,9 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
+from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S  # the defaults, stated once
+
 # Defaults when neither the spec nor the site says (launcher/spec/site.py documents them).
-HANG_TIMEOUT_S = 1800  # NeMo-RL's heartbeat is 450 s; RL steps with long rollouts take minutes
-FIRST_STEP_TIMEOUT_S = 3600  # verl's start on 8 x H200 took about 200 s to the first step
 STEP_FACTOR = 5.0  # k x the median step time, when that is longer than hang_timeout_s
 MAX_INTERVALS = 50  # the median over the newest steps (a run's step time drifts)
 VALIDATION_PREFIXES = ("val-core/", "val-aux/", "val/", "val_")

@@ -33,6 +33,7 @@ from launcher.states import (
     RUN_RUNNING,
     RUN_TERMINAL,
     RUNNING,
+    SLURM_REQUEUED,
     SUBMIT_FAILED,
     SUBMITTED,
     UNKNOWN,
@@ -252,7 +253,7 @@ def controller_state(job_id: str, state: str) -> str:
         return state
     if live == "NODE_FAIL":
         return state
-    return REQUEUED_STATE if live in ("PENDING", "REQUEUED", "REQUEUE_HOLD") else run_state(live)
+    return REQUEUED_STATE if live in SLURM_REQUEUED else run_state(live)
 
 
 def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:

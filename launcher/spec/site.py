@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from launcher.errors import SpecError, SpecErrors
+from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S
 from launcher.sbatch_values import LOGIN_ENV
 from launcher.spec import paths
 from launcher.spec.contracts import check_site
@@ -68,8 +69,8 @@ class Site:
     time: str = "01:00:00"
     max_requeues: int = 3
     signal_lead_s: int = 300
-    hang_timeout_s: int = 1800  # launcher/injob/watchdog.py: its defaults and why
-    first_step_timeout_s: int = 3600
+    hang_timeout_s: int = HANG_TIMEOUT_S  # launcher/plan.py: the watchdog's defaults and why
+    first_step_timeout_s: int = FIRST_STEP_TIMEOUT_S
     max_restarts_in_place: int = 0  # launcher/injob/heal.py says why 0
     ray: RaySettings = RaySettings()
     runtime_registry: str | None = None  # FORGE_RUNTIME_REGISTRY_FILE overrides it
@@ -235,14 +236,14 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
     address = ray.get("node_address") or {}
     for name, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
-                        ("slurm.hang_timeout_s", slurm.get("hang_timeout_s", 1800)),
-                        ("slurm.first_step_timeout_s", slurm.get("first_step_timeout_s", 3600)),
+                        ("slurm.hang_timeout_s", slurm.get("hang_timeout_s", HANG_TIMEOUT_S)),
+                        ("slurm.first_step_timeout_s", slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
                         ("slurm.max_restarts_in_place", slurm.get("max_restarts_in_place", 0)),
                         ("ray.barrier_timeout_s", ray.get("barrier_timeout_s", 300)),
                         ("ray.start_retries", ray.get("start_retries", 2)),
                         ("ray.large_cluster.min_nodes", (ray.get("large_cluster") or {}).get("min_nodes", 64))):
         _whole(value, f"site.{name}", path)
-    if slurm.get("first_step_timeout_s", 3600) < 1:
+    if slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S) < 1:
         raise SpecError("site.slurm.first_step_timeout_s", f"0 in {path}: the first step needs at least a second "
                         "(hang_timeout_s: 0 turns the watchdog off)")
     large = ray.get("large_cluster") or {}
@@ -265,8 +266,8 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
         time=str(slurm.get("time", "01:00:00")),
         max_requeues=int(slurm.get("max_requeues", 3)),
         signal_lead_s=int(slurm.get("signal_lead_s", 300)),
-        hang_timeout_s=int(slurm.get("hang_timeout_s", 1800)),
-        first_step_timeout_s=int(slurm.get("first_step_timeout_s", 3600)),
+        hang_timeout_s=int(slurm.get("hang_timeout_s", HANG_TIMEOUT_S)),
+        first_step_timeout_s=int(slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
         max_restarts_in_place=int(slurm.get("max_restarts_in_place", 0)),
         ray=RaySettings(
             address_method=address.get("method", "hostname"),
