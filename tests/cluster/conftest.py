@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from launcher.states import SLURM_TERMINAL as TERMINAL  # sf's one table of states
+
+# The test files import their shared helpers as `from helpers import ...` (tests/cluster/helpers.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @dataclass

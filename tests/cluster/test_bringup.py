@@ -12,50 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from launcher.states import slurm_done
-
-REPO = Path(__file__).resolve().parents[2]
-SF = str(Path(sys.executable).parent / "sf")
-
-
-def sf(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
-    return subprocess.run([SF, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, **(env or {})})
-
-
-def phases(run_dir) -> list[dict]:
-    from launcher import runs
-
-    return runs.read_phases(run_dir)
-
-
-def phase(run_dir, name):
-    return next((e for e in phases(run_dir) if e["phase"] == name), None)
-
-
-def job_state(job_id: str) -> str:
-    from launcher import slurm
-
-    try:
-        return slurm.show_job(job_id).get("JobState", "UNKNOWN")
-    except Exception:
-        return "UNKNOWN"
-
-
-def wait_terminal(job_id: str, timeout: float = 180) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job_state(job_id)
-        if slurm_done(state):
-            return state
-        time.sleep(1)
-    pytest.fail(f"job {job_id} did not end within {timeout}s")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the shared helpers once lived here: other test files still import them from this module
+from helpers import REPO, SF, job_state, phase, phases, sf, wait_terminal  # noqa: E402, F401
 
 
 def test_site(tmp_path, **ray) -> str:

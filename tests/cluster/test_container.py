@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, job_state, phases, sf  # noqa: E402
+from helpers import REPO, job_state, phases, sf, wait_event, wait_state, wait_until  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 REGISTRY = STATE / "runtimes-container.yaml"
@@ -175,25 +175,10 @@ def submit_driver(exp: str, finish_at: int) -> tuple[Path, str]:
 
 
 def wait_for(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for event in phases(run_dir):
-            if event["phase"] == name and event.get("restart", 0) == restart:
-                return event
-        time.sleep(0.5)
-    raise AssertionError(f"no {name} (restart {restart}) in {run_dir} after {timeout}s:\n"
-                         + "\n".join(json.dumps(e) for e in phases(run_dir)[-12:]))
+    return wait_event(run_dir, name, timeout=timeout, restart=restart)
 
 
-def wait_job(job: str, states: set[str], timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
-        state = job_state(job)
-        if state in states:
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} is {state}, not {states}, after {timeout}s")
+wait_job = wait_state
 
 
 def containers_of(job: str) -> list[str]:
@@ -224,8 +209,7 @@ def test_requeue_of_a_containerised_job(bundle, tmp_path):
         ended = [e for e in phases(run_dir) if e["phase"] == "ended"]
         assert [e.get("ending") for e in ended if e.get("restart", 0) == 0][-1] == "requeued", ended
         assert ("all_joined", 1) in [(e["phase"], e.get("restart", 0)) for e in phases(run_dir)]
-        time.sleep(2)
-        assert not containers_of(job)
+        wait_until(lambda: not containers_of(job), 30, lambda: f"containers left: {containers_of(job)}")
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
             subprocess.run(["scancel", job], check=False)

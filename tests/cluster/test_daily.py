@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, job_state, phases, sf  # noqa: E402
+from helpers import REPO, job_state, phases, sf, wait_until  # noqa: E402
 from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
 
 from launcher import slurm  # noqa: E402
@@ -53,8 +53,9 @@ def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
                                 text=True, env={**os.environ, "SF_TEST_DRIVER": SLEEPER}, check=True,
                                 timeout=30).stdout.strip().split(";")[0]
         jobs.append(second)
-        time.sleep(5)
-        info2 = slurm.show_job(second)
+        # the scheduler's verdict on it: held by the singleton dependency
+        info2 = wait_until(lambda: (lambda i: i if i.get("Reason") == "Dependency" else None)(slurm.show_job(second)),
+                           60, lambda: f"second job not held by its dependency: {slurm.show_job(second)}")
         assert info2["JobState"] == "PENDING" and info2["Reason"] == "Dependency", info2
         assert info2["Dependency"].startswith("singleton") and info2["JobName"] == f"sf-{run}"
         assert job_state(first) == "RUNNING"

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, SF, job_state, phase, phases, test_site, wait_terminal
+from helpers import REPO, SF, job_state, phase, wait_event, wait_terminal  # noqa: E402
+from test_bringup import test_site
 
 RUNS = Path("/var/lib/sfdev/runs")
 
@@ -42,14 +43,8 @@ def sbatch(path: Path) -> str:
     return slurm.sbatch(path)
 
 
-def wait_phase(run_dir: Path, name: str, timeout: float = 90, **match):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for event in phases(run_dir):
-            if event["phase"] == name and all(event.get(k) == v for k, v in match.items()):
-                return event
-        time.sleep(0.5)
-    raise AssertionError(f"no phase {name} {match} in {run_dir} within {timeout}s: {phases(run_dir)}")
+
+wait_phase = wait_event  # its old name here
 
 
 def test_worker_killed_mid_run_ends_job_within_60s():

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, job_state, phases, sf  # noqa: E402
+from helpers import REPO, cleanup, job_state, phases, sf, status, wait_event, wait_state  # noqa: E402, F401
 
 DRIVER = r"""
 n="${SLURM_RESTART_COUNT:-0}"
@@ -62,43 +62,10 @@ def submit(exp: str, finish_at: int) -> tuple[str, Path, str]:
     return out["run"], Path(out["run_dir"]), out["job_id"]
 
 
-def wait_event(run_dir: Path, name: str, timeout: float = 120, restart=None) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for event in phases(run_dir):
-            if event["phase"] == name and (restart is None or event.get("restart", 0) == restart):
-                return event
-        time.sleep(0.5)
-    raise AssertionError(f"no {name} (restart {restart}) in {run_dir} within {timeout}s:\n"
-                         + "\n".join(json.dumps(e) for e in phases(run_dir)[-12:]))
-
-
-def wait_state(job: str, states: set[str], timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
-        state = job_state(job)
-        if state in states:
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} is {state}, not {states}, after {timeout}s")
-
-
-def status(run: str) -> dict:
-    proc = sf("status", run, "--json")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["runs"][0]
-
-
 def restarts(job: str) -> int:
     from launcher import slurm
 
     return int(slurm.show_job(job).get("Restarts", "0"))
-
-
-def cleanup(job: str) -> None:
-    if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
-        subprocess.run(["scancel", job], check=False)
 
 
 def requeue_once(tmp_path, how: str) -> None:

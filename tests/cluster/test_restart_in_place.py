@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import job_state, phases, sf  # noqa: E402
-from test_requeue import cleanup, hetjob_experiment, restarts, status, wait_event, wait_state  # noqa: E402
+from helpers import cleanup, job_state, phases, sf, status, wait_event, wait_json, wait_state  # noqa: E402
+from test_requeue import hetjob_experiment, restarts  # noqa: E402
 from test_watchdog import experiment  # noqa: E402
 
 TRAINER = r'''
@@ -68,14 +68,7 @@ def submit(exp: str, finish_in_place: int) -> tuple[str, Path, str]:
 
 
 def wait_file(path: Path, timeout: float = 180) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            time.sleep(0.3)
-    raise AssertionError(f"no {path} within {timeout}s")
-
+    return wait_json(path, timeout)
 
 def steps_logged(run_dir: Path, name: str) -> list[int]:
     path = run_dir / "metrics" / name
@@ -198,17 +191,7 @@ def test_node_killed_past_the_bound_ends_the_job(tmp_path):
 
 def wait_new_driver(path: Path, old_pid: int, timeout: float = 240) -> dict:
     """driver-0.json written by a driver other than `old_pid` (the next attempt's)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            data = json.loads(path.read_text())
-            if data["pid"] != old_pid:
-                return data
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"no new driver in {path} within {timeout}s")
-
+    return wait_json(path, timeout, accept=lambda data: data["pid"] != old_pid)
 
 def kill_node(run_dir: Path, node: str) -> None:
     """The job's processes on `node` die without a word: its wrapper (no node_exit written)
