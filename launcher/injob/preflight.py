@@ -188,6 +188,21 @@ def health_gpu_text(gpu: dict) -> str:
     return figures + ("" if gpu.get("ok") else "; " + "; ".join(gpu.get("failed", [])[:3]))
 
 
+# The words of sf's compile-time warnings (launcher/compile/rules.py: rule_separate_cpus,
+# rule_pitfalls' batch-size warnings) that say the real job would stop or
+# never start training; a preflight fails on them, with the warning as its reason.
+STOPS_THE_JOB = ("would wait for CPUs forever", "asserts at start-up", "refuses it at start-up")
+
+
+def job_stoppers(run_dir: str) -> list[str]:
+    """The plan's warnings that would stop the real job, as preflight failures."""
+    try:
+        warnings = json.loads((Path(run_dir) / "plan.json").read_text()).get("warnings") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f"the real job would stop: {w}" for w in warnings if any(p in str(w) for p in STOPS_THE_JOB)]
+
+
 # long: the report is built in the order the checks run (Ray, placement, roles, overrides, paths, GPUs).
 def main() -> int:
     job = Job.from_env()
@@ -241,6 +256,7 @@ def main() -> int:
     if no_py_spy:
         report["warnings"].append(no_py_spy)
     report["failures"] += missing
+    report["failures"] += job_stoppers(job.run_dir)
     report["paths"] = path_report
     for host in job.nodes:
         if paths and host not in path_report:
