@@ -314,12 +314,17 @@ def exit_text(rc: int, oom_killed: int | None = None) -> str:
 
 
 def last_json(popen: subprocess.Popen, rc: int) -> dict:
-    """The JSON line a checking step (barrier, health) printed last, or why there is none."""
+    """The JSON line a checking step (barrier, health) printed last, or why there is none. Lines
+    after it are skipped: a container runtime may log after the step's command ended (runc's
+    "unable to get oom kill count" in a rootless container)."""
     out = popen.stdout.read().decode(errors="replace") if popen.stdout else ""
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"ok": False, "error": f"exited {rc} without a result: {out[-500:]}"}
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    return {"ok": False, "error": f"exited {rc} without a result: {out[-500:]}"}
 
 
 def signal_steps(steps: list[dict], signum: int, grace: float, kill: bool = False) -> None:

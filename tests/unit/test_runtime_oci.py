@@ -214,9 +214,13 @@ def test_doctor_checks_an_oci_bundle_and_oci_conf(tmp_path, monkeypatch):
 def test_rootless_config_for_other_users(tmp_path):
     m = oci_run()
     config = {"process": {"user": {"uid": 1000, "gid": 1000}, "capabilities": {"bounding": ["CAP_KILL"]}},
-              "linux": {"namespaces": [{"type": "mount"}], "resources": {"devices": [{"allow": True}]}}}
+              "linux": {"namespaces": [{"type": "mount"}], "resources": {"devices": [{"allow": True}]}},
+              "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}, {"destination": "/tmp"}]}
     m.rootless(config, 1000, 100)
-    assert [n["type"] for n in config["linux"]["namespaces"]] == ["mount", "user", "pid"]
+    # the host's PIDs stay visible (a driver finds its node's raylet): /proc is bound, not mounted anew
+    assert [n["type"] for n in config["linux"]["namespaces"]] == ["mount", "user"]
+    assert config["mounts"] == [{"destination": "/proc", "type": "bind", "source": "/proc", "options": ["rbind", "nosuid"]},
+                                {"destination": "/tmp"}]
     assert config["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1000, "size": 1}]
     assert config["linux"]["gidMappings"] == [{"containerID": 0, "hostID": 100, "size": 1}]
     assert "resources" not in config["linux"] and config["process"]["user"] == {"uid": 0, "gid": 0}
