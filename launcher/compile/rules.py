@@ -1193,7 +1193,8 @@ def rule_pitfalls(ctx) -> None:
     # verl.trainer.main_ppo's validate_config refuses these at start (without dynamic batch
     # sizes; the divisibility for FSDP, Megatron's is by its data-parallel size): errors there,
     # warnings for the other entries
-    checked = "verl.trainer.main_ppo" in ctx.entry and g("actor_rollout_ref.actor.use_dynamic_bsz") is not True
+    checked = not ctx.method.separate_rollout and tuple(ctx.entry) == ctx.method.entry \
+        and g("actor_rollout_ref.actor.use_dynamic_bsz") is not True
     say = ctx.error if checked else (lambda _field, message: ctx.warn(message))
     if all(isinstance(x, int) and not isinstance(x, bool) for x in (bs, n, gpn, nodes)) and gpn and nodes \
             and (not checked or g("actor_rollout_ref.actor.strategy") != "megatron"):

@@ -117,17 +117,16 @@ def wrap_ray_init(ray_module) -> None:
     ray_module.init = init
 
 
-MAIN_PPO = "verl.trainer.main_ppo"
-
-
 def main(argv: list[str] | None = None) -> None:
     """`--entry MODULE ARGS` (a method's verl main) or `--script PATH ARGS` (an experiment's own
     main.py, which builds the same trainer's pools) with every pool pinned."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    entry, script = MAIN_PPO, None
-    if argv[:1] == ["--entry"]:
+    if argv[:1] not in (["--entry"], ["--script"]) or len(argv) < 2:
+        raise SystemExit("sf: verl_main runs --entry MODULE or --script main.py (the Plan's entry), then its overrides")
+    entry = script = None
+    if argv[0] == "--entry":
         entry, argv = argv[1], argv[2:]
-    elif argv[:1] == ["--script"]:
+    else:
         script, argv = argv[1], argv[2:]
     import importlib
     import runpy
