@@ -240,3 +240,34 @@ def test_logs_follow_ends_after_the_last_line_of_a_cancel(tmp_path):
         print(f"\nsf logs -f after a cancel ended with: {out.rstrip().splitlines()[-1]!r}")
     finally:
         cleanup(job)
+
+
+def test_a_cancelled_hetjob_sweep_reads_cancelled_and_its_points_point(tmp_path):
+    from test_sweep import experiment as sweep_experiment
+    from test_sweep import sweep
+
+    exp = sweep_experiment(tmp_path, "hetcancel", [
+        {"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
+        {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
+        roles={"actor": "train", "rollout": "train", "teacher": "teach"}, method="verl/distillation")
+    # held behind a held job: the points never start, the cancel is what ends them
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
+                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    out = sweep(exp, "--grid", "rollout_n=4,8", "--dependency", f"afterany:{held}")
+    jobs = [p["job_id"] for p in out["points"]]
+    try:
+        assert out["mode"] == "hetjobs" and len(jobs) == 2, out
+        cancel = sf("cancel", out["sweep"])
+        assert cancel.returncode == 0, cancel.stderr
+        ours = {out["sweep"], *(p["run"] for p in out["points"])}
+        listed = json.loads(sf("list", "--json", "--limit", "50").stdout)["runs"]
+        mine = {r["id"]: r for r in listed if r["id"] in ours}
+        assert mine[out["sweep"]]["state"] == "cancelled", mine
+        assert mine[out["sweep"]]["kind"] == "sweep"
+        assert all(mine[p["run"]]["kind"] == "point" for p in out["points"]), mine
+        table = sf("list", "--limit", "50").stdout
+        row = next(line for line in table.splitlines() if line.startswith(out["sweep"]))
+        assert "cancelled" in row and "submitted" not in row, row
+        print(f"\ncancelled hetjob sweep in sf list: {row}")
+    finally:
+        subprocess.run(["scancel", *jobs, held], check=False)
