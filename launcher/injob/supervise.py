@@ -300,14 +300,15 @@ def exit_text(rc: int, oom_killed: int | None = None) -> str:
     """How a process ended, as a person reads it: `exited with 3`, or the signal that killed it
     by name (a Popen's negative return code); SIGKILL with the likely cause: the kernel's OOM
     killer when the cgroup counted a kill, else "out of memory?" as the first thing to check."""
-    if rc >= 0:
-        return f"exited with {rc}"
+    signum = -rc if rc < 0 else rc - 128 if rc > 128 else 0  # 128 + N: a shell's or srun's word for signal N
     try:
-        name = signal.Signals(-rc).name
+        name = signal.Signals(signum).name if signum else ""
     except ValueError:
-        name = f"signal {-rc}"
-    text = f"was killed by {name}"
-    if -rc == signal.SIGKILL:
+        name = f"signal {signum}" if rc < 0 else ""
+    if not name:
+        return f"exited with {rc}"
+    text = f"was killed by {name}" if rc < 0 else f"exited with {rc} = 128 + {name}"
+    if signum == signal.SIGKILL:
         text += (" (out of memory: the kernel's OOM killer killed a process of this job)" if oom_killed
                  else " (out of memory? the kernel's OOM killer kills this way; else another user or process did)")
     return text
@@ -850,7 +851,7 @@ class Supervisor:
                     if ending:
                         return self.end_by_slurm(ending)
                     reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                              f"{self.stage} (srun {step['name']} exited with {rc}); see logs/{self.job_id}-ray-*.log"
+                              f"{self.stage} (srun {step['name']} {exit_text(rc)}); see logs/{self.job_id}-ray-*.log"
                               + self.exit_hint(named))
                     ended = heal.on_node_death(self, reason, named, lost)
                     if ended is None:

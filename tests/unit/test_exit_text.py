@@ -17,6 +17,13 @@ def test_a_signal_is_named_and_sigkill_points_at_memory():
     assert supervise.exit_text(-200) == "was killed by signal 200"
 
 
+def test_128_plus_a_signal_is_named_too():
+    """What a shell or srun reports for a child killed by signal N (issue 35)."""
+    assert supervise.exit_text(143) == "exited with 143 = 128 + SIGTERM"
+    assert supervise.exit_text(137).startswith("exited with 137 = 128 + SIGKILL (out of memory? ")
+    assert supervise.exit_text(255) == "exited with 255" and supervise.exit_text(128) == "exited with 128"
+
+
 def test_oom_kills_are_read_from_this_process_cgroup(tmp_path, monkeypatch):
     real_read = Path.read_text
 
