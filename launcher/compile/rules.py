@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from launcher.compile import resolve, verlcheck
+from launcher.compile import catalog, resolve, verlcheck
+from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
@@ -939,9 +940,6 @@ def rule_pools(ctx) -> None:
         else:
             ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding",
                     origin=ctx.layer("teacher.model"))
-    elif teacher_pool is not None:
-        ctx.error("spec.resources.roles.teacher", "only verl/distillation has a teacher; remove the role or use "
-                                                  "verl/distillation")
     reward_model = (ctx.values.get("reward") or {}).get("model")
     reward_pool = roles.get("reward")
     if reward_pool is not None and not reward_model:
@@ -964,6 +962,27 @@ def rule_pools(ctx) -> None:
         if p.name not in used:
             ctx.error(f"spec.resources.pools.{p.name}", "pool has no role; map a role to it in spec.resources.roles or "
                                                         "remove it")
+
+
+def rule_teacher_needs_distillation(ctx) -> None:
+    """A teacher (the `teacher:` block, roles.teacher, the teacher_* knobs, any distillation.*
+    key) on a method without distillation: verl reads distillation.* only when
+    distillation.enabled, which sf sets for verl/distillation alone, so the teacher would be
+    dropped without a word. Keys sf owns (distillation.enabled, its pool sizes) are
+    rule_owned_keys' to name."""
+    if ctx.method.name == "distillation":
+        return
+    fix = f"verl/{ctx.method.name} has no teacher (only verl/distillation distils from one)"
+    if (ctx.values.get("teacher") or {}).get("model"):
+        ctx.error("teacher.model", f"{fix}, so this teacher would be dropped; remove the teacher: block, or use "
+                  "method: verl/distillation")
+    if ctx.roles.get("teacher") is not None:
+        ctx.error("spec.resources.roles.teacher", f"{fix}; remove the role, or use method: verl/distillation")
+    for source, key in ctx.user_keys():
+        owned = any(key == own or own.startswith(key + ".") for own in OWNED_KEYS)
+        if (key == "distillation" or key.startswith("distillation.")) and not owned:
+            ctx.error(source, f"{fix}: verl reads {key} only when distillation is on; remove it, or use "
+                      "method: verl/distillation")
 
 
 # Roles verl 0.9.1's trainers keep in the actor's resource pool (main_ppo's `global_pool`:
@@ -1416,31 +1435,72 @@ def rule_separate_rollout_replicas(ctx) -> None:
                   f"tensor_model_parallel_size that is a multiple of {pool.gpus_per_node} or divides it")
 
 
+# The keys verl 0.9.1's disaggregated trainers' own Hydra configs add on top of ppo_trainer
+# (experimental/one_step_off_policy/config/one_step_off_ppo_trainer.yaml,
+# experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml; a key or a subtree):
+# tests/unit/test_bad_inputs_33.py holds this table to verl's YAML.
+TRAINER_OWN_KEYS = {
+    "one_step_off_ppo_trainer": ("rollout.nnodes", "rollout.n_gpus_per_node"),
+    "fully_async_ppo_trainer": ("async_training", "rollout.nnodes", "rollout.n_gpus_per_node", "rollout.n",
+                                "rollout.total_rollout_steps"),
+}
+
+
+def rule_other_trainers_keys(ctx) -> None:
+    """A key only another trainer's config has (async_training.*, rollout.total_rollout_steps,
+    ...): written plainly Hydra refuses it (not a key), written with `+` verl composes it and
+    never reads it. Either way the fix is the method that reads it."""
+    mine = ctx.method.config_name
+    for source, key in ctx.user_keys():
+        owners = [config for config, keys in TRAINER_OWN_KEYS.items()
+                  if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys)]
+        if not owners or mine in owners:
+            continue
+        readers = [f"verl/{m}" for m in catalog.methods(ctx.method.version)
+                   if catalog.get_method(ctx.method.version, m).config_name in owners]
+        use = f", or use method: {' or '.join(readers)}" if readers else ""
+        ctx.error(source, f"{key} is read only by {' and '.join(readers) or 'another trainer'} (verl 0.9.1's "
+                  f"{' and '.join(owners)} config); verl/{ctx.method.name} never reads it: remove it{use}")
+
+
 ASYNC = "async_training."
 
 
+# The fully async trainer's own numbers: key -> (least value, what verl needs, an example).
+# staleness_threshold >= 0 and trigger_parameter_sync_step >= 1 are asserted
+# (fully_async_rollouter.py:353-356); an infinite staleness_threshold overflows int() when the
+# rollouter sizes its queue (fully_async_rollouter.py:493-497); require_batches: the trainer
+# takes ppo_mini_batch_size x require_batches samples a step (fully_async_trainer.py:158-159);
+# concurrent_samples_per_replica 0 (or less) makes the rollouter wait for a free slot forever
+# (`while len(active_tasks) >= max_concurrent_samples`, fully_async_rollouter.py:970).
+ASYNC_NUMBERS = {
+    "staleness_threshold": (0, "a number >= 0, not inf (0: no sample older than the weights of the last sync; "
+                            "0.5: up to half a sync's samples more)", 0.5),
+    "trigger_parameter_sync_step": (1, "a whole number >= 1 (trainer steps between two weight pushes to the "
+                                    "rollouter)", 1),
+    "require_batches": (1, "a whole number >= 1 (ppo mini batches a trainer step takes)", 1),
+    "concurrent_samples_per_replica": (1, "a whole number >= 1 (generation requests each rollout server takes at "
+                                       "once; with 0 the rollouter waits for a free slot forever)", 16),
+}
+
+
 def rule_async_training(ctx) -> None:
-    """verl/grpo-async: the fully async trainer's own checks, before anything queues.
-    staleness_threshold >= 0 and trigger_parameter_sync_step >= 1 (asserted,
-    fully_async_rollouter.py:353-356); require_batches >= 1 (the trainer takes
-    ppo_mini_batch_size x require_batches samples a step, fully_async_trainer.py:158-159);
-    a reward model needs its own pool (asserted, fully_async_rollouter.py:361-365: the
-    rollouter never pauses); test_freq 0 divides by zero at the end (fully_async_trainer.py:529).
-    The run's length is rollout.total_rollout_steps prompts (verl's default 100), not
-    trainer.total_training_steps (fully_async_rollouter.py:405-407, :493-500)."""
+    """verl/grpo-async: the fully async trainer's own checks, before anything queues: its
+    numbers (ASYNC_NUMBERS); a reward model needs its own pool (asserted,
+    fully_async_rollouter.py:361-365: the rollouter never pauses); test_freq 0 divides by
+    zero at the end (fully_async_trainer.py:529). The run's length is
+    rollout.total_rollout_steps prompts (verl's default 100), not trainer.total_training_steps
+    (fully_async_rollouter.py:405-407, :493-500): rule_async_run_length."""
     if ctx.sft or ctx.method.config_name != "fully_async_ppo_trainer":
         return
-    for key, low, kind in (("staleness_threshold", 0, "a number >= 0 (0: no sample older than the weights "
-                            "of the last sync; 0.5: up to half a sync's samples more)"),
-                           ("trigger_parameter_sync_step", 1, "a whole number >= 1 (trainer steps between "
-                            "two weight pushes to the rollouter)"),
-                           ("require_batches", 1, "a whole number >= 1 (ppo mini batches a trainer step takes)")):
+    for key, (low, kind, example) in ASYNC_NUMBERS.items():
         value = ctx.get(ASYNC + key)
         whole = kind.startswith("a whole")
-        ok = (_is_int(value) if whole else _number(value)) and value >= low
-        if value is not None and not ok:
+        if not (_is_int(value) if whole else _number(value)):
+            continue  # None (verl's default), or a type rule_value_types names
+        if not (math.isfinite(value) and value >= low):
             ctx.error(ctx.culprit(ASYNC + key), f"{ASYNC}{key}={hydra_value(value)}: verl 0.9.1's fully async "
-                      f"trainer needs {kind}; e.g. {ASYNC}{key}={1 if whole else 0.5}")
+                      f"trainer needs {kind}; e.g. {ASYNC}{key}={example}")
     rm = "reward.reward_model."
     if ctx.get(rm + "enable") is True and ctx.get(rm + "enable_resource_pool") is not True:
         ctx.error("reward.model", "verl/grpo-async needs the reward model on a pool of its own (verl 0.9.1's "
@@ -1457,10 +1517,41 @@ def rule_async_training(ctx) -> None:
     if "trainer.total_training_steps" in user:
         ctx.warn("trainer.total_training_steps is not read by verl 0.9.1's fully async trainer: the run ends "
                  "after rollout.total_rollout_steps prompts (and total_epochs); set rollout.total_rollout_steps")
-    elif not ctx.user_sets("rollout.total_rollout_steps") and ctx.get("rollout.total_rollout_steps") is not None:
-        ctx.warn(f"verl/grpo-async ends after rollout.total_rollout_steps={ctx.get('rollout.total_rollout_steps')} "
-                 "prompts (verl 0.9.1's default); set rollout.total_rollout_steps=N, or =null for total_epochs "
-                 "over the whole dataset")
+    elif not ctx.user_sets("rollout.total_rollout_steps") and _is_int(ctx.get("rollout.total_rollout_steps")):
+        default, step = ctx.get("rollout.total_rollout_steps"), _async_step_prompts(ctx)
+        none = (f", fewer than the {step} a trainer step takes (ppo_mini_batch_size x require_batches): the run "
+                "would end without a trainer step") if default < step else ""
+        ctx.warn(f"verl/grpo-async ends after rollout.total_rollout_steps={default} prompts (verl 0.9.1's "
+                 f"default){none}; set rollout.total_rollout_steps=N, or =null for total_epochs over the whole dataset")
+
+
+def _async_step_prompts(ctx) -> int:
+    """The prompts one fully async trainer step takes: ppo_mini_batch_size x require_batches
+    (fully_async_trainer.py:159); 1 when either is no positive whole number (other rules say so)."""
+    mini, batches = ctx.get(_A + "ppo_mini_batch_size"), ctx.get(ASYNC + "require_batches", 1)
+    return mini * batches if _is_int(mini) and _is_int(batches) and mini > 0 and batches > 0 else 1
+
+
+def rule_async_run_length(ctx) -> None:
+    """verl/grpo-async: rollout.total_rollout_steps is the number of prompts the rollouter
+    feeds (fully_async_rollouter.py:405-407, :876-884; at least one, whatever the value), and
+    a trainer step waits for ppo_mini_batch_size x require_batches of them
+    (fully_async_trainer.py:159, :428-430): fewer, and the run ends without a trainer step
+    (zero or a negative value included). null: every prompt of total_epochs."""
+    if ctx.sft or ctx.method.config_name != "fully_async_ppo_trainer":
+        return
+    key = "rollout.total_rollout_steps"
+    value = ctx.get(key)
+    if not _is_int(value) or not ctx.user_sets(key):
+        return  # None: every prompt; another type: rule_value_types names it; verl's default: rule_async_training warns
+    step = _async_step_prompts(ctx)
+    mini, batches = ctx.get(_A + "ppo_mini_batch_size"), ctx.get(ASYNC + "require_batches", 1)
+    if value < step:
+        per_step = (f"a trainer step takes ppo_mini_batch_size x require_batches = {mini} x {batches} = {step} "
+                    "prompts") if step > 1 else "a trainer step takes at least 1 prompt"
+        ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: verl 0.9.1's fully async rollouter feeds that many "
+                  f"prompts and {per_step}, so the run would end without a trainer step; set {key} to at least "
+                  f"{step} (e.g. {key}={max(step, 100)}), or {key}=null for every prompt of total_epochs")
 
 
 # The CPUs verl 0.9.1's disaggregated trainers ask for beside their GPU bundles: actors placed
@@ -1493,6 +1584,62 @@ def rule_separate_cpus(ctx) -> None:
                  "Ray would wait for CPUs forever; use nodes with more CPUs (the site's cpus_per_node) or more nodes")
 
 
+# ----------------------------------------------------------------------------- healing settings
+# launcher/injob/heal.py: a restart in place (at most slurm.max_restarts_in_place per attempt)
+# swaps a pool's spare node in for a node that died, never for the head (the first node of
+# het group 0: the batch step, Ray's GCS and the driver live there); the progress watchdog
+# declares a hang after hang_timeout_s without a training step (first_step_timeout_s before
+# the first one).
+
+
+def rule_spares(ctx) -> None:
+    """Spare nodes are allocated for the whole job (render: --nodes=nodes+spares) and used only
+    by a restart in place: with max_restarts_in_place 0, or on a one-node first pool (its one
+    node is the head), they would sit idle for the whole run."""
+    slurm = ctx.values.get("slurm") or {}
+    restarts = slurm.get("max_restarts_in_place", ctx.site.max_restarts_in_place)
+    whose = " (the site's value)" if ctx.spec.provenance.get("slurm.max_restarts_in_place") in ("site", "defaults",
+                                                                                               None) else ""
+    for pool in ctx.pools:
+        spares = pool.spare_nodes
+        if not spares:
+            continue
+        field = f"spec.resources.pools[{pool.het_group}].spare_nodes"
+        if restarts == 0:
+            ctx.error(field, f"pool {pool.name!r} keeps {spares} spare node(s), but only a restart in place swaps a "
+                      f"spare in and slurm.max_restarts_in_place is 0{whose}: the spares would sit allocated and idle; "
+                      "set slurm.max_restarts_in_place: 1 (or more), or drop spare_nodes")
+        elif pool.het_group == 0 and pool.nodes == 1:
+            ctx.error(field, f"pool {pool.name!r} has one node, the head (the batch step, Ray's GCS and the driver "
+                      f"run there), which a spare never replaces: its {spares} spare node(s) would never be used; "
+                      "give the pool 2 or more nodes, or drop spare_nodes")
+
+
+HANG_LIMITS = {"hang_timeout_s": ", or 0 to turn the watchdog off", "first_step_timeout_s": ""}
+
+
+def rule_hang_limits(ctx) -> None:
+    """A hang limit the user set longer than the job's time limit: the watchdog never fires,
+    and a hang holds the nodes until Slurm ends the job. (The site's own defaults are the
+    admins' choice: not judged per run.)"""
+    slurm = ctx.values.get("slurm") or {}
+    time = slurm.get("time") or ctx.site.time
+    try:
+        limit = time_seconds(time)
+    except SpecError:
+        return  # slurm_options names a bad time
+    if limit is None:
+        return  # UNLIMITED
+    for key, off in HANG_LIMITS.items():
+        value = slurm.get(key)
+        source = ctx.spec.provenance.get(f"slurm.{key}")
+        if source in ("site", "defaults", None) or not _is_int(value) or value <= limit:
+            continue
+        ctx.error(f"slurm.{key}", f"{key}={value} is longer than the job's time limit (slurm.time {time} = {limit} s): "
+                  f"the watchdog would never fire and a hang would hold the nodes until then; set {key} to at most "
+                  f"{limit}{off}, or a longer slurm.time")
+
+
 # Rules that build the overrides, in order; then compile composes them with verl's config
 # and the JUDGES run on the composed (effective) values.
 BUILD: tuple[Rule, ...] = (
@@ -1507,6 +1654,7 @@ BUILD: tuple[Rule, ...] = (
     rule_dapo,
     rule_rollout_correction,
     rule_pools,
+    rule_teacher_needs_distillation,
     rule_separate_rollout_pool,
     rule_checkpoints,
     rule_entry,
@@ -1532,6 +1680,10 @@ JUDGES: tuple[Rule, ...] = (
     rule_logger,
     rule_separate_rollout_sizes,
     rule_separate_rollout_replicas,
+    rule_other_trainers_keys,
     rule_async_training,
+    rule_async_run_length,
     rule_separate_cpus,
+    rule_spares,
+    rule_hang_limits,
 )

@@ -17,7 +17,7 @@ import re
 import warnings
 from functools import lru_cache
 
-from launcher.compile.verlfields import dataclass_fields, verl_root
+from launcher.compile.verlfields import dataclass_fields, field_annotations, verl_root
 from launcher.errors import SpecError
 
 INSTALL_HINT = "pip install 'sf[verl-config]' && pip install --no-deps verl=={version}"
@@ -461,12 +461,31 @@ _BUILT_NODES = {
     "actor_rollout_ref.model": None,  # engine_workers, agent_loop, the rollout servers
     "actor_rollout_ref.actor": None,  # utils/config.py validate_config, engine_workers
     "actor_rollout_ref.rollout": None,  # engine_workers, rollout replicas, agent_loop
-    "critic": lambda get: get("critic.enable") if get("critic.enable") is not None
+    "critic": lambda get, _config: get("critic.enable") if get("critic.enable") is not None
     else get("algorithm.adv_estimator") == "gae",  # trainer/ppo/utils.py need_critic
-    "distillation": lambda get: bool(get("distillation.enabled")),  # the teacher manager, engine_workers
+    "distillation": lambda get, _config: bool(get("distillation.enabled")),  # the teacher manager, engine_workers
+    # the reference policy, when one is needed (trainer/ppo/utils.py need_reference_policy):
+    # engine_workers.py:553 builds it after renaming its log_prob_* keys (_RENAMED_BEFORE_BUILD)
+    "actor_rollout_ref.ref": lambda get, _config: bool(get("algorithm.use_kl_in_reward")
+                                                       or get("actor_rollout_ref.actor.use_kl_loss")),
+    # SkipManager.init (utils/skip/skip_manager.py:40) at the start of main_ppo's fit
+    # (ray_trainer.py:1434, v1/trainer_base.py:421) and the fully async rollouter's
+    # (fully_async_rollouter.py:747); the one-step-off trainer never builds it
+    "skip": lambda _get, config: config != "one_step_off_ppo_trainer",
+}
+# Built nodes verl converts with omega_conf_to_dataclass(node, dataclass_type=...): OmegaConf's
+# structured merge types every nested node by its field's annotation too (an unknown key
+# anywhere below fails), so a node there without `_target_` is checked against the class its
+# parent's field names (utils/config.py:54-64).
+_STRUCTURED_NODES = ("skip",)
+# Keys of a built node that verl pops (and renames to fields) before it builds the node: they
+# are no fields, yet the node is built (engine_workers.py:545-551, the reference policy).
+_RENAMED_BEFORE_BUILD = {
+    "actor_rollout_ref.ref": frozenset({"log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
+                                        "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"}),
 }
 # what the checks judge beyond verl's YAML; a change here makes verlcache compose again
-CHECKS_REVISION = "added-key-not-a-field/1"
+CHECKS_REVISION = "added-key-not-a-field/3"
 # keys hydra.utils.instantiate takes itself, not passed to the class
 _INSTANTIATE_KEYS = frozenset({"_target_", "_recursive_", "_convert_", "_partial_", "_args_"})
 
@@ -501,11 +520,14 @@ def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) 
         depth = max((i for i in range(1, len(parts)) if existed(".".join(parts[:i]))), default=0)
         path, field = ".".join(parts[:depth]), parts[depth]
         roots = [r for r in _BUILT_NODES if path == r or path.startswith(r + ".")]
-        if not path or not roots or not all(_BUILT_NODES[r] is None or _BUILT_NODES[r](get) for r in roots):
+        if not path or not roots or not all(_BUILT_NODES[r] is None or _BUILT_NODES[r](get, config_name)
+                                            for r in roots):
             continue
         try:
             node = OmegaConf.select(cfg, path, throw_on_missing=False)
             target = node.get("_target_") if isinstance(node, DictConfig) else None
+            if target is None and isinstance(node, DictConfig):
+                target = _structured_target(cfg, path)
         except Exception:
             continue
         fields = dataclass_fields(target) if isinstance(target, str) else None
@@ -513,7 +535,7 @@ def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) 
             continue
         ours = {k.split(".")[depth] for _, k in added if k.startswith(path + ".") and not existed(
             ".".join(k.split(".")[:depth + 1]))}
-        if set(node.keys()) - fields - _INSTANTIATE_KEYS - ours:
+        if set(node.keys()) - fields - _INSTANTIATE_KEYS - ours - _RENAMED_BEFORE_BUILD.get(path, frozenset()):
             continue  # verl's own YAML there holds keys that are no fields: verl does not build it as it is
         cls = target.rpartition(".")[2]
         shown = sorted(f for f in fields if f != "_target_")
@@ -524,6 +546,24 @@ def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) 
                                          f"\"unexpected keyword argument\" when it builds it. Drop the override"
                                 + (f" (closest field: {path}.{close[0]})" if close else "")))
     return errors
+
+
+def _structured_target(cfg, path: str) -> str | None:
+    """The class a node below a _STRUCTURED_NODES root is built as: the root's `_target_`, then
+    each segment's field annotation (a plain class name, looked up beside its parent's class);
+    None for anything else (a dict, a union, a generic)."""
+    from omegaconf import OmegaConf  # lazy: Hydra/OmegaConf import cost (~0.3 s)
+
+    root = next((r for r in _STRUCTURED_NODES if path.startswith(r + ".")), None)
+    if root is None:
+        return None
+    target = OmegaConf.select(cfg, root + "._target_", throw_on_missing=False)
+    for segment in path[len(root) + 1:].split("."):
+        annotation = (field_annotations(target) or {}).get(segment) if isinstance(target, str) else None
+        if not annotation or not annotation.isidentifier():
+            return None
+        target = target.rpartition(".")[0] + "." + annotation
+    return target
 
 
 def grammar_errors(overrides) -> list[SpecError]:

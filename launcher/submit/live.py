@@ -173,12 +173,16 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
                                     "(sf export/eval: --partition)"))
             continue
         fitting = sum(1 for g in cap[part] if g >= pool.gpus_per_node)
-        if fitting < pool.nodes:
+        if fitting < _allocated(pool):
             most = max(cap[part], default=0)
-            errors.append(SpecError(field, f"{pool.nodes} nodes x {pool.gpus_per_node} GPUs can never run in partition "
-                                    f"{part}: it has {len(cap[part])} nodes, {fitting} of them with >= "
-                                    f"{pool.gpus_per_node} GPUs (at most {most} GPUs a node); ask for at most "
-                                    f"{fitting} nodes ({_resize_hint(pool, fitting)})"))
+            spares = f" + {pool.spare_nodes} spare" if pool.spare_nodes else ""
+            room = fitting - pool.spare_nodes
+            fewer = (f"nodes and spare_nodes together must be at most {fitting} (spare nodes are allocated too; "
+                     + (f"{_resize_hint(pool, room)}, or " if room >= 1 else "") + "fewer spare_nodes)"
+                     if pool.spare_nodes else f"ask for at most {fitting} nodes ({_resize_hint(pool, fitting)})")
+            errors.append(SpecError(field, f"{pool.nodes}{spares} nodes x {pool.gpus_per_node} GPUs can never run in "
+                                    f"partition {part}: it has {len(cap[part])} nodes, {fitting} of them with >= "
+                                    f"{pool.gpus_per_node} GPUs (at most {most} GPUs a node); {fewer}"))
     errors += _whole_job(plan, site, cap, errors)
     tp = _rollout_tp(plan)
     train = plan.pools[0] if plan.pools else None
@@ -186,6 +190,11 @@ def check(plan, site, cap: dict[str, list[int]]) -> tuple[list[SpecError], list[
         warnings.append(f"rollout tensor_model_parallel_size={tp} does not divide pool {train.name}'s "
                         f"{train.nodes * train.gpus_per_node} GPUs: verl leaves some GPUs without a rollout engine")
     return errors, warnings
+
+
+def _allocated(pool) -> int:
+    """The nodes Slurm allocates for a pool: its nodes and its spares (render: --nodes=N+spares)."""
+    return pool.nodes + pool.spare_nodes
 
 
 def _resize_hint(pool, nodes: int) -> str:
@@ -212,12 +221,13 @@ def _whole_job(plan, site, cap: dict[str, list[int]], errors: list) -> list[Spec
             continue
         need = 0
         for pool in sorted(pools, key=lambda p: -p.gpus_per_node):
-            need += pool.nodes
+            need += _allocated(pool)
             have = sum(1 for g in cap[part] if g >= pool.gpus_per_node)
             if need > have:
-                names = " + ".join(f"{p.name} {p.nodes}x{p.gpus_per_node}" for p in pools)
+                names = " + ".join(f"{p.name} {p.nodes}x{p.gpus_per_node}"
+                                   + (f" (+{p.spare_nodes} spare)" if p.spare_nodes else "") for p in pools)
                 out.append(SpecError(f"pools.{pools[0].name}", f"the job's pools on partition {part} ({names}: "
-                                     f"{sum(p.nodes for p in pools)} nodes) can never run at once: it has "
+                                     f"{sum(_allocated(p) for p in pools)} nodes) can never run at once: it has "
                                      f"{len(cap[part])} nodes, {have} with >= {pool.gpus_per_node} GPUs, and a "
                                      "heterogeneous job needs all its groups together; shrink the pools or put "
                                      "one on another partition (its series' partition in the site file)"))

@@ -151,11 +151,12 @@ def test_async_training_keys_are_checked_against_each_config():
     _one(check(_pools("grpo-async", overrides=["async_training.staleness_threshol=1"])),
          "async_training.staleness_threshol", "closest real key: async_training.staleness_threshold")
     assert check(_pools("grpo-async", overrides=["async_training.staleness_threshold=1"])) == []
-    # one-step-off's config has no async_training block; main_ppo's has no top-level rollout
-    _one(check(_pools("grpo-one-step-off", overrides=["async_training.staleness_threshold=1"])),
-         "async_training.staleness_threshold", "one_step_off_ppo_trainer config")
-    _one(check(base("grpo", overrides=["rollout.total_rollout_steps=5"])), "rollout.total_rollout_steps",
-         "ppo_trainer config")
+    # one-step-off's config has no async_training block; main_ppo's has no top-level rollout:
+    # compile names the method that reads the key (rules.rule_other_trainers_keys)
+    _one(errors_of(_pools("grpo-one-step-off", overrides=["async_training.staleness_threshold=1"])),
+         "async_training.staleness_threshold is read only by verl/grpo-async", "use method: verl/grpo-async")
+    _one(errors_of(base("grpo", overrides=["rollout.total_rollout_steps=5"])), "rollout.total_rollout_steps",
+         "read only by verl/grpo-async", "verl/grpo never reads it")
 
 
 @needs_verl
