@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, sf  # noqa: E402
+from helpers import REPO, sf  # noqa: E402
 from test_sweep import experiment, poll_until_done, sweep  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))

@@ -32,8 +32,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, SF, phases, sf  # noqa: E402
-from test_bringup import wait_terminal as wait_done  # noqa: E402
+from helpers import REPO, SF, phases, sf  # noqa: E402
+from helpers import wait_terminal as wait_done  # noqa: E402
 from test_requeue import experiment as requeue_experiment  # noqa: E402
 
 NOBODY = pwd.getpwnam("nobody")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import phases, wait_terminal  # noqa: E402
+from helpers import phases, wait_terminal  # noqa: E402
 from test_faults import render_job, sbatch, wait_phase  # noqa: E402
 
 from launcher.injob import auth, ray_tuning  # noqa: E402

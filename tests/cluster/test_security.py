@@ -27,9 +27,10 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import job_state, phases, sf, test_site  # noqa: E402
+from helpers import job_state, phases, sf, status, wait_state  # noqa: E402
+from test_bringup import test_site  # noqa: E402
 from test_faults import render_job, sbatch, wait_phase  # noqa: E402
-from test_requeue import hetjob_experiment, status, wait_state  # noqa: E402
+from test_requeue import hetjob_experiment  # noqa: E402
 
 # Ray 2.60 binds these on every interface, with no option to name an address: its C++ gRPC
 # servers (GCS, raylet's node manager and object manager) and the dashboard agent's gRPC

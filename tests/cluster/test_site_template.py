@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import sf, wait_terminal  # noqa: E402
-from test_requeue import cleanup, hetjob_experiment, wait_event  # noqa: E402
+from helpers import cleanup, sf, wait_event, wait_terminal  # noqa: E402
+from test_requeue import hetjob_experiment  # noqa: E402
 
 from launcher.spec import paths  # noqa: E402
 

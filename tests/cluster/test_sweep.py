@@ -25,7 +25,7 @@ import yaml
 from launcher.states import run_ended
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, sf  # noqa: E402
+from helpers import REPO, sf  # noqa: E402
 
 # Writes its overrides into the point's run dir; fails once where the point says so.
 DRIVER = r"""

@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, job_state, phases, sf  # noqa: E402
-from test_requeue import cleanup, restarts, status, wait_event, wait_state  # noqa: E402
+from helpers import REPO, cleanup, job_state, phases, sf, status, wait_event, wait_state  # noqa: E402
+from test_requeue import restarts  # noqa: E402
 
 FROZEN = r'''
 import json, os, signal, sys, time
