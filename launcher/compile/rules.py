@@ -1442,7 +1442,8 @@ def rule_separate_rollout_replicas(ctx) -> None:
 TRAINER_OWN_KEYS = {
     "one_step_off_ppo_trainer": ("rollout.nnodes", "rollout.n_gpus_per_node"),
     "fully_async_ppo_trainer": ("async_training", "rollout.nnodes", "rollout.n_gpus_per_node", "rollout.n",
-                                "rollout.total_rollout_steps"),
+                                "rollout.total_rollout_steps", "actor_rollout_ref.actor.use_rollout_log_probs",
+                                "actor_rollout_ref.rollout.standalone_gpu_memory_utilization"),
 }
 
 

@@ -597,3 +597,192 @@ def test_resolve_of_many_writes_is_linear_and_still_finds_twice_written_keys():
     ], messages
     # t.k11 (a value, --set) replaces t.k11.x (config.yaml) below it; t.k11.x.y stays in its own layer's rank
     assert "t.k11.x" not in res.entries and "t.k11" in res.entries
+
+
+# --- the disaggregated methods (launcher.compile.rules: rule_async_training, rule_async_run_length,
+# rule_other_trainers_keys, rule_teacher_needs_distillation) ------------------------------------
+
+ASYNC = GOOD.replace("verl/grpo", "verl/grpo-async") + """knobs: {ppo_mini_batch_size: 32}
+spec:
+  resources:
+    pools: [{name: train, nodes: 1}, {name: gen, nodes: 1, series: fake-teach}]
+    roles: {actor: train, rollout: gen}
+"""
+ONE_STEP_OFF = ASYNC.replace("verl/grpo-async", "verl/grpo-one-step-off")
+
+
+def validate_line(env, text, *args):
+    write_exp(env, "exp", text)
+    return sf("validate", "exp", *args)
+
+
+@pytest.mark.parametrize("setting, needles", [
+    ("async_training.staleness_threshold=inf", ["--set async_training.staleness_threshold",
+                                                "staleness_threshold=inf", "not inf", "staleness_threshold=0.5"]),
+    ("async_training.staleness_threshold=-inf", ["staleness_threshold=-inf", "a number >= 0"]),
+    ("async_training.staleness_threshold=nan", ["staleness_threshold=nan", "not inf"]),
+    ("rollout.total_rollout_steps=0", ["--set rollout.total_rollout_steps", "total_rollout_steps=0",
+                                       "32 x 1 = 32 prompts", "without a trainer step", "at least 32",
+                                       "total_rollout_steps=null"]),
+    ("rollout.total_rollout_steps=-5", ["total_rollout_steps=-5", "without a trainer step"]),
+    ("rollout.total_rollout_steps=31", ["total_rollout_steps=31", "at least 32"]),
+    ("async_training.concurrent_samples_per_replica=0", ["concurrent_samples_per_replica=0", "waits for a free "
+                                                         "slot forever", "concurrent_samples_per_replica=16"]),
+    ("async_training.concurrent_samples_per_replica=-2", ["concurrent_samples_per_replica=-2", "whole number >= 1"]),
+])
+def test_async_values_verl_cannot_run_refused(exp, setting, needles):
+    refused(validate_line(exp, ASYNC, "--set", setting), *needles)
+
+
+@pytest.mark.parametrize("setting", ["async_training.staleness_threshold=0", "async_training.staleness_threshold=3",
+                                     "rollout.total_rollout_steps=32", "rollout.total_rollout_steps=null",
+                                     "async_training.concurrent_samples_per_replica=1"])
+def test_async_edges_pass(exp, setting):
+    r = validate_line(exp, ASYNC, "--set", setting)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_async_require_batches_raise_the_run_length_floor(exp):
+    refused(validate_line(exp, ASYNC, "--set", "rollout.total_rollout_steps=63", "--set",
+                          "async_training.require_batches=2"), "32 x 2 = 64 prompts", "at least 64")
+
+
+def test_async_default_run_length_below_one_step_warns(exp):
+    r = validate_line(exp, ASYNC.replace("{ppo_mini_batch_size: 32}", "{ppo_mini_batch_size: 256}"))
+    assert r.exit_code == 0, r.stderr
+    assert "rollout.total_rollout_steps=100 prompts (verl 0.9.1's default), fewer than the 256" in r.stderr
+
+
+@pytest.mark.parametrize("text, setting, needles", [
+    (GOOD, "async_training.staleness_threshold=0.5", ["--set async_training.staleness_threshold",
+                                                      "read only by verl/grpo-async", "verl/grpo never reads it",
+                                                      "use method: verl/grpo-async"]),
+    (GOOD, "+async_training.trigger_parameter_sync_step=2", ["--set +async_training.trigger_parameter_sync_step",
+                                                             "read only by verl/grpo-async"]),
+    (GOOD, "rollout.total_rollout_steps=5", ["rollout.total_rollout_steps", "read only by verl/grpo-async"]),
+    (ONE_STEP_OFF, "+rollout.total_rollout_steps=5", ["read only by verl/grpo-async",
+                                                      "verl/grpo-one-step-off never reads it"]),
+    (ONE_STEP_OFF, "async_training.require_batches=2", ["read only by verl/grpo-async"]),
+    (GOOD, "rollout.nnodes=1", ["read only by verl/grpo-async and verl/grpo-one-step-off"]),
+])
+def test_async_only_keys_on_other_methods_refused(exp, text, setting, needles):
+    refused(validate_line(exp, text, "--set", setting), *needles)
+
+
+def test_trainer_own_keys_are_verls(exp):
+    """rules.TRAINER_OWN_KEYS is what each disaggregated trainer's own YAML adds to ppo_trainer."""
+    from launcher.compile import rules, verlcheck
+
+    base = verlcheck.base_keys("ppo_trainer")
+    for config, own in rules.TRAINER_OWN_KEYS.items():
+        added = verlcheck.base_keys(config) - base
+        leaves = {k for k in added if not any(other.startswith(k + ".") for other in added)}
+        assert all(k in added for k in own), (config, own)
+        assert all(any(k == o or k.startswith(o + ".") for o in own) for k in leaves), (config, leaves, own)
+
+
+@pytest.mark.parametrize("extra, args, needles", [
+    ("teacher: {model: /models/teacher}\n", [], ["teacher.model", "verl/grpo has no teacher",
+                                                 "remove the teacher: block", "verl/distillation"]),
+    ("", ["--set", "teacher_tensor_model_parallel_size=2"],
+     ["knobs.teacher_tensor_model_parallel_size", "verl/grpo has no teacher", "only when distillation is on"]),
+    ("", ["--set", "distillation.teacher_models.teacher_model.inference.gpu_memory_utilization=0.3"],
+     ["--set distillation.teacher_models", "verl/grpo has no teacher"]),
+    ("spec:\n  resources:\n    pools: [{name: train}, {name: t, series: fake-teach}]\n"
+     "    roles: {actor: train, teacher: t}\n", [], ["spec.resources.roles.teacher", "verl/grpo has no teacher"]),
+])
+def test_teacher_without_distillation_refused(exp, extra, args, needles):
+    refused(validate_line(exp, GOOD + extra, *args), *needles)
+
+
+def test_teacher_on_the_async_method_refused(exp):
+    refused(validate_line(exp, ASYNC + "teacher: {model: /models/teacher}\n"), "verl/grpo-async has no teacher")
+
+
+# --- healing settings (rules.rule_spares, rules.rule_hang_limits; the partition's capacity:
+# launcher.submit.live.check, on the dev cluster in tests/cluster/test_bad_inputs_33.py) ----------
+
+@pytest.mark.parametrize("extra, needles", [
+    ("spec:\n  resources:\n    pools: [{name: train, nodes: 2, spare_nodes: 1}]\n",
+     ["spec.resources.pools[0].spare_nodes", "max_restarts_in_place is 0 (the site's value)",
+      "set slurm.max_restarts_in_place: 1"]),
+    ("spec:\n  resources:\n    pools: [{name: train, nodes: 2, spare_nodes: 1}]\nslurm: {max_restarts_in_place: 0}\n",
+     ["max_restarts_in_place is 0:", "sit allocated and idle"]),
+    ("spec:\n  resources:\n    pools: [{name: train, nodes: 1, spare_nodes: 1}]\nslurm: {max_restarts_in_place: 1}\n",
+     ["spec.resources.pools[0].spare_nodes", "one node, the head", "would never be used", "2 or more nodes"]),
+    ("slurm: {time: '00:30:00', hang_timeout_s: 7200}\n",
+     ["slurm.hang_timeout_s", "hang_timeout_s=7200 is longer than the job's time limit", "1800 s",
+      "to at most 1800, or 0 to turn the watchdog off"]),
+    ("slurm: {time: '1-00:00:00', first_step_timeout_s: 90000}\n",
+     ["slurm.first_step_timeout_s", "first_step_timeout_s=90000", "86400 s"]),
+])
+def test_healing_settings_refused(exp, extra, needles):
+    refused(validate_line(exp, GOOD + extra), *needles)
+
+
+@pytest.mark.parametrize("extra", [
+    "spec:\n  resources:\n    pools: [{name: train, nodes: 2, spare_nodes: 1}]\nslurm: {max_restarts_in_place: 1}\n",
+    # a one-node second pool's node is no head: its spare can take its place
+    ASYNC.replace(GOOD.replace("verl/grpo", "verl/grpo-async"), "").replace(
+        "{name: gen, nodes: 1, series: fake-teach}", "{name: gen, nodes: 1, series: fake-teach, spare_nodes: 1}")
+    + "slurm: {max_restarts_in_place: 1}\n",
+    "slurm: {time: '00:30:00', hang_timeout_s: 1800, first_step_timeout_s: 1800}\n",
+    "slurm: {time: UNLIMITED, hang_timeout_s: 99999}\n",
+    "slurm: {time: '00:10:00'}\n",  # the site's hang limits (1800/3600 s) are not the user's: not judged
+])
+def test_healing_settings_that_work_pass(exp, extra):
+    text = (GOOD.replace("verl/grpo", "verl/grpo-async") if "gen" in extra else GOOD) + extra
+    r = validate_line(exp, text)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_spares_count_in_the_partitions_capacity():
+    from types import SimpleNamespace
+
+    from launcher.plan import Pool
+    from launcher.submit import live
+
+    site = SimpleNamespace(series={"fake": SimpleNamespace(partition="train")})
+    cap = {"train": [4] * 6}
+
+    def plan(*pools):
+        return SimpleNamespace(pools=list(pools), slurm=SimpleNamespace(partition=None), overrides=())
+
+    errors, _ = live.check(plan(Pool("train", "fake", 5, 4, 0, ("actor",), 2)), site, cap)
+    assert [str(e) for e in errors] == [
+        "pools.train: 5 + 2 spare nodes x 4 GPUs can never run in partition train: it has 6 nodes, 6 of them with "
+        ">= 4 GPUs (at most 4 GPUs a node); nodes and spare_nodes together must be at most 6 (spare nodes are "
+        "allocated too; e.g. --profile fake:4x4, or fewer spare_nodes)"]
+    errors, _ = live.check(plan(Pool("train", "fake", 4, 4, 0, ("actor",), 1),
+                                Pool("gen", "fake", 1, 4, 1, ("rollout",), 1)), site, cap)
+    assert len(errors) == 1 and "(+1 spare)" in str(errors[0]) and "7 nodes) can never run at once" in str(errors[0])
+    assert live.check(plan(Pool("train", "fake", 5, 4, 0, ("actor",), 1)), site, cap)[0] == []
+
+
+# --- `+` keys on nodes verl builds as dataclasses (launcher.compile.verlcheck.added_field_errors) -
+
+@pytest.mark.parametrize("setting, needles", [
+    ("+actor_rollout_ref.ref.foo=1", ["+actor_rollout_ref.ref.foo", "builds actor_rollout_ref.ref as FSDPActorConfig",
+                                      "no field 'foo'", "Drop the override"]),
+    ("+actor_rollout_ref.ref.fsdp_config.foo=1", ["builds actor_rollout_ref.ref.fsdp_config as FSDPEngineConfig"]),
+    ("+skip.foo=1", ["+skip.foo", "builds skip as SkipManagerConfig", "fields: async_rollout, rollout, rollout_tq"]),
+    ("+skip.rollout.foo=1", ["builds skip.rollout as RolloutSkipConfig", "fields: action, dump_dir, enable, steps"]),
+])
+def test_plus_keys_verl_cannot_build_refused(exp, setting, needles):
+    refused(validate_line(exp, GOOD, "--set", setting), *needles)
+
+
+@pytest.mark.parametrize("args", [
+    ["--set", "+actor_rollout_ref.ref.foo=1", "--set", "actor_rollout_ref.actor.use_kl_loss=false"],  # no ref built
+    ["--set", "skip.rollout.enable=true"],
+    ["--set", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2"],  # renamed by verl before it builds
+])
+def test_plus_keys_verl_builds_or_ignores_pass(exp, args):
+    r = validate_line(exp, GOOD, *args)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_plus_skip_on_one_step_off_passes(exp):
+    """verl 0.9.1's one-step-off trainer never builds `skip` (no SkipManager.init)."""
+    r = validate_line(exp, ONE_STEP_OFF, "--set", "+skip.foo=1")
+    assert r.exit_code == 0, r.stderr
