@@ -1634,7 +1634,7 @@ def rule_hang_limits(ctx) -> None:
     for key, off in HANG_LIMITS.items():
         value = slurm.get(key)
         source = ctx.spec.provenance.get(f"slurm.{key}")
-        if source in ("site", "defaults", None) or not _is_int(value) or value <= limit:
+        if source in ("site", "defaults", None) or not _number(value) or value <= limit:
             continue
         ctx.error(f"slurm.{key}", f"{key}={value} is longer than the job's time limit (slurm.time {time} = {limit} s): "
                   f"the watchdog would never fire and a hang would hold the nodes until then; set {key} to at most "

@@ -713,6 +713,7 @@ def test_teacher_on_the_async_method_refused(exp):
     ("slurm: {time: '00:30:00', hang_timeout_s: 7200}\n",
      ["slurm.hang_timeout_s", "hang_timeout_s=7200 is longer than the job's time limit", "1800 s",
       "to at most 1800, or 0 to turn the watchdog off"]),
+    ("slurm: {time: '00:30:00', hang_timeout_s: 1e9}\n", ["hang_timeout_s=1000000000.0 is longer"]),
     ("slurm: {time: '1-00:00:00', first_step_timeout_s: 90000}\n",
      ["slurm.first_step_timeout_s", "first_step_timeout_s=90000", "86400 s"]),
 ])
