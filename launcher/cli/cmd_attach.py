@@ -17,7 +17,7 @@ from launcher.errors import SpecError
 from launcher.injob import auth
 from launcher.monitor import attach as att
 from launcher.monitor import poll as monitor
-from launcher.spec.runtime import Runtime
+from launcher.runtime import Runtime
 from launcher.spec.site import load_site, runs_root
 from launcher.states import SLURM_RUNNING
 

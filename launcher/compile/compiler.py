@@ -4,7 +4,7 @@ and the installed verl's config YAML.
 The overrides are gathered in a deterministic order by launcher.compile.rules.BUILD: method pins,
 bindings (model, data), defaults, knobs, user raw overrides, topology, checkpoint. A key set
 twice keeps the last value (at the later position). The list is then composed with verl's
-own Hydra config (launcher.compile.verlcheck.effective_config) and launcher.compile.rules.JUDGES run on the
+own Hydra config (launcher.verlcheck.effective_config) and launcher.compile.rules.JUDGES run on the
 composed values, so a dict-valued override, a `+key` or a legacy alias is judged by what it
 does, not by how it is spelled. Without verl's config on this machine compile says so once
 and the judges read the override list instead. All errors of one pass are raised together

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from launcher.compile import catalog, resolve, verlcheck
+from launcher import verlcheck
+from launcher.compile import catalog, resolve
 from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override

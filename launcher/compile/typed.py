@@ -1,5 +1,5 @@
 """Values typed as verl reads them: each resolved key a user layer wrote is compared with
-the composed config (launcher.compile.verlcheck.Effective). verl's YAML is untyped, so a
+the composed config (launcher.verlcheck.Effective). verl's YAML is untyped, so a
 spelling that composes may still reach verl as another type than the key's: `rollout.n=1.0`
 (a float where verl counts), `null` where verl has a number, `use_kl_loss=no` (a truthy
 string), `~trainer.save_freq` (a key verl reads, deleted). Each is refused naming the key.
@@ -10,7 +10,8 @@ not in verl's config (`+reward.reward_kwargs.*`), the type of the knob that sets
 
 from __future__ import annotations
 
-from launcher.compile import resolve, rules, verlfields
+from launcher import verlfields
+from launcher.compile import resolve, rules
 
 _NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
 _KNOB_TYPES = {"int": int, "float": float, "bool": bool}

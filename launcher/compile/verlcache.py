@@ -23,7 +23,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from launcher.compile import verlcheck
+from launcher import verlcheck
 
 
 def cache_dir() -> Path:

@@ -74,7 +74,7 @@ class Contract:
     """What the login side decided for this job, as the job reads it: plan.json, once."""
 
     plan: Plan
-    runtime: dict  # the runtime's entry (launcher.spec.runtime.Runtime.from_dict types it)
+    runtime: dict  # the runtime's entry (launcher.runtime.Runtime.from_dict types it)
     ray: RaySettings
     max_requeues: int | None
     requeue_lead: int  # seconds before the end the USR1 trap may requeue; 0: never requeued

@@ -4,7 +4,7 @@ Runs with the runtime's python on the head after the barrier (Ray) or on the bat
 (torchrun). Checks, each one a line of <run_dir>/preflight.json:
   pools        nodes and GPUs per pool as compiled vs what joined
   placement    verl's tagged placement groups per pool; the node of every bundle
-  overrides    the overrides compose against this runtime's verl (launcher.compile.verlcheck)
+  overrides    the overrides compose against this runtime's verl (launcher.verlcheck)
   paths        model/data/reward paths readable, and the run dir writable, from every compute
                node (a Ray task pinned to each: inside the container on a container runtime,
                where a path the container cannot see is named with the mount that fixes it)
@@ -90,9 +90,9 @@ def latest_checkpoint(checkpoint_dir: str) -> dict:
 
 def check_overrides(config_name: str, overrides: list[str]) -> dict:
     try:
-        from launcher.compile.verlcheck import check_overrides as verl_check
+        from launcher.verlcheck import check_overrides as verl_check
     except ImportError as exc:
-        return {"ok": False, "errors": [f"launcher.compile.verlcheck is not available: {exc}"]}
+        return {"ok": False, "errors": [f"launcher.verlcheck is not available: {exc}"]}
     try:
         errors = verl_check(config_name, list(overrides))
     except Exception as exc:  # a crash in composing is a failed check, not a crashed preflight

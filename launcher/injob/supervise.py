@@ -60,7 +60,7 @@ from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_p
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Contract, Job, child_env
-from launcher.spec.runtime import Runtime
+from launcher.runtime import Runtime
 
 POLL_S = 0.5
 TERM_GRACE_S = 8

@@ -25,7 +25,7 @@ from launcher.errors import SpecError
 from launcher.plan import Plan
 from launcher.render import logger_env, sbatch_template
 from launcher.render.sbatch_template import Sbatch, Shell, quote
-from launcher.spec.runtime import Runtime
+from launcher.runtime import Runtime
 
 # Values of the supervisor's arguments (shell words, checked like #SBATCH values).
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,32}$")

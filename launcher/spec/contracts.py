@@ -251,7 +251,7 @@ def _site_error(where: list, at: str, message: str) -> SpecError:
 
 
 def _registry_error(where: list, at: str, message: str) -> SpecError:
-    """A registry problem as the runtime's own errors name it (launcher.spec.runtime): the
+    """A registry problem as the runtime's own errors name it (launcher.runtime): the
     field is runtime.<the entry's key>, the message names the framework and version."""
     field = "runtime" + (f".{where[2]}" if len(where) > 2 else "")
     label = ".".join(str(p) for p in where)

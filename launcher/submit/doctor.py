@@ -18,7 +18,7 @@ from launcher import ownership, sbatch_values, slurm
 from launcher import runs as runs_mod
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.spec.contracts import load_registry
-from launcher.spec.runtime import registry_path, runtime_from_entry
+from launcher.spec.runtimes import registry_path, runtime_from_entry
 from launcher.spec.site import load_site
 from launcher.submit import container_checks
 

@@ -36,7 +36,7 @@ from launcher.compile.scheduler_options import DEPENDENCY
 from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
 from launcher.spec import paths
-from launcher.spec.runtime import registry_path, resolve_runtime
+from launcher.spec.runtimes import registry_path, resolve_runtime
 from launcher.submit.request import Rendered, Request, absolute_runs_dir
 
 # --- rendering (pure) ---------------------------------------------------------------

@@ -31,11 +31,10 @@ import yaml
 from launcher import ownership, runs, slurm
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
-from launcher.compile.verlcheck import version_note
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.render.script import overrides_text, plan_json, render_script
 from launcher.spec.files import check_folder_path
-from launcher.spec.runtime import resolve_runtime
+from launcher.spec.runtimes import resolve_runtime
 from launcher.spec.site import load_site, with_runs_root
 from launcher.states import COMPLETED, FAILED, RUNNING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
 from launcher.submit import chain
@@ -46,6 +45,7 @@ from launcher.submit.request import (  # noqa: F401 (Submitted, placeholder_run_
     absolute_runs_dir,
     placeholder_run_dir,
 )
+from launcher.verlcheck import version_note
 
 # --- training runs ------------------------------------------------------------------------
 

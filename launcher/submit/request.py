@@ -53,7 +53,7 @@ class Request:
     plan: object = None  # the compiled launcher.plan.Plan (training jobs), unbound
     site: object = None  # the launcher.spec.site.Site it was compiled for
     spec: object = None  # the launcher.spec.experiment.MergedSpec it came from
-    runtime: object = None  # the launcher.spec.runtime.Runtime it renders for (training jobs)
+    runtime: object = None  # the launcher.runtime.Runtime it renders for (training jobs)
     upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
     chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
 

@@ -18,8 +18,8 @@ from launcher.cli.app import main
 from launcher.errors import SpecError
 from launcher.injob import auth
 from launcher.monitor import attach
+from launcher.runtime import Runtime
 from launcher.spec import paths
-from launcher.spec.runtime import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_monitor import _row  # noqa: E402

@@ -671,7 +671,8 @@ def test_async_only_keys_on_other_methods_refused(exp, text, setting, needles):
 
 def test_trainer_own_keys_are_verls(exp):
     """rules.TRAINER_OWN_KEYS is what each disaggregated trainer's own YAML adds to ppo_trainer."""
-    from launcher.compile import rules, verlcheck
+    from launcher import verlcheck
+    from launcher.compile import rules
 
     base = verlcheck.base_keys("ppo_trainer")
     for config, own in rules.TRAINER_OWN_KEYS.items():
@@ -760,7 +761,7 @@ def test_spares_count_in_the_partitions_capacity():
     assert live.check(plan(Pool("train", "fake", 5, 4, 0, ("actor",), 1)), site, cap)[0] == []
 
 
-# --- `+` keys on nodes verl builds as dataclasses (launcher.compile.verlcheck.added_field_errors) -
+# --- `+` keys on nodes verl builds as dataclasses (launcher.verlcheck.added_field_errors) -
 
 @pytest.mark.parametrize("setting, needles", [
     ("+actor_rollout_ref.ref.foo=1", ["+actor_rollout_ref.ref.foo", "builds actor_rollout_ref.ref as FSDPActorConfig",

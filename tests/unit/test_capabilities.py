@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import base, compile_values  # noqa: E402
 
-from launcher.compile import catalog, verlcheck  # noqa: E402
+from launcher import verlcheck  # noqa: E402
+from launcher.compile import catalog  # noqa: E402
 from launcher.injob import capabilities  # noqa: E402
 from launcher.plan import Plan  # noqa: E402
 
@@ -113,8 +114,8 @@ def test_a_critic_cannot_be_switched_on_by_an_override():
 def write_plan(tmp_path: Path, method="ppo", needs=("flash_attn",)) -> str:
     """A real plan.json (render's plan_json), as the job reads it through its Contract."""
     from launcher.render.script import plan_json
+    from launcher.runtime import Runtime
     from launcher.spec import paths
-    from launcher.spec.runtime import Runtime
     from launcher.spec.site import load_site
 
     plan = dataclasses.replace(compile_values(base(method)), runtime_needs=tuple(needs), run_dir=str(tmp_path))

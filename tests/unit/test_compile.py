@@ -12,7 +12,7 @@ from sfc_helpers import RUN_DIR, SITE, base, compile_values, errors_of  # noqa: 
 
 from launcher.compile import catalog  # noqa: E402
 from launcher.plan import Plan  # noqa: E402
-from launcher.compile.verlcheck import check_overrides, verl_config_dir  # noqa: E402
+from launcher.verlcheck import check_overrides, verl_config_dir  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 

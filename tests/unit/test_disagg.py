@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_ports (job_json), run alone too
 from sfc_helpers import RUN_DIR, SITE, SITE_DICT, base, compile_values, errors_of, overrides_of, spec_from_values  # noqa: E402,E501
 
-from launcher.compile import catalog, verlcheck  # noqa: E402
+from launcher import verlcheck  # noqa: E402
+from launcher.compile import catalog  # noqa: E402
 from launcher.spec.site import site_from_dict  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")

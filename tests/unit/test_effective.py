@@ -16,11 +16,9 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import base, compile_values, errors_of, overrides_of, write_exp, write_site  # noqa: E402
 
+from launcher import verlcheck  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
-from launcher.compile import (
-    rules,  # noqa: E402
-    verlcheck,
-)
+from launcher.compile import rules  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
 
 ICEPOP = "algorithm.rollout_correction.rollout_is_threshold"

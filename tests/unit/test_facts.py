@@ -110,7 +110,7 @@ NAMED_METHODS_LEFT = {
     "launcher/cli/cmd_spec.py": 14,  # `sf new`'s commented knob blocks per method (belong in the recipes)
     "launcher/compile/rules.py": 9,  # dapo's, distillation's and the group estimators' own rules
     "launcher/compile/compiler.py": 1,  # distillation's teacher pool
-    "launcher/compile/verlcheck.py": 1,  # verl's `distillation` config group (a feature, not the method)
+    "launcher/verlcheck.py": 1,  # verl's `distillation` config group (a feature, not the method)
     "launcher/injob/capabilities.py": 5,  # the methods without a critic, named in flash_attn's way out
     "launcher/submit/export.py": 1,  # sft's checkpoints are no actor's
 }

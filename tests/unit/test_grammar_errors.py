@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli.app import main
-from launcher.compile.verlcheck import grammar_errors
+from launcher.verlcheck import grammar_errors
 
 
 @pytest.mark.parametrize("text,key,value", [

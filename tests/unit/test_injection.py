@@ -18,7 +18,7 @@ import pytest
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.render.script import plan_json, render_script
-from launcher.spec.runtime import runtime_from_entry
+from launcher.spec.runtimes import runtime_from_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_render import SITE, VENV, directives, make_plan

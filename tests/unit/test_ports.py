@@ -78,8 +78,8 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     from launcher.injob.supervise import parse_args, read_contract
     from launcher.plan import Plan, Pool, SlurmOptions
     from launcher.render.script import plan_json
+    from launcher.runtime import Runtime
     from launcher.spec import paths
-    from launcher.spec.runtime import Runtime
     from launcher.spec.site import load_site
 
     plan = Plan(experiment="d", method="distillation", framework="verl", framework_version="0.9.1",

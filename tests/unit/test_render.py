@@ -10,8 +10,8 @@ import pytest
 from launcher.errors import SpecError
 from launcher.plan import Plan, Pool, SlurmOptions
 from launcher.render.script import overrides_text, plan_json, quote, render_script
+from launcher.runtime import Runtime
 from launcher.spec import paths
-from launcher.spec.runtime import Runtime
 from launcher.spec.site import load_site
 
 SITE = load_site(str(paths.site_dir() / "dev.yaml"))

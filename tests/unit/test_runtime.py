@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.errors import SpecError
-from launcher.spec.runtime import resolve_runtime
+from launcher.spec.runtimes import resolve_runtime
 from launcher.spec.site import site_from_dict
 
 

@@ -13,7 +13,8 @@ from sfc_helpers import RUN_DIR, SITE, base, spec_from_values  # noqa: E402
 
 from launcher.compile.compiler import compile_plan  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
-from launcher.spec.runtime import Runtime, resolve_runtime  # noqa: E402
+from launcher.runtime import Runtime  # noqa: E402
+from launcher.spec.runtimes import resolve_runtime  # noqa: E402
 from launcher.spec.site import site_from_dict  # noqa: E402
 
 NO_FLASH_ATTN = {

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SpecError
-from launcher.spec.runtime import Runtime, resolve_runtime
+from launcher.runtime import Runtime
+from launcher.spec.runtimes import resolve_runtime
 from launcher.spec.site import site_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,7 +220,8 @@ def test_rootless_config_for_other_users(tmp_path):
     m.rootless(config, 1000, 100)
     # the host's PIDs stay visible (a driver finds its node's raylet): /proc is bound, not mounted anew
     assert [n["type"] for n in config["linux"]["namespaces"]] == ["mount", "user"]
-    assert config["mounts"] == [{"destination": "/proc", "type": "bind", "source": "/proc", "options": ["rbind", "nosuid"]},
+    host_proc = {"destination": "/proc", "type": "bind", "source": "/proc", "options": ["rbind", "nosuid"]}
+    assert config["mounts"] == [host_proc,
                                 {"destination": "/tmp"}]
     assert config["linux"]["uidMappings"] == [{"containerID": 0, "hostID": 1000, "size": 1}]
     assert config["linux"]["gidMappings"] == [{"containerID": 0, "hostID": 100, "size": 1}]

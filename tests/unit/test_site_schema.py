@@ -20,9 +20,10 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.errors import SpecError, SpecErrors
+from launcher.runtime import KINDS
 from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import contracts, paths
-from launcher.spec.runtime import KINDS, resolve_runtime
+from launcher.spec.runtimes import resolve_runtime
 from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Series, load_site, site_from_dict
 

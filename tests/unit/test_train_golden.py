@@ -26,9 +26,9 @@ from launcher.compile.compiler import compile_plan  # noqa: E402
 from launcher.plan import SlurmOptions  # noqa: E402
 from launcher.render import script as script_mod  # noqa: E402
 from launcher.render.script import render_script  # noqa: E402
+from launcher.runtime import Runtime  # noqa: E402
 from launcher.spec import paths  # noqa: E402
 from launcher.spec.experiment import load_spec  # noqa: E402
-from launcher.spec.runtime import Runtime  # noqa: E402
 from launcher.spec.site import load_site  # noqa: E402
 from launcher.submit.request import placeholder_run_dir  # noqa: E402
 
@@ -91,7 +91,8 @@ def cases() -> dict:
 
 
 def normalized(text: str) -> str:
-    return text.replace(sys.executable, "<SF_PYTHON>").replace(str(paths.data_root()), "<SF_ROOT>").replace(f"sf {launcher.__version__} ", "sf <SF_VERSION> ")
+    text = text.replace(sys.executable, "<SF_PYTHON>").replace(str(paths.data_root()), "<SF_ROOT>")
+    return text.replace(f"sf {launcher.__version__} ", "sf <SF_VERSION> ")
 
 
 def render_case(plan, site, runtime, kwargs, installed: bool = False) -> str:

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from launcher.compile import verlcheck
+from launcher import verlcheck
 from launcher.injob.verl_main import hydra_argv
 
 REPO = Path(__file__).resolve().parents[2]

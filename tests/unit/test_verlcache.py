@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from launcher.compile import verlcache, verlcheck
+from launcher import verlcheck
+from launcher.compile import verlcache
 
 GOOD = ("actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=16")
 BAD = ("actor_rollout_ref.rollout.name=vllm", "trainer.no_such_key=1")

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from launcher.compile import verlcheck
-from launcher.compile.verlcheck import check_overrides, closest_key
+from launcher import verlcheck
+from launcher.verlcheck import check_overrides, closest_key
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 
@@ -104,7 +104,7 @@ def test_hydra_missing_is_an_error(monkeypatch):
 def test_first_compose_in_place_keeps_the_base_values(monkeypatch):
     """The first compose of a process applies the overrides to the base itself (no copy);
     the base values of the keys it touched are kept, and a later compose starts clean."""
-    from launcher.compile import verlcheck
+    from launcher import verlcheck
 
     monkeypatch.setattr(verlcheck, "_BASE_USED", frozenset())
     verlcheck.base_config.cache_clear()

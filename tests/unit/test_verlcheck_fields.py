@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.compile import verlcheck, verlfields
-from launcher.compile.verlcheck import check_overrides
+from launcher import verlcheck, verlfields
+from launcher.verlcheck import check_overrides
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
 

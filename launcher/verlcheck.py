@@ -17,8 +17,8 @@ import re
 import warnings
 from functools import lru_cache
 
-from launcher.compile.verlfields import dataclass_fields, field_annotations, verl_root
 from launcher.errors import SpecError
+from launcher.verlfields import dataclass_fields, field_annotations, verl_root
 
 INSTALL_HINT = "pip install 'sf[verl-config]' && pip install --no-deps verl=={version}"
 
