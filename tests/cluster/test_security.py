@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,6 +70,9 @@ def temp_dirs(run_dir: Path) -> list[Path]:
     return [Path(e["temp_dir"]).parent for e in phases(run_dir) if e["phase"] == "node_started"]
 
 
+# serial: it swaps this user's own port-lock dir (/tmp/.sf-ports-<uid>) for a link, which the
+# jobs of tests running beside it would then use (only the owner can swap it in sticky /tmp)
+@pytest.mark.serial
 def test_planted_links_and_dirs_leave_their_targets_untouched(tmp_path):
     os.chmod(tmp_path, 0o755)
     run_dir = render_job("planted", nodes="dev3,dev4", entry="import time; time.sleep(3)")
