@@ -237,6 +237,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, out: Path) -> Path:
+    """Write a finished figure as the PNG `out` (its folder made) and free it."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100, format="png")
+    plt.close(fig)
+    return out
+
+
 def _png(out: str | Path) -> Path:
     out = Path(out)
     if out.suffix.lower() != ".png":
@@ -264,11 +273,7 @@ def plot(metrics: Metrics, out: str | Path, title: str = "") -> Path:
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100, format="png")
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 # --- sweeps: one row (and one curve) per point ------------------------------------------
@@ -428,8 +433,4 @@ def plot_sweep(points: list[SweepPoint], keys: list[str], out: str | Path, title
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100, format="png")
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)

@@ -90,7 +90,7 @@ def format_timeline(run_id: str, rows: list[dict]) -> str:
 def plot_timeline(rows: list[dict], out, title: str = ""):
     """One bar per attempt, a segment per event (from the event before it): sf's in blues,
     verl's in oranges, each labelled; a PNG like `sf plot`'s."""
-    from launcher.monitor.metrics import _png, _pyplot  # lazy: matplotlib is an extra (sf[plots])
+    from launcher.monitor.metrics import _png, _pyplot, _save  # lazy: matplotlib is an extra (sf[plots])
 
     plt = _pyplot()
     out = _png(out)
@@ -111,8 +111,4 @@ def plot_timeline(rows: list[dict], out, title: str = ""):
     ax.grid(True, axis="x", alpha=0.3)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100, format="png")
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
