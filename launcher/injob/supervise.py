@@ -880,7 +880,13 @@ class Supervisor:
                     missing = result.get("missing") or []
                     named = ", ".join(f"{h} (pool {pool.name if (pool := self.job.pool_of(h)) else '?'})"
                                       for h in missing)
-                    if missing:
+                    if missing and not result.get("pools"):
+                        # The head's GCS never answered a node listing: who joined is unknown,
+                        # so name the head rather than call every host absent.
+                        reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
+                                  f"the Ray head on {self.job.head_node} never answered a node listing "
+                                  f"({result.get('error') or 'no answer'})")
+                    elif missing:
                         reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
                                   f"hosts never joined the Ray cluster: {named}")
                     elif result.get("short_of_gpus"):
