@@ -65,24 +65,26 @@ def test_retries_run_out_the_reason_says_retrying_helps():
     assert len(events(out["run"], "node_retry")) == 2  # ray.start_retries (site default 2)
 
 
-# It keeps every core busy for 4 minutes on purpose: beside other tests it would starve them
-# too, so scripts/test runs it alone (-m serial).
+# It keeps every core busy on purpose: beside other tests it would starve them too, so
+# scripts/test runs it alone (-m serial). One job of each shape (two pools in one job, one
+# pool): five in a row took 281 s of CI's time and found nothing two did not (the suite's
+# 4-worker pass loads the host as much, for every test).
 @pytest.mark.serial
 def test_preflights_pass_on_a_host_oversubscribed_3x():
     cores = os.cpu_count() or 2
-    burn = "import time\nend = time.time() + 240\nwhile time.time() < end: pass\n"
+    burn = "import time\nend = time.time() + 200\nwhile time.time() < end: pass\n"
     burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(3 * cores)]
     try:
         time.sleep(1)
         results = []
-        for example in ("examples/grpo", "examples/distill", "examples/grpo", "examples/distill", "examples/grpo"):
+        for example in ("examples/distill", "examples/grpo"):
             out = submit(example, timeout=300)
             results.append((example, out["rc"], out.get("reason")))
     finally:
         for proc in burners:
             proc.kill()
     print("\n" + "\n".join(f"{e}: rc {rc} {reason or ''}" for e, rc, reason in results))
-    assert [rc for _e, rc, _r in results] == [0] * 5, results
+    assert [rc for _e, rc, _r in results] == [0] * 2, results
 
 
 def test_the_reason_carries_the_first_failing_line():
