@@ -54,11 +54,13 @@ from datetime import datetime
 from pathlib import Path
 
 from launcher import ownership, runs, slurm, states
+from launcher.checkpoints import tracked_step
 from launcher.errors import SpecError
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, ray_tuning, verl_phases
+from launcher.injob import auth, capabilities, heal, private, ray_tuning, stacks, verl_phases
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
+from launcher.injob import watchdog as watchdog_mod
 from launcher.injob.contract import Contract, Job, child_env
 from launcher.runtime import Runtime
 
@@ -346,6 +348,26 @@ def signal_steps(steps: list[dict], signum: int, grace: float, kill: bool = Fals
                 step["popen"].kill()
 
 
+STEPS_GONE_S = 30
+
+
+def wait_steps_gone(job_id: str) -> None:
+    """Until slurmctld holds none of the job's old srun steps (bounded): their memory is
+    released only then, and the new node steps need it (seen on the dev cluster: a restart
+    1.8 s after the stop failed with "Memory required by task is not available")."""
+    deadline = time.monotonic() + STEPS_GONE_S
+    while time.monotonic() < deadline:
+        try:
+            left = slurm.numbered_steps(job_id)
+        except Exception as exc:  # no squeue: go on, the new steps say what is wrong
+            log(f"cannot list the job's steps ({exc}); starting Ray again anyway")
+            return
+        if not left:
+            return
+        time.sleep(0.2)
+    log(f"steps {', '.join(left)} still listed after {STEPS_GONE_S} s; starting Ray again anyway")
+
+
 def tcp_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -371,7 +393,13 @@ def pinned(argv: list[str]) -> list[str]:
 
 
 class Supervisor:
+    """The batch step. Every attribute it holds is declared here, in two groups: what an
+    attempt keeps from setup on, and what a restart in place renews (restart_in_place).
+    Only the Supervisor assigns them; healing (heal.py) decides from a Standing and
+    returns a decision that apply() carries out."""
+
     def __init__(self, contract: Contract, run_dir: str, preflight: bool = False):
+        # -- the attempt: set here or in setup(), kept to its end --------------------------
         self.contract = contract
         self.plan = contract.plan
         self.ray = contract.ray  # its port range narrowed to the usable part in setup
@@ -381,16 +409,27 @@ class Supervisor:
         self.job_id = os.environ.get("SLURM_JOB_ID", "0")
         self.leader = os.environ.get("SLURM_HET_JOB_ID") or self.job_id
         self.hetjob = self.plan.is_hetjob
-        self.job: Job | None = None  # what the job's processes share (setup; a restart in place renews it)
-        self.steps: list[dict] = []  # {"name", "popen", "kind", "pool", "hosts"}
-        self.stage = states.STAGE_ALLOCATED
-        self.t0 = time.monotonic()
-        self.ended = False
+        self.t0 = time.monotonic()  # for the `seconds` of every event
         self.logs = Path(self.run_dir) / "logs"
-        self.token = None  # the Ray token of this attempt (auth.py)
-        # this attempt's step records: the batch script's; a restart in place writes its own (heal.py)
+        self.restart = 0  # SLURM_RESTART_COUNT: requeues so far (setup)
+        self.end_ts: float | None = None  # the job's EndTime (setup)
+        self.expires_ts: float | None = None  # the end verl is told (setup: expiration())
+        self.head_addr = ""  # the head's Ray address (setup)
+        self.token = None  # the Ray token of this attempt (auth.py; setup)
+        self.ended = False  # finish() ran (or a requeue was sent): nothing more is recorded
+        # -- renewed by a restart in place --------------------------------------------------
+        self.job: Job | None = None  # what the job's processes share: hosts, spares, the head's ports
+        self.ports: ports_mod.NodePorts | None = None  # the head's ports (take_head_slot)
+        self.port_reservation: private.Reservation | None = None  # the lock on the head's slot
+        self.steps: list[dict] = []  # the live processes: {"name", "popen", "kind", "pool", "hosts"}
+        self.stage = states.STAGE_ALLOCATED  # what it does now: the "during phase X" of a reason
+        self.wall0 = time.time()  # when this start began: node events before it are an earlier one's
+        # this start's step records: the batch script's; a restart in place writes its own
         self.metrics_path = os.environ.get("VERL_FILE_LOGGER_PATH")
-        self.restarts_in_place = 0
+        self.restarts_in_place = 0  # in this attempt
+        # the progress watchdog of this start's driver: None until it trains (check_hang
+        # makes it), False when it is off (heal.new_watchdog says why)
+        self.watchdog: watchdog_mod.Watchdog | bool | None = None
         self.verl_log = verl_phases.LogWatch(None)  # verl's phases in the batch log, from each driver start
 
     # -- helpers ----------------------------------------------------------------------
@@ -767,6 +806,137 @@ class Supervisor:
             auth.remove_token(self.token)
         return 0
 
+    # -- healing: heal.py decides, the supervisor carries it out --------------------------
+    def standing(self) -> heal.Standing:
+        """What a healing decision reads of the job now."""
+        return heal.Standing(job=self.job, stage=self.stage, preflight=self.preflight, launcher=self.plan.launcher,
+                             restarts_in_place=self.restarts_in_place,
+                             max_restarts_in_place=self.contract.heal.max_restarts_in_place,
+                             restart=self.restart, may_requeue=self.may_requeue(),
+                             max_requeues=self.contract.max_requeues, requeue_lead=self.contract.requeue_lead)
+
+    def apply(self, decision: heal.Decision) -> int | None:
+        """Carry out what healing decided: None when restarted in place (the watch goes on),
+        else the attempt's exit code."""
+        if decision.note:
+            log(decision.note)
+        if isinstance(decision, heal.RestartInPlace):
+            self.restart_in_place(decision)
+            return None
+        if isinstance(decision, heal.Requeue):
+            return self.requeue(decision)
+        if isinstance(decision, heal.RequeueWithout):
+            return self.requeue_without(list(decision.nodes), decision.reason)
+        return self.fail(decision.reason, rc=decision.rc)
+
+    def check_hang(self) -> watchdog_mod.Hang | None:
+        """Once per watch-loop turn while the driver trains: the watchdog's Hang or None. The
+        watchdog is made at the driver's first turn (heal.new_watchdog: off without step records)."""
+        if self.stage != states.STAGE_DRIVER or self.preflight:  # verl trains
+            return None
+        if self.watchdog is None:
+            # the batch script exports VERL_FILE_LOGGER_PATH; a restart in place sets its own
+            path = self.metrics_path or str(Path(self.run_dir) / "metrics" / f"attempt-{self.restart}.jsonl")
+            dog, line = heal.new_watchdog(self.contract.heal, self.plan.overrides, path, time.monotonic())
+            log(line)
+            self.watchdog = dog or False
+        if not self.watchdog:
+            return None
+        hang = self.watchdog.poll(time.monotonic())
+        if self.watchdog.stepped:
+            self.write_progress(self.watchdog.progress.last_step)
+        return hang
+
+    def write_progress(self, step: int | None) -> None:
+        """<run>/progress.json: the newest training step and when it arrived (wall clock), which
+        `sf status` shows as "step 12 (40 s ago)"; replaced at each new step number."""
+        try:
+            runs.Run(self.run_dir).write_json(runs.PROGRESS, {"step": step, "at": round(time.time(), 1),
+                                                             "job_id": self.job_id, "restart": self.restart})
+        except OSError as exc:
+            log(f"warning: cannot write {runs.PROGRESS}: {exc}")
+
+    def training_steps(self) -> int | None:
+        """The training steps the driver logged, read up to its end (not a second ago); None
+        without a watchdog."""
+        if not self.watchdog:
+            return None
+        self.watchdog.checked = 0.0
+        self.watchdog.poll(time.monotonic())
+        return self.watchdog.progress.training_steps
+
+    def on_hang(self, hang: watchdog_mod.Hang) -> int | None:
+        """Record the hang, save every node's Python stacks under <run>/stacks/<job>-<restart>/
+        (the worker nodes whose processes did not answer are the evidence), kill the driver,
+        then carry out what heal.after_hang decides."""
+        rel = f"{stacks.STACKS_DIR}/{self.job_id}-{self.restart}" + \
+            (f".{self.restarts_in_place}" if self.restarts_in_place else "")
+        self.record(states.HANG, last_step=hang.last_step, seconds_since=hang.idle_s, limit_s=hang.limit_s,
+                    first_step=hang.first_step, stacks=rel, seconds=self.elapsed())
+        t0 = time.monotonic()
+        saved = stacks.save(self, Path(self.run_dir) / rel)
+        # The head is never left out (the batch step, the GCS and the hung driver, killed below,
+        # live there); a worker node whose processes did not answer the dump is the evidence.
+        silent = {n: why for n, why in saved["silent"].items() if n != self.job.head_node}
+        self.record(states.STACKS_SAVED, dir=rel, nodes=saved["nodes"], silent=silent or None,
+                    seconds=round(time.monotonic() - t0, 1))
+        # A hung driver saves nothing and may not heed SIGTERM (frozen, or stuck holding the GIL):
+        # kill it now, so ending the attempt does not wait out the grace times for it.
+        self.kill_driver()
+        return self.apply(heal.after_hang(self.standing(), heal.hang_reason(hang, rel, silent), list(silent)))
+
+    def kill_driver(self) -> None:
+        for step in self.steps:
+            if step["kind"] == "driver" and step["popen"].poll() is None:
+                step["popen"].kill()
+
+    def restart_in_place(self, decision: heal.RestartInPlace) -> None:
+        """Stop the driver and Ray, bring Ray up again on the decision's hosts and let the watch
+        loop start the driver again (verl resumes from its last checkpoint): every attribute
+        of the second group in __init__ renewed."""
+        n = decision.number
+        t0 = time.monotonic()
+        log(f"restarting in place ({n} of at most {decision.bound}): {decision.reason}")
+        self.kill_driver()
+        self.stop_nodes()  # each node stops Ray and keeps its logs, as at the end of a job
+        self.terminate()
+        self.steps = []
+        wait_steps_gone(self.leader)
+        self.restarts_in_place = n
+        self.job = replace(self.job, hosts=decision.hosts, spares=decision.spares)
+        if decision.swapped:
+            log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in decision.swapped.items()))
+        # a fresh start: node events from here on, the head's ports free again (or the next block)
+        self.wall0 = time.time()
+        # the head's slot reserved again (the stopped head's lock released first, so the same slot
+        # is taken back unless another job holds it now: launcher.injob.private.reserve)
+        if self.port_reservation is not None:
+            self.port_reservation.release()
+        self.take_head_slot()
+        # verl's file logger opens its file with "wb": the restarted driver writes its own
+        self.metrics_path = str(Path(self.run_dir) / "metrics" / f"attempt-{self.restart}.{n}.jsonl")
+        self.watchdog = None
+        self.record(states.RESTARTED_IN_PLACE, cause=decision.cause, restart_in_place=n,
+                    max_restarts_in_place=decision.bound, nodes=list(decision.nodes) if decision.nodes else None,
+                    left_out=list(decision.swapped) or None, spares_used=list(decision.swapped.values()) or None,
+                    resumed_from=tracked_step(self.plan.checkpoint_dir) or 0, reason=decision.reason[:300],
+                    stop_s=round(time.monotonic() - t0, 1))
+        self.start_ray()
+        self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
+                   stdout=subprocess.PIPE)
+        self.stage = states.STAGE_BRINGUP
+
+    def requeue(self, decision: heal.Requeue) -> int:
+        """The whole job back to the queue (the next attempt resumes from the last checkpoint),
+        as requeue_without does, with nothing excluded."""
+        nxt = self.restart + 1
+        bound, reason = self.contract.max_requeues, decision.reason
+        log(f"requeueing (restart {nxt} of at most {bound}): {reason}")
+        self.write_reason(f"{reason}; requeued (restart {nxt} of at most {bound})")
+        self.record(states.REQUEUED, restart=nxt, cause=decision.cause,
+                    nodes=list(decision.nodes) if decision.nodes is not None else None, reason=reason)
+        return self.requeue_now(lambda: slurm.requeue(self.leader), f"{reason}; the requeue failed")
+
     def finish(self, rc: int, reason: str, **info) -> None:
         if self.ended:
             return
@@ -853,7 +1023,7 @@ class Supervisor:
                     reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
                               f"{self.stage} (srun {step['name']} {exit_text(rc)}); see logs/{self.job_id}-ray-*.log"
                               + self.exit_hint(named))
-                    ended = heal.on_node_death(self, reason, named, lost)
+                    ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost))
                     if ended is None:
                         break
                     return ended
@@ -921,17 +1091,21 @@ class Supervisor:
                     cause = self.driver_failure(what) if rc != 0 else None
                     if cause:
                         reason += f": {cause}"
-                    if rc != 0 and heal.restart_in_place(self, "driver", reason):
-                        break
                     if rc != 0:
-                        reason += heal.after(self)
+                        decision = heal.after_driver_failure(self.standing(), reason, self.training_steps())
+                        if isinstance(decision, heal.RestartInPlace):
+                            self.apply(decision)
+                            break
+                        if decision.note:
+                            log(decision.note)
+                        reason = decision.reason
                         self.write_reason(reason)
                     self.finish(rc, reason)
                     return rc
             for found in self.verl_log.new_phases():  # verl's own start-up phases, as its driver logs them
                 self.record(states.VERL_PHASE, seconds=self.elapsed(), **found)
-            hang = heal.check(self)  # the progress watchdog, while the driver trains
-            if hang and (ended := heal.on_hang(self, hang)) is not None:
+            hang = self.check_hang()  # the progress watchdog, while the driver trains
+            if hang and (ended := self.on_hang(hang)) is not None:
                 return ended
             if not head_up and tcp_open(self.head_addr, self.ports.gcs):
                 head_up = True
