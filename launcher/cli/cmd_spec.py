@@ -158,6 +158,13 @@ def _sbatch_env_warnings(site) -> list[str]:
     return out
 
 
+def pool_shape(pool) -> str:
+    """A pool as validate's table shows it: "train 2x4 fake + 1 spare node" (the spares are
+    allocated too: #SBATCH --nodes counts them)."""
+    spares = f" + {pool.spare_nodes} spare node{'s' if pool.spare_nodes != 1 else ''}" if pool.spare_nodes else ""
+    return f"{pool.name} {pool.nodes}x{pool.gpus_per_node} {pool.series}{spares}"
+
+
 @click.command()
 @click.argument("name")
 @spec_options
@@ -202,8 +209,7 @@ def validate(name, as_json, live, **kwargs):
         click.echo(f"  {key} = {shown_dict(item, hydra_value)}")
     click.echo("pools:")
     for p in plan.pools:
-        click.echo(f"  het group {p.het_group}: {p.name} {p.nodes}x{p.gpus_per_node} {p.series} "
-                   f"roles={','.join(p.roles)}")
+        click.echo(f"  het group {p.het_group}: {pool_shape(p)} roles={','.join(p.roles)}")
     click.echo("entry: " + " ".join(plan.entry))
     click.echo("overrides:")
     for ov, source in zip(plan.overrides, plan.sources, strict=True):
