@@ -1,9 +1,19 @@
-"""Fixtures of the unit tests. `fake_slurm`: the one fake of Slurm's commands."""
+"""Fixtures of the unit tests. `fake_slurm`: the one fake of Slurm's commands; `site`: a site
+file on it. What test files share besides fixtures is in unit_helpers.py (this folder is put
+on sys.path here, so every test file can import it)."""
 from __future__ import annotations
 
+import os
 import stat
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
+
+from launcher.spec import paths
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FAKE_COMMANDS = ("sacct", "sacctmgr", "squeue", "sbatch", "scancel", "scontrol", "srun")
 
@@ -86,3 +96,20 @@ def _no_steering_variables_from_the_shell(monkeypatch):
     for name in list(os.environ):
         if name.startswith(_STEERING_PREFIXES) and name != "SLURM_CONF":
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def site(tmp_path, fake_slurm, monkeypatch):
+    """site(**slurm) -> the path of the dev site with these slurm: settings, its runs on fake_slurm."""
+    def write(**slurm):
+        data = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
+        data["runs_dir"] = str(fake_slurm.runs_dir)
+        data["slurm"].update(slurm)
+        path = tmp_path / "site.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return str(path)
+
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
+    for name in [n for n in os.environ if n.startswith("SBATCH_")]:
+        monkeypatch.delenv(name)
+    return write

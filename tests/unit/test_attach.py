@@ -22,7 +22,7 @@ from launcher.runtime import Runtime
 from launcher.spec import paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_monitor import _row  # noqa: E402
+from unit_helpers import sacct_row  # noqa: E402
 
 PLAN = {"pools": [{"name": "train", "het_group": 0, "roles": ["actor", "rollout"]},
                   {"name": "teach", "het_group": 1, "roles": ["teacher"]}]}
@@ -152,7 +152,7 @@ def _running_run(fake_slurm, state="RUNNING"):
     run.update(runtime=Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt").to_dict())
     for event in PHASES:
         runs.record_phase(run.dir, event["phase"], **{k: v for k, v in event.items() if k != "phase"})
-    fake_slurm.set("sacct", _row("42+0", state) + _row("42+1", state))
+    fake_slurm.set("sacct", sacct_row("42+0", state) + sacct_row("42+1", state))
     return run
 
 

@@ -14,9 +14,7 @@ from launcher.spec import paths
 from launcher.submit import chain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli_contract import site  # noqa: E402,F401  (the fixture: site(**slurm) -> a site file)
-from test_monitor import _row, _submitted  # noqa: E402
-from test_render import directives  # noqa: E402
+from unit_helpers import directives, sacct_row, submitted_run  # noqa: E402
 
 GRPO = str(paths.data_root() / "examples" / "grpo")
 
@@ -24,15 +22,15 @@ GRPO = str(paths.data_root() / "examples" / "grpo")
 @pytest.mark.parametrize("state,expected", [("RUNNING", "afterok:501"), ("PENDING", "afterok:501"),
                                             ("REQUEUED", "afterok:501"), ("COMPLETED", None)])
 def test_after_dependency(state, expected, fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "sft", "501")
-    fake_slurm.set("sacct", _row("501", state))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "501")
+    fake_slurm.set("sacct", sacct_row("501", state))
     assert chain.after_dependency(run.id, fake_slurm.runs_dir) == expected
 
 
 @pytest.mark.parametrize("state", ["FAILED", "CANCELLED", "TIMEOUT"])
 def test_after_a_run_that_cannot_succeed(state, fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "sft", "502")
-    fake_slurm.set("sacct", _row("502", state))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "502")
+    fake_slurm.set("sacct", sacct_row("502", state))
     with pytest.raises(SpecError) as err:
         chain.after_dependency(run.id, fake_slurm.runs_dir)
     assert err.value.field == "--after" and f"ended {state.lower()}" in err.value.message
@@ -45,8 +43,8 @@ def test_after_unknown_run(fake_slurm):
 
 
 def test_submit_after_renders_afterok_with_singleton(fake_slurm, site):  # noqa: F811 (the imported fixture)
-    run = _submitted(fake_slurm.runs_dir, "sft", "503")
-    fake_slurm.set("sacct", _row("503", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "503")
+    fake_slurm.set("sacct", sacct_row("503", "RUNNING"))
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--dry-run", "--after", run.id,
                                        "--dependency", "afterany:7"])
     assert result.exit_code == 0, result.output
@@ -59,15 +57,15 @@ def test_submit_after_renders_afterok_with_singleton(fake_slurm, site):  # noqa:
 
 
 def test_submit_after_a_failed_run_is_refused(fake_slurm, site):  # noqa: F811 (the imported fixture)
-    run = _submitted(fake_slurm.runs_dir, "sft", "504")
-    fake_slurm.set("sacct", _row("504", "FAILED"))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "504")
+    fake_slurm.set("sacct", sacct_row("504", "FAILED"))
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--after", run.id])
     assert result.exit_code == 2 and result.stderr.startswith("sf: error: --after: run ")
     assert not fake_slurm.calls("sbatch")
 
 
 def _with_export(fake_slurm, tmp_path, job_id="601", done=False):
-    run = _submitted(fake_slurm.runs_dir, "sft", "600")
+    run = submitted_run(fake_slurm.runs_dir, "sft", "600")
     target = tmp_path / "exports" / "global_step_4"
     target.mkdir(parents=True)
     if done:
@@ -84,7 +82,7 @@ def test_model_from_a_finished_export(fake_slurm, tmp_path):
 
 def test_model_from_an_export_still_running(fake_slurm, tmp_path, site):  # noqa: F811 (the imported fixture)
     run, target = _with_export(fake_slurm, tmp_path)
-    fake_slurm.set("sacct", _row("601", "RUNNING"))
+    fake_slurm.set("sacct", sacct_row("601", "RUNNING"))
     assert chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir) == (target, "afterok:601", None)
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--dry-run", "--model", f"run:{run.id}"])
     assert result.exit_code == 0, result.output
@@ -95,7 +93,7 @@ def test_model_from_an_export_still_running(fake_slurm, tmp_path, site):  # noqa
 @pytest.mark.parametrize("state", ["FAILED", "COMPLETED", "CANCELLED"])
 def test_model_from_an_export_that_made_no_model(state, fake_slurm, tmp_path):
     run, _ = _with_export(fake_slurm, tmp_path)
-    fake_slurm.set("sacct", _row("601", state))
+    fake_slurm.set("sacct", sacct_row("601", state))
     with pytest.raises(SpecError) as err:
         chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir)
     assert err.value.field == "--model" and "holds no model" in err.value.message
@@ -106,8 +104,8 @@ def test_model_from_an_export_that_made_no_model(state, fake_slurm, tmp_path):
 @pytest.mark.parametrize("state,after", [("RUNNING", "afterok:602"), ("PENDING", "afterok:602"),
                                          ("COMPLETED", None)])
 def test_model_from_a_run_without_export_queues_one(state, after, fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "sft", "602", preflight=True)
-    fake_slurm.set("sacct", _row("602", state))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "602", preflight=True)
+    fake_slurm.set("sacct", sacct_row("602", state))
     path, dependency, export = chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir)
     assert dependency is None  # the export job's id comes at submit time (pipeline.submit)
     assert export.run_id == run.id and export.after == after and export.upstream_preflight
@@ -116,8 +114,8 @@ def test_model_from_a_run_without_export_queues_one(state, after, fake_slurm):
 
 @pytest.mark.parametrize("state", ["FAILED", "CANCELLED", "NODE_FAIL"])
 def test_model_from_a_run_that_cannot_succeed(state, fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "sft", "603")
-    fake_slurm.set("sacct", _row("603", state))
+    run = submitted_run(fake_slurm.runs_dir, "sft", "603")
+    fake_slurm.set("sacct", sacct_row("603", state))
     with pytest.raises(SpecError) as err:
         chain.model_from_run(f"run:{run.id}", fake_slurm.runs_dir)
     assert err.value.field == "--model" and f"ended {state.lower()}" in err.value.message
@@ -144,8 +142,8 @@ def test_submit_model_from_a_running_run_queues_its_export_first(fake_slurm, sit
     from launcher import runs
 
     _export_env(monkeypatch, tmp_path)
-    sft = _submitted(fake_slurm.runs_dir, "sft", "610")
-    fake_slurm.set("sacct", _row("610", "RUNNING"))
+    sft = submitted_run(fake_slurm.runs_dir, "sft", "610")
+    fake_slurm.set("sacct", sacct_row("610", "RUNNING"))
     fake_slurm.set("sbatch", "611\n")
     fake_slurm.set("sbatch", "612\n", from_call=2)
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--model", f"run:{sft.id}", "--json"])
@@ -169,8 +167,8 @@ def test_submit_model_from_a_running_run_queues_its_export_first(fake_slurm, sit
 
 def test_dry_run_and_render_with_a_chain_export_submit_nothing(fake_slurm, site, monkeypatch, tmp_path):  # noqa: F811
     _export_env(monkeypatch, tmp_path)
-    sft = _submitted(fake_slurm.runs_dir, "sft", "620")
-    fake_slurm.set("sacct", _row("620", "PENDING"))
+    sft = submitted_run(fake_slurm.runs_dir, "sft", "620")
+    fake_slurm.set("sacct", sacct_row("620", "PENDING"))
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--model", f"run:{sft.id}", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert f"would first queue an export of run {sft.id}'s last checkpoint, after afterok:620" in result.stderr
@@ -196,8 +194,8 @@ def test_sweep_model_from_a_running_run_queues_one_export_every_point_waits_on(f
     from launcher import runs
 
     _export_env(monkeypatch, tmp_path)
-    sft = _submitted(fake_slurm.runs_dir, "sft", "640")
-    fake_slurm.set("sacct", _row("640", "RUNNING"))
+    sft = submitted_run(fake_slurm.runs_dir, "sft", "640")
+    fake_slurm.set("sacct", sacct_row("640", "RUNNING"))
     fake_slurm.set("sbatch", "641\n")
     fake_slurm.set("sbatch", "642\n", from_call=2)
     result = CliRunner().invoke(main, ["sweep", GRPO, "--site", site(), "--model", f"run:{sft.id}", "--json",
@@ -224,11 +222,11 @@ def test_chain_refuses_what_would_never_export(fake_slurm, site, monkeypatch, tm
     """A completed run without a checkpoint, and a preflight run under a training run: one
     line naming --model, exit 2, nothing submitted."""
     _export_env(monkeypatch, tmp_path)
-    done = _submitted(fake_slurm.runs_dir, "sft", "630")
-    fake_slurm.set("sacct", _row("630", "COMPLETED"))
+    done = submitted_run(fake_slurm.runs_dir, "sft", "630")
+    fake_slurm.set("sacct", sacct_row("630", "COMPLETED"))
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--model", f"run:{done.id}"])
     assert result.exit_code == 2 and "completed without a checkpoint to export" in result.stderr, result.output
-    pre = _submitted(fake_slurm.runs_dir, "sft", "630", preflight=True)
+    pre = submitted_run(fake_slurm.runs_dir, "sft", "630", preflight=True)
     result = CliRunner().invoke(main, ["submit", GRPO, "--site", site(), "--model", f"run:{pre.id}"])
     assert result.exit_code == 2 and f"run {pre.id} is a preflight" in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1
@@ -265,8 +263,8 @@ def test_hetjob_sweep_points_each_wait_on_the_export_and_the_throttle(fake_slurm
     import json
 
     _export_env(monkeypatch, tmp_path)
-    sft = _submitted(fake_slurm.runs_dir, "sft", "650")
-    fake_slurm.set("sacct", _row("650", "RUNNING"))
+    sft = submitted_run(fake_slurm.runs_dir, "sft", "650")
+    fake_slurm.set("sacct", sacct_row("650", "RUNNING"))
     fake_slurm.set("sbatch", "651\n")
     fake_slurm.set("sbatch", "652\n", from_call=2)
     fake_slurm.set("sbatch", "653\n", from_call=3)

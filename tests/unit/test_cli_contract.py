@@ -6,29 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.spec import paths
 
 GRPO = str(paths.data_root() / "examples" / "grpo")
-
-
-@pytest.fixture
-def site(tmp_path, fake_slurm, monkeypatch):
-    def write(**slurm):
-        data = yaml.safe_load((paths.site_dir() / "dev.yaml").read_text())
-        data["runs_dir"] = str(fake_slurm.runs_dir)
-        data["slurm"].update(slurm)
-        path = tmp_path / "site.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return str(path)
-
-    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
-    for name in [n for n in __import__("os").environ if n.startswith("SBATCH_")]:
-        monkeypatch.delenv(name)
-    return write
 
 
 def sf(*args):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_ports (job_json), run alone too
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # unit_helpers, run alone too
 from sfc_helpers import RUN_DIR, SITE, SITE_DICT, base, compile_values, errors_of, overrides_of, spec_from_values  # noqa: E402,E501
 
 from launcher import verlcheck  # noqa: E402
@@ -284,7 +284,7 @@ def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
 
     mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
                                 placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
-    from test_ports import job_json
+    from unit_helpers import job_json
 
     monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 1, 0, ("actor", "ref")),
                                           Pool("gen", "fake", 1, 1, 1, ("rollout",))))

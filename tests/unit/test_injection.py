@@ -21,19 +21,7 @@ from launcher.render.script import plan_json, render_script
 from launcher.spec.runtimes import runtime_from_entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_render import SITE, VENV, directives, make_plan
-
-PAYLOADS = [
-    "$(touch {canary})",
-    "`touch {canary}`",
-    "x; touch {canary}",
-    "x\n#SBATCH --partition=evil\ntouch {canary}",
-    "x' ; touch {canary}; echo '",
-    'x" ; touch {canary}; echo "',
-    "x\r\n#SBATCH --qos=evil",
-    "${{IFS}}touch${{IFS}}{canary}",
-    "x && touch {canary} #",
-]
+from unit_helpers import PAYLOADS, SITE, VENV, directives, make_plan
 
 
 def expected_directives(script_plan, site=SITE, runtime=VENV):

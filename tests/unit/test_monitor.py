@@ -7,23 +7,11 @@ import threading
 import time
 
 from click.testing import CliRunner
+from unit_helpers import sacct_row, submitted_run
 
 from launcher import runs, slurm, states
 from launcher.cli.app import main
 from launcher.monitor import poll as monitor
-
-
-def _row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05"):
-    return (f"{job_id}|job|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}"
-            "|2026-11-29T10:59:59|00:10:00\n")
-
-
-def _submitted(root, name, *job_ids, **fields):
-    run = runs.create_run(root, name, **fields)
-    run.add_state("submitted")
-    run.set_job_ids(list(job_ids))
-    return run
-
 
 VERL_LOG = """\
 (TaskRunner pid=1) Total training steps: 12
@@ -43,12 +31,12 @@ def test_parse_progress_from_verl_output():
 
 def test_poll_one_sacct_call_for_many_runs(fake_slurm):
     root = fake_slurm.runs_dir
-    a = _submitted(root, "plain", "11")
-    b = _submitted(root, "het", "18")
-    c = _submitted(root, "pend", "30")
-    d = _submitted(root, "fresh", "31")  # sacct lags: not there yet
-    fake_slurm.set("sacct", _row("11", "COMPLETED") + _row("18+0", "RUNNING") +
-                   _row("18+1", "RUNNING", nodes="dev7") + _row("30", "PENDING", nodes="None assigned",
+    a = submitted_run(root, "plain", "11")
+    b = submitted_run(root, "het", "18")
+    c = submitted_run(root, "pend", "30")
+    d = submitted_run(root, "fresh", "31")  # sacct lags: not there yet
+    fake_slurm.set("sacct", sacct_row("11", "COMPLETED") + sacct_row("18+0", "RUNNING") +
+                   sacct_row("18+1", "RUNNING", nodes="dev7") + sacct_row("30", "PENDING", nodes="None assigned",
                                                                 reason="Resources"))
     (b.dir / "logs" / "driver.log").write_text(VERL_LOG)
     runs.record_phase(b.dir, "allocated")
@@ -72,8 +60,8 @@ def test_poll_one_sacct_call_for_many_runs(fake_slurm):
 
 
 def test_progress_from_phases_before_training(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "x", "40")
-    fake_slurm.set("sacct", _row("40", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "x", "40")
+    fake_slurm.set("sacct", sacct_row("40", "RUNNING"))
     assert monitor.poll([run])[0].progress == "allocated"
     runs.record_phase(run.dir, "allocated")
     runs.record_phase(run.dir, "all_joined")
@@ -84,25 +72,25 @@ def test_progress_from_phases_before_training(fake_slurm):
 
 
 def test_total_steps_from_plan_overrides(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "x", "41")
+    run = submitted_run(fake_slurm.runs_dir, "x", "41")
     run.write_json("plan.json", {"overrides": ["trainer.total_epochs=1", "trainer.total_training_steps=7"]})
     (run.dir / "logs" / "slurm-41.out").write_text("step:4 - a:1\n")
-    fake_slurm.set("sacct", _row("41", "FAILED", exit_code="1:0"))
+    fake_slurm.set("sacct", sacct_row("41", "FAILED", exit_code="1:0"))
     status = monitor.poll([run])[0]
     assert status.state == "failed" and status.progress == "failed at step 4/7"
     assert run.record()["history"][-1]["exit_code"] == "1:0"
 
 
 def test_skip_ended_asks_nothing_about_finished_runs(fake_slurm):
-    done = _submitted(fake_slurm.runs_dir, "done", "50")
+    done = submitted_run(fake_slurm.runs_dir, "done", "50")
     done.add_state("completed")
     statuses = monitor.poll([done], skip_ended=True)
     assert statuses[0].state == "completed" and fake_slurm.calls() == []
 
 
 def test_squeue_fallback_is_reported(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "x", "60")
-    gone = _submitted(fake_slurm.runs_dir, "y", "61")
+    run = submitted_run(fake_slurm.runs_dir, "x", "60")
+    gone = submitted_run(fake_slurm.runs_dir, "y", "61")
     fake_slurm.set("sacct", "", "sacct: error: Slurm accounting storage is disabled\n", 1)
     fake_slurm.set("squeue", "60|job|RUNNING|0:05|dev2|None|2026-11-29T11:00:00|10:00|2026-11-29T10:59:59\n")
     statuses = {s.id: s for s in monitor.poll([run, gone])}
@@ -119,8 +107,8 @@ def test_array_sweep_points_from_one_call(fake_slurm):
     sweep = runs.create_run(root, "sw", kind="sweep", points=[{"i": i} for i in range(6)])
     sweep.add_state("submitted")
     sweep.set_job_ids(["70"])
-    fake_slurm.set("sacct", _row("70_0", "COMPLETED") + _row("70_1", "RUNNING") +
-                   _row("70_2", "RUNNING")
+    fake_slurm.set("sacct", sacct_row("70_0", "COMPLETED") + sacct_row("70_1", "RUNNING") +
+                   sacct_row("70_2", "RUNNING")
                    + "70_[3-5%2]|job|PENDING|0:0|Unknown|Unknown|00:00:00|None assigned|JobArrayTaskLimit||\n")
     status = monitor.poll([sweep])[0]
     assert len(fake_slurm.calls("sacct")) == 1
@@ -133,10 +121,10 @@ def test_array_sweep_points_from_one_call(fake_slurm):
 def test_hetjob_sweep_members_in_one_call(fake_slurm):
     root = fake_slurm.runs_dir
     sweep = runs.create_run(root, "hs", kind="sweep")
-    p0 = _submitted(root, "hs", "80", sweep={"id": sweep.id, "index": 0})
-    p1 = _submitted(root, "hs", "82", sweep={"id": sweep.id, "index": 1})
-    fake_slurm.set("sacct", _row("80+0", "COMPLETED") + _row("80+1", "COMPLETED") +
-                   _row("82+0", "RUNNING") + _row("82+1", "RUNNING", nodes="dev8"))
+    p0 = submitted_run(root, "hs", "80", sweep={"id": sweep.id, "index": 0})
+    p1 = submitted_run(root, "hs", "82", sweep={"id": sweep.id, "index": 1})
+    fake_slurm.set("sacct", sacct_row("80+0", "COMPLETED") + sacct_row("80+1", "COMPLETED") +
+                   sacct_row("82+0", "RUNNING") + sacct_row("82+1", "RUNNING", nodes="dev8"))
     status = monitor.poll([sweep])[0]
     assert len(fake_slurm.calls("sacct")) == 1
     assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "completed"), (p1.id, "running")]
@@ -147,8 +135,8 @@ def test_hetjob_sweep_members_in_one_call(fake_slurm):
 
 
 def test_status_cli_table_json_and_unknown_run(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "90")
-    fake_slurm.set("sacct", _row("90", "RUNNING", nodes="dev3"))
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "90")
+    fake_slurm.set("sacct", sacct_row("90", "RUNNING", nodes="dev3"))
     runner = CliRunner()
     result = runner.invoke(main, ["status"])
     assert result.exit_code == 0 and run.id in result.output and "running" in result.output
@@ -161,9 +149,9 @@ def test_status_cli_table_json_and_unknown_run(fake_slurm):
 
 
 def test_status_watch_redraws_until_done(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "91")
-    fake_slurm.set("sacct", _row("91", "RUNNING"))
-    fake_slurm.set("sacct", _row("91", "COMPLETED"), from_call=3)
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "91")
+    fake_slurm.set("sacct", sacct_row("91", "RUNNING"))
+    fake_slurm.set("sacct", sacct_row("91", "COMPLETED"), from_call=3)
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2", "--json"])
     assert result.exit_code == 0
     docs = [json.loads(line) for line in result.output.splitlines()]
@@ -172,8 +160,8 @@ def test_status_watch_redraws_until_done(fake_slurm):
 
 
 def test_status_watch_ctrl_c_exits_130_without_cancelling(fake_slurm, monkeypatch):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "92")
-    fake_slurm.set("sacct", _row("92", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "92")
+    fake_slurm.set("sacct", sacct_row("92", "RUNNING"))
 
     def interrupt(seconds):
         raise KeyboardInterrupt
@@ -186,9 +174,10 @@ def test_status_watch_ctrl_c_exits_130_without_cancelling(fake_slurm, monkeypatc
 
 def test_cancel_run_and_sweep(fake_slurm):
     root = fake_slurm.runs_dir
-    run = _submitted(root, "grpo", "100")
-    ended = _submitted(root, "old", "101")
-    fake_slurm.set("sacct", _row("100+0", "RUNNING") + _row("100+1", "RUNNING") + _row("101", "COMPLETED"))
+    run = submitted_run(root, "grpo", "100")
+    ended = submitted_run(root, "old", "101")
+    fake_slurm.set("sacct", sacct_row("100+0", "RUNNING") + sacct_row("100+1", "RUNNING")
+                   + sacct_row("101", "COMPLETED"))
     runner = CliRunner()
     result = runner.invoke(main, ["cancel", run.id, "--json"])
     assert result.exit_code == 0, result.output
@@ -201,9 +190,9 @@ def test_cancel_run_and_sweep(fake_slurm):
     assert len(fake_slurm.calls("scancel")) == 1
 
     sweep = runs.create_run(root, "hs", kind="sweep")
-    p0 = _submitted(root, "hs", "110", sweep={"id": sweep.id, "index": 0})
-    p1 = _submitted(root, "hs", "112", sweep={"id": sweep.id, "index": 1})
-    fake_slurm.set("sacct", _row("110+0", "RUNNING") + _row("110+1", "RUNNING") + _row("112", "PENDING"))
+    p0 = submitted_run(root, "hs", "110", sweep={"id": sweep.id, "index": 0})
+    p1 = submitted_run(root, "hs", "112", sweep={"id": sweep.id, "index": 1})
+    fake_slurm.set("sacct", sacct_row("110+0", "RUNNING") + sacct_row("110+1", "RUNNING") + sacct_row("112", "PENDING"))
     result = runner.invoke(main, ["cancel", sweep.id, "--json"])
     assert result.exit_code == 0, result.output
     assert sorted(json.loads(result.stdout)["cancelled"]) == sorted([p0.id, p1.id])
@@ -211,8 +200,8 @@ def test_cancel_run_and_sweep(fake_slurm):
 
 
 def test_cancel_slurm_failure_exits_1(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "120")
-    fake_slurm.set("sacct", _row("120", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "120")
+    fake_slurm.set("sacct", sacct_row("120", "RUNNING"))
     fake_slurm.set("scancel", "", "scancel: error: Unable to contact slurm controller\n", 1)
     result = CliRunner().invoke(main, ["cancel", run.id])
     assert result.exit_code == 1 and "Unable to contact" in result.output
@@ -224,13 +213,13 @@ def test_list_cli(fake_slurm):
     runner = CliRunner()
     assert "no runs" in runner.invoke(main, ["list"]).output
     a = runs.create_run(root, "first")
-    b = _submitted(root, "second", "130")
+    b = submitted_run(root, "second", "130")
     result = runner.invoke(main, ["list"])
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0].startswith("RUN") and b.id in lines[1] and a.id in lines[2]
     assert len(fake_slurm.calls("sacct")) == 1  # the one submitted run, one batched query
-    fake_slurm.set("sacct", _row("130", "COMPLETED"))
+    fake_slurm.set("sacct", sacct_row("130", "COMPLETED"))
     doc = json.loads(runner.invoke(main, ["list", "--json", "--limit", "1"]).output)
     assert [r["id"] for r in doc["runs"]] == [b.id] and doc["runs"][0]["job_ids"] == ["130"]
     assert doc["runs"][0]["state"] == "completed" and b.record()["state"] == "completed"  # written back
@@ -254,7 +243,7 @@ def test_select_logs():
 
 
 def test_logs_print_tail_list_and_errors(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "140")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "140")
     runner = CliRunner()
     result = runner.invoke(main, ["logs", run.id])
     assert result.exit_code == 2 and "no log files" in result.output
@@ -270,7 +259,7 @@ def test_logs_print_tail_list_and_errors(fake_slurm):
 
 
 def test_logs_ray_shows_the_kept_ray_logs_only_when_asked(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "141")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "141")
     logs = run.dir / "logs"
     (logs / "slurm-141.out").write_text("batch\n")
     (logs / "141-ray-head-dev1.log").write_text("node wrapper dev1\n")
@@ -286,9 +275,9 @@ def test_logs_ray_shows_the_kept_ray_logs_only_when_asked(fake_slurm):
 
 
 def test_logs_follow_until_job_ends(fake_slurm, wait_for):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "150")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "150")
     log = run.dir / "logs" / "slurm-150.out"
-    fake_slurm.set("sacct", _row("150", "RUNNING"))
+    fake_slurm.set("sacct", sacct_row("150", "RUNNING"))
 
     def job():
         # written while `sf logs -f` follows: after its first job-state check
@@ -298,7 +287,7 @@ def test_logs_follow_until_job_ends(fake_slurm, wait_for):
                 f.write(f"tick {i}\n")
                 f.flush()
             f.write("last words without newline")
-        fake_slurm.set("sacct", _row("150", "COMPLETED"))
+        fake_slurm.set("sacct", sacct_row("150", "COMPLETED"))
 
     thread = threading.Thread(target=job)
     thread.start()
@@ -311,21 +300,21 @@ def test_logs_follow_until_job_ends(fake_slurm, wait_for):
 
 
 def test_cancelled_record_is_not_overwritten_by_lagging_sacct(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "160")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "160")
     run.add_state("cancelled", by="sf cancel")
-    fake_slurm.set("sacct", _row("160", "RUNNING"))
+    fake_slurm.set("sacct", sacct_row("160", "RUNNING"))
     status = monitor.poll([run])[0]
     assert status.state == "cancelling" and not status.done
-    fake_slurm.set("sacct", _row("160", "CANCELLED by 0"))
+    fake_slurm.set("sacct", sacct_row("160", "CANCELLED by 0"))
     assert monitor.poll([run])[0].state == "cancelled"
     assert [h["state"] for h in run.record()["history"]] == ["created", "submitted", "cancelled"]
 
 
 def test_watch_rides_out_an_unreachable_controller(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "170")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "170")
     fake_slurm.set("sacct", "", "sacct: error: slurmdbd: Connection refused\n", 1)
     fake_slurm.set("squeue", "", "squeue: error: Unable to contact slurm controller\n", 1)
-    fake_slurm.set("sacct", _row("170", "COMPLETED"), from_call=3)  # back on the third poll
+    fake_slurm.set("sacct", sacct_row("170", "COMPLETED"), from_call=3)  # back on the third poll
     result = CliRunner().invoke(main, ["status", run.id, "--watch", "--interval", "0.2"])
     assert result.exit_code == 0, result.output
     assert "slurm unreachable" in result.output and "completed" in result.output
@@ -336,8 +325,8 @@ def test_watch_rides_out_an_unreachable_controller(fake_slurm):
 
 
 def test_total_steps_found_once_is_kept_in_the_record(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "180")
-    fake_slurm.set("sacct", _row("180", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "180")
+    fake_slurm.set("sacct", sacct_row("180", "RUNNING"))
     log = run.dir / "logs" / "slurm-180.out"
     log.write_text("Total training steps: 9\n" + "x" * (monitor.TAIL_BYTES + 10) + "\nstep:4 - a:1\n")
     assert monitor.poll([run])[0].progress == "step 4/9"  # total from the head of the file
@@ -346,10 +335,10 @@ def test_total_steps_found_once_is_kept_in_the_record(fake_slurm):
 
 def test_sweep_members_listed_in_the_record(fake_slurm):
     root = fake_slurm.runs_dir
-    p0 = _submitted(root, "hs", "190")
+    p0 = submitted_run(root, "hs", "190")
     sweep = runs.create_run(root, "hs", kind="sweep", members=[p0.id, "hs-gone0"])
     p0.update(sweep={"id": sweep.id, "index": 0})
-    fake_slurm.set("sacct", _row("190+0", "PENDING", reason="Resources") + _row("190+1", "PENDING"))
+    fake_slurm.set("sacct", sacct_row("190+0", "PENDING", reason="Resources") + sacct_row("190+1", "PENDING"))
     status = monitor.poll([sweep])[0]
     assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "pending")]
 
@@ -363,9 +352,9 @@ def test_latest_phase_ignores_per_node_events():
 
 
 def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
-    run = _submitted(fake_slurm.runs_dir, "grpo", "200")
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "200")
     (run.dir / "logs" / "slurm-200.out").write_text("Total training steps: 5\nstep:3 - a:1\n")
-    fake_slurm.set("sacct", _row("200", "TIMEOUT", nodes="dev[1-2]", elapsed="00:10:00"))
+    fake_slurm.set("sacct", sacct_row("200", "TIMEOUT", nodes="dev[1-2]", elapsed="00:10:00"))
     assert monitor.poll([run])[0].progress == "timeout at step 3/5"
     final = run.record()["final"]
     assert final["slurm_state"] == "TIMEOUT" and final["nodes"] == "dev[1-2]" and final["step"] == 3
@@ -376,12 +365,12 @@ def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):
     assert (status.state, status.progress, status.nodes, status.elapsed) == \
         ("timeout", "timeout at step 3/5", "dev[1-2]", "00:10:00")
     # requeued after all: final facts are dropped
-    fake_slurm.set("sacct", _row("200", "PENDING", reason="BeginTime"))
+    fake_slurm.set("sacct", sacct_row("200", "PENDING", reason="BeginTime"))
     status = monitor.poll([run])[0]
     assert status.state == "pending" and status.reason == "BeginTime"
     assert "final" not in run.record() and run.record()["state"] == "pending"
     # running again: sacct still carries the old pending reason, which is not shown
-    fake_slurm.set("sacct", _row("200", "RUNNING", reason="BeginTime"))
+    fake_slurm.set("sacct", sacct_row("200", "RUNNING", reason="BeginTime"))
     assert monitor.poll([run])[0].reason is None
 
 
@@ -393,12 +382,12 @@ def test_logs_of_one_sweep_point(fake_slurm):
         (sweep.dir / "logs" / f"slurm-210_{i}.out").write_text(f"point {i}\n")
     runner = CliRunner()
     assert runner.invoke(main, ["logs", sweep.id, "--task", "1"]).output == "point 1\n"
-    fake_slurm.set("sacct", _row("210_2", "COMPLETED"))
+    fake_slurm.set("sacct", sacct_row("210_2", "COMPLETED"))
     result = runner.invoke(main, ["logs", sweep.id, "--task", "2", "-f", "--check-every", "0.5", "--interval", "0.05"])
     assert result.exit_code == 0 and result.output.endswith("point 2\n")
     assert fake_slurm.calls("sacct")[-1].endswith("--jobs=210")
     het = runs.create_run(root, "hs", kind="sweep")
-    member = _submitted(root, "hs", "220", sweep={"id": het.id, "index": 0})
+    member = submitted_run(root, "hs", "220", sweep={"id": het.id, "index": 0})
     (member.dir / "logs" / "slurm-220.out").write_text("member out\n")
     assert runner.invoke(main, ["logs", het.id, "--task", "0"]).output == "member out\n"
     assert runner.invoke(main, ["logs", member.id, "--task", "0"]).exit_code == 2
@@ -407,8 +396,8 @@ def test_logs_of_one_sweep_point(fake_slurm):
 def test_overview_hides_sweep_points_and_list_marks_them(fake_slurm):
     root = fake_slurm.runs_dir
     sweep = runs.create_run(root, "hs", kind="sweep")
-    point = _submitted(root, "hs", "230", sweep={"id": sweep.id, "index": 0})
-    fake_slurm.set("sacct", _row("230", "RUNNING"))
+    point = submitted_run(root, "hs", "230", sweep={"id": sweep.id, "index": 0})
+    fake_slurm.set("sacct", sacct_row("230", "RUNNING"))
     result = CliRunner().invoke(main, ["status"])
     assert sweep.id in result.output and point.id not in result.output
     listed = CliRunner().invoke(main, ["list"]).output
@@ -424,8 +413,8 @@ def _status_loop(run_dir, n):
 
 def test_concurrent_status_commands_record_a_change_once(fake_slurm):
     import multiprocessing
-    run = _submitted(fake_slurm.runs_dir, "grpo", "240")
-    fake_slurm.set("sacct", _row("240", "RUNNING"))
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "240")
+    fake_slurm.set("sacct", sacct_row("240", "RUNNING"))
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_status_loop, args=(str(run.dir), 5)) for _ in range(3)]
     for p in procs:

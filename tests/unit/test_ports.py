@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from unit_helpers import job_json
 
 from launcher.injob import address, ports, topology
 
@@ -234,17 +235,6 @@ def test_candidate_slots_own_slot_first_then_every_slot_of_every_block():
         mine = set(ports.block_ports(block, slot, rng).all_ports())
         assert not mine & seen
         seen |= mine
-
-
-def job_json(*pools) -> str:
-    """SF_JOB of a job with these pools (one node each), as the supervisor writes it."""
-    from launcher.injob.contract import Job, RaySettings
-
-    ray = RaySettings("loopback", "127.0.0", None, (20000, 30000), "/tmp", 60.0, 1)
-    hosts = {p.name: (f"dev{i + 1}",) for i, p in enumerate(pools)}
-    return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
-               hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
-               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints").to_json()
 
 
 def test_start_turns_let_at_most_n_workers_start_at_once_and_pass_on_when_released(tmp_path):

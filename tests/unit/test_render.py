@@ -6,48 +6,12 @@ import subprocess
 from dataclasses import replace
 
 import pytest
+from unit_helpers import SITE, VENV, directives, het_plan, make_plan  # noqa: E402,F401  (test files import them)
 
 from launcher.errors import SpecError
-from launcher.plan import Plan, Pool, SlurmOptions
+from launcher.plan import Pool, SlurmOptions
 from launcher.render.script import overrides_text, plan_json, quote, render_script
 from launcher.runtime import Runtime
-from launcher.spec import paths
-from launcher.spec.site import load_site
-
-SITE = load_site(str(paths.site_dir() / "dev.yaml"))
-VENV = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt/verl-0.9.1",
-               python="/opt/rt/verl-0.9.1/bin/python")
-
-
-def make_plan(**kw) -> Plan:
-    base = dict(experiment="grpo", method="grpo", framework="verl", framework_version="0.9.1",
-                config_name="ppo_trainer", launcher="ray", entry=("python3", "-m", "verl.trainer.main_ppo"),
-                overrides=("algorithm.adv_estimator=grpo", "trainer.nnodes=2"),
-                pools=(Pool("train", "fake", 2, 4, 0, ("actor", "rollout")),),
-                run_dir="/runs/grpo-abcde", checkpoint_dir="/runs/grpo-abcde/checkpoints",
-                slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=2))
-    base.update(kw)
-    return Plan(**base)
-
-
-def het_plan(**kw) -> Plan:
-    return make_plan(pools=(Pool("train", "fake", 2, 4, 0, ("actor",)),
-                            Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))), **kw)
-
-
-def directives(script: str) -> list[list[str]]:
-    """#SBATCH lines before the first command, split into het components."""
-    comps = [[]]
-    for line in script.splitlines()[1:]:
-        if not line.startswith("#"):
-            break
-        if line.startswith("#SBATCH"):
-            value = line[len("#SBATCH "):]
-            if value == "hetjob":
-                comps.append([])
-            else:
-                comps[-1].append(value)
-    return comps
 
 
 def test_plain_job_directives():

@@ -21,8 +21,7 @@ from launcher.spec.site import site_from_dict
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compiler_fixtures"))
 from sfc_helpers import SITE_DICT, base, spec_from_values  # noqa: E402
-from test_cli_contract import site  # noqa: E402,F401  (the fixture: site(**slurm) -> a site file)
-from test_render import SITE, VENV, directives, het_plan, make_plan  # noqa: E402
+from unit_helpers import SITE, VENV, directives, het_plan, make_plan  # noqa: E402
 
 from launcher.compile.compiler import compile_plan  # noqa: E402
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_injection import PAYLOADS  # noqa: E402
-from test_render import SITE, VENV, directives, het_plan, make_plan  # noqa: E402
-from test_train_golden import GOLDEN, cases, normalized  # noqa: E402
+from golden_cases import GOLDEN, cases, normalized  # noqa: E402
+from unit_helpers import PAYLOADS, SITE, VENV, directives, het_plan, make_plan  # noqa: E402
 
 from launcher.errors import SpecError  # noqa: E402
 from launcher.render import sbatch_template  # noqa: E402
@@ -248,7 +247,7 @@ def test_rendering_sfs_script_imports_no_jinja(tmp_path):
     """sf submit's path: the precompiled template on launcher.render.template_runtime. A site's
     own template is what brings Jinja in."""
     folder = site_with(tmp_path, EXTENDS).templates_dir
-    code = ("import sys; sys.path.insert(0, 'tests/unit'); from test_render import SITE, VENV, het_plan; "
+    code = ("import sys; sys.path.insert(0, 'tests/unit'); from unit_helpers import SITE, VENV, het_plan; "
             "from launcher.render.script import render_script; from dataclasses import replace; "
             "render_script(het_plan(), SITE, VENV); print('jinja2' in sys.modules); "
             f"render_script(het_plan(), replace(SITE, templates_dir={folder!r}), VENV); "

@@ -14,7 +14,7 @@ from launcher.render.script import array_directive, plan_json, render_script
 from launcher.submit import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_render import SITE, VENV, het_plan, make_plan  # noqa: E402
+from unit_helpers import SITE, VENV, het_plan, make_plan  # noqa: E402
 
 # --- grid -----------------------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+"""What several unit test files share, in one place (tests never import each other):
+the dev site and a venv runtime, Plans to render, a script's #SBATCH lines, sacct rows and
+run records for the fake Slurm, shell payloads, a job's SF_JOB. Fixtures live in conftest.py."""
+from __future__ import annotations
+
+from launcher import runs
+from launcher.plan import Plan, Pool, SlurmOptions
+from launcher.runtime import Runtime
+from launcher.spec import paths
+from launcher.spec.site import load_site
+
+SITE = load_site(str(paths.site_dir() / "dev.yaml"))
+VENV = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt/verl-0.9.1",
+               python="/opt/rt/verl-0.9.1/bin/python")
+
+# What must stay inert wherever a value reaches a shell or an #SBATCH line ({canary} is a
+# file the payload would create if it ran).
+PAYLOADS = [
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "x; touch {canary}",
+    "x\n#SBATCH --partition=evil\ntouch {canary}",
+    "x' ; touch {canary}; echo '",
+    'x" ; touch {canary}; echo "',
+    "x\r\n#SBATCH --qos=evil",
+    "${{IFS}}touch${{IFS}}{canary}",
+    "x && touch {canary} #",
+]
+
+
+def make_plan(**kw) -> Plan:
+    base = dict(experiment="grpo", method="grpo", framework="verl", framework_version="0.9.1",
+                config_name="ppo_trainer", launcher="ray", entry=("python3", "-m", "verl.trainer.main_ppo"),
+                overrides=("algorithm.adv_estimator=grpo", "trainer.nnodes=2"),
+                pools=(Pool("train", "fake", 2, 4, 0, ("actor", "rollout")),),
+                run_dir="/runs/grpo-abcde", checkpoint_dir="/runs/grpo-abcde/checkpoints",
+                slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=2))
+    base.update(kw)
+    return Plan(**base)
+
+
+def het_plan(**kw) -> Plan:
+    return make_plan(pools=(Pool("train", "fake", 2, 4, 0, ("actor",)),
+                            Pool("teach", "fake-teach", 1, 4, 1, ("teacher",))), **kw)
+
+
+def directives(script: str) -> list[list[str]]:
+    """#SBATCH lines before the first command, split into het components."""
+    comps = [[]]
+    for line in script.splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH"):
+            value = line[len("#SBATCH "):]
+            if value == "hetjob":
+                comps.append([])
+            else:
+                comps[-1].append(value)
+    return comps
+
+
+def sacct_row(job_id, state, nodes="dev1", reason="None", exit_code="0:0", elapsed="00:00:05", name="job"):
+    """One line of `sacct --parsable2` in the fields launcher.slurm asks for."""
+    return (f"{job_id}|{name}|{state}|{exit_code}|2026-11-29T11:00:00|Unknown|{elapsed}|{nodes}|{reason}"
+            "|2026-11-29T10:59:59|00:10:00\n")
+
+
+def submitted_run(root, name, *job_ids, **fields):
+    """A run record as `sf submit` leaves it: state submitted, these Slurm job ids."""
+    run = runs.create_run(root, name, **fields)
+    run.add_state("submitted")
+    run.set_job_ids(list(job_ids))
+    return run
+
+
+def job_json(*pools) -> str:
+    """SF_JOB of a job with these pools (one node each), as the supervisor writes it."""
+    from launcher.injob.contract import Job, RaySettings
+
+    ray = RaySettings("loopback", "127.0.0", None, (20000, 30000), "/tmp", 60.0, 1)
+    hosts = {p.name: (f"dev{i + 1}",) for i, p in enumerate(pools)}
+    return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
+               hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
+               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints").to_json()
