@@ -15,7 +15,7 @@ from launcher.cli.options import json_option, print_json, spec_flags, spec_optio
 from launcher.compile import catalog
 from launcher.compile.catalog import all_methods, get_method, versions
 from launcher.compile.resolve import shown_dict
-from launcher.compile.rules import hydra_value
+from launcher.compile.values import hydra_value
 from launcher.errors import SpecError
 from launcher.slurm import login_env_variables, sbatch_input_variables
 from launcher.spec import contracts

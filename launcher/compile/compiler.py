@@ -20,10 +20,12 @@ from typing import Any
 
 from launcher import sbatch_values
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
+from launcher.compile.rules.owned import is_legacy, legacy_rewrite, refusal
 from launcher.compile.slurm_time import check_signal_lead, time_seconds
+from launcher.compile.values import hydra_value, parse_value
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.spec.experiment import MergedSpec
+from launcher.spec.experiment import MergedSpec, split_override
 from launcher.spec.site import Site, parse_profile
 
 DEFAULT_ROLES = ("actor", "rollout", "ref")
@@ -67,7 +69,7 @@ class Ctx:
         for i, text in enumerate(self.values.get("overrides") or []):
             source = labels[i] if i < len(labels) else f"overrides[{i}]"
             try:
-                prefix, key, value = rules.split_override(str(text))
+                prefix, key, value = split_override(str(text))
             except ValueError:
                 if str(text).startswith("~") and "=" not in str(text):
                     self.raw.append((source, "~", str(text).lstrip("~"), ""))
@@ -101,7 +103,7 @@ class Ctx:
         if prefix == "~":
             value = None
         elif raw_value is not None:
-            value = rules.parse_value(raw_value)
+            value = parse_value(raw_value)
         layer = layer or self._layer(stage, source)
         self.write(resolve.Write(key, value, layer, source or key, origin or self._origin(stage, source, layer),
                                  op, raw_value if prefix == "~" or raw_value is not None else None, item=item))
@@ -159,7 +161,7 @@ class Ctx:
             if w.op == resolve.DEFAULT:
                 continue
             prefix = "" if w.op == "=" else w.op
-            out[key] = (w.layer, prefix, w.value, w.text if w.text is not None else rules.hydra_value(w.value))
+            out[key] = (w.layer, prefix, w.value, w.text if w.text is not None else hydra_value(w.value))
         return out
 
     @property
@@ -208,7 +210,7 @@ class Ctx:
     def effective_key(key: str) -> str:
         """The key a raw override really sets: legacy reward keys count as their reward.*
         rewrite, so a pin or a rule cannot be dodged through the old name."""
-        return (rules.legacy_rewrite(key) or key).lstrip("+") if rules.is_legacy(key) else key
+        return (legacy_rewrite(key) or key).lstrip("+") if is_legacy(key) else key
 
     def user_keys(self):
         for w in self.user_writes():
@@ -219,10 +221,10 @@ class Ctx:
             yield w.field, w.key, w.value
 
     def source_list(self) -> tuple[str, ...]:
-        return tuple(origin for _text, origin in self.resolution.overrides(rules.hydra_value))
+        return tuple(origin for _text, origin in self.resolution.overrides(hydra_value))
 
     def override_list(self) -> tuple[str, ...]:
-        return tuple(text for text, _origin in self.resolution.overrides(rules.hydra_value))
+        return tuple(text for text, _origin in self.resolution.overrides(hydra_value))
 
 
 def raw_layer(source: str) -> str:
@@ -428,7 +430,7 @@ def resolved_values(ctx: Ctx) -> dict:
     the lower writes it overrides."""
     out = {}
     for key, entry in ctx.resolution.entries.items():
-        item = resolve.as_dict(entry, rules.hydra_value)
+        item = resolve.as_dict(entry, hydra_value)
         if ctx.effective is not None and entry.write.op != resolve.DELETE:  # verl's default: the value it has
             item["value"] = resolve._plain(ctx.effective.get(key, entry.write.value))
         out[key] = item
@@ -459,11 +461,11 @@ def _stop_on_unresolved(ctx: Ctx) -> None:
 
 def _resolution_errors(ctx: Ctx) -> None:
     """The one map's own problems: two writes of one key in one layer, and each write a pin or
-    a binding refuses (with the rule's message: rules.refusal)."""
+    a binding refuses (with the rule's message: rules.owned.refusal)."""
     resolution = ctx.resolution
     ctx.errors.extend(resolution.errors)
     for conflict in resolution.conflicts:
-        ctx.error(conflict.write.field, rules.refusal(ctx, conflict))
+        ctx.error(conflict.write.field, refusal(ctx, conflict))
 
 
 def _files(value) -> list[str]:

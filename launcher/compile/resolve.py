@@ -249,7 +249,7 @@ def _plain(value: Any) -> Any:
 
 def shown_dict(item: dict, hydra_value: Callable[[Any], str]) -> str:
     """`6    [--set] (overrides 3 from config.yaml)` from an entry of Plan.resolved (as_dict),
-    values formatted by `hydra_value` (launcher.compile.rules.hydra_value)."""
+    values formatted by `hydra_value` (launcher.compile.values.hydra_value)."""
     def text(one: dict) -> str:
         if one["op"] == DELETE:
             return "<deleted>"

@@ -11,7 +11,9 @@ not in verl's config (`+reward.reward_kwargs.*`), the type of the knob that sets
 from __future__ import annotations
 
 from launcher import verlfields
-from launcher.compile import resolve, rules
+from launcher.compile import resolve
+from launcher.compile.knobs import KNOBS
+from launcher.compile.values import hydra_value
 
 _NAMES = {bool: "true/false", int: "a whole number", float: "a number", str: "a string"}
 _KNOB_TYPES = {"int": int, "float": float, "bool": bool}
@@ -22,7 +24,7 @@ NULL_IS_A_CHOICE = frozenset({"rollout.total_rollout_steps"})
 
 
 def _knob_type(key: str):
-    for knob in rules.KNOBS.values():
+    for knob in KNOBS.values():
         for k in (knob.key, knob.sft_key):
             if k and k.lstrip("+") == key and knob.type in _KNOB_TYPES:
                 return _KNOB_TYPES[knob.type]
@@ -31,7 +33,7 @@ def _knob_type(key: str):
 
 def _stringy() -> set[str]:
     """Keys checked by their own rules: a number or a 'LOW_HIGH' string (IcePop), resume_mode."""
-    return {k.key.lstrip("+") for k in rules.KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")} | {
+    return {k.key.lstrip("+") for k in KNOBS.values() if k.key and k.type in ("threshold", "rs_threshold")} | {
         "trainer.resume_mode"}
 
 
@@ -49,8 +51,8 @@ def expected_type(ctx, key: str):
     kind = _knob_type(key)
     if isinstance(base, (bool, int, float, str)):
         if kind is float and type(base) is int:  # verl's YAML says 0 where its dataclass says float
-            return float, rules.hydra_value(base)
-        return type(base), rules.hydra_value(base)
+            return float, hydra_value(base)
+        return type(base), hydra_value(base)
     return (kind, None) if kind is not None else (None, None)
 
 
@@ -92,11 +94,11 @@ def problems(ctx) -> list[tuple[str, str]]:
             if "float" in (_annotation(ctx, key) or ""):  # verl's dataclass takes a float here
                 continue
             fix = f"{key}={int(value)}" if value.is_integer() else f"a whole number, e.g. {key}={example}"
-            out.append((w.field, f"{key}={rules.hydra_value(value)} is a float, but verl's {key} is {want}{dflt}; "
+            out.append((w.field, f"{key}={hydra_value(value)} is a float, but verl's {key} is {want}{dflt}; "
                                  f"write {fix}"))
         else:
             got = _NAMES.get(type(value), type(value).__name__)
-            out.append((w.field, f"{key}={rules.hydra_value(value)} is {got}, "
+            out.append((w.field, f"{key}={hydra_value(value)} is {got}, "
                                  f"but verl's {key} is {want}{dflt}; write e.g. {key}={example}"))
     return out
 
@@ -111,7 +113,7 @@ def unresolved(ctx) -> list[tuple[str, str]]:
         w = entry.write
         if w.layer not in resolve.INPUT_LAYERS or w.op in (resolve.DELETE, resolve.DEFAULT):
             continue
-        text = w.text if w.text is not None else rules.hydra_value(w.value)
+        text = w.text if w.text is not None else hydra_value(w.value)
         if "${" not in str(text):
             continue
         why = ctx.effective.unresolved(key)

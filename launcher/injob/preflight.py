@@ -188,8 +188,8 @@ def health_gpu_text(gpu: dict) -> str:
     return figures + ("" if gpu.get("ok") else "; " + "; ".join(gpu.get("failed", [])[:3]))
 
 
-# The words of sf's compile-time warnings (launcher/compile/rules.py: rule_separate_cpus,
-# rule_pitfalls' batch-size warnings) that say the real job would stop or
+# The words of sf's compile-time warnings (launcher/compile/rules/: disaggregated.rule_separate_cpus,
+# pitfalls.rule_pitfalls' batch-size warnings) that say the real job would stop or
 # never start training; a preflight fails on them, with the warning as its reason.
 STOPS_THE_JOB = ("would wait for CPUs forever", "asserts at start-up", "refuses it at start-up")
 

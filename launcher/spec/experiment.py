@@ -220,7 +220,7 @@ def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
     """config.yaml's spellings of the advantage estimator (`algorithm: {adv_estimator: X}`,
     `algorithm.adv_estimator: X`, `knobs: {adv_estimator: X}`) are taken out of the file and
     passed on as the override they mean, labelled with the field, so the one estimator rule
-    (launcher.compile.rules.rule_estimator) refuses them with its message."""
+    (launcher.compile.rules.pins.rule_estimator) refuses them with its message."""
     found = []
     algo = data.get("algorithm")
     if isinstance(algo, dict) and "adv_estimator" in algo:
@@ -355,7 +355,7 @@ def split_override(text: str) -> tuple[str, str, str]:
 
 def knob_names() -> tuple[str, ...]:
     """The knobs config.yaml and --set take: the schema's (generated from
-    launcher.compile.rules.KNOBS, which tests/unit/test_spec.py holds it to)."""
+    launcher.compile.knobs.KNOBS, which tests/unit/test_spec.py holds it to)."""
     return tuple(schema()["properties"]["knobs"]["properties"])
 
 
@@ -377,7 +377,7 @@ def set_field(key: str, flag: str = "--set") -> str:
 
 def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "--set") -> list[SpecError]:
     """--set items (or a sweep point's, flag="sweep") into knobs and raw overrides, in order."""
-    KNOBS = knob_names()  # the knob table's name where it is defined (compile.rules)
+    KNOBS = knob_names()  # the knob table's name where it is defined (compile.knobs)
     errors = []
     for item in items or ():
         if "=" not in item and item.strip().startswith("~") and len(item.strip()) > 1:  # Hydra's delete: ~a.b, ~a

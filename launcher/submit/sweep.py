@@ -35,7 +35,7 @@ import json
 import re
 from typing import Any
 
-from launcher.compile.rules import hydra_value
+from launcher.compile.values import hydra_value
 from launcher.errors import SpecError
 from launcher.spec.experiment import set_field, set_override_key
 from launcher.states import RUN_FAILED

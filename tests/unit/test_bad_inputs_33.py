@@ -505,7 +505,7 @@ def test_damaged_plan_is_one_line_naming_it(ckpt_env):
         refused(sf("export", run.id, "--dry-run"), str(run.dir / "plan.json"), "damaged")
 
 
-# --- what torch, vLLM or verl would refuse at start (launcher.compile.rules.rule_start_values) ----
+# --- what torch, vLLM or verl would refuse at start (launcher.compile.rules.start_values) ----
 
 @pytest.mark.parametrize("setting, needles", [
     ("actor_lr=-1e-6", ["knobs.actor_lr", "optim.lr=-1e-06", "torch", "actor_lr to 0 or more"]),
@@ -599,8 +599,8 @@ def test_resolve_of_many_writes_is_linear_and_still_finds_twice_written_keys():
     assert "t.k11.x" not in res.entries and "t.k11" in res.entries
 
 
-# --- the disaggregated methods (launcher.compile.rules: rule_async_training, rule_async_run_length,
-# rule_other_trainers_keys, rule_teacher_needs_distillation) ------------------------------------
+# --- the disaggregated methods (launcher.compile.rules.disaggregated: rule_async_training, rule_async_run_length,
+# rule_other_trainers_keys; pools.rule_teacher_needs_distillation) ------------------------------------
 
 ASYNC = GOOD.replace("verl/grpo", "verl/grpo-async") + """knobs: {ppo_mini_batch_size: 32}
 spec:
@@ -670,12 +670,12 @@ def test_async_only_keys_on_other_methods_refused(exp, text, setting, needles):
 
 
 def test_trainer_own_keys_are_verls(exp):
-    """rules.TRAINER_OWN_KEYS is what each disaggregated trainer's own YAML adds to ppo_trainer."""
+    """rules.disaggregated.TRAINER_OWN_KEYS is what each disaggregated trainer's own YAML adds to ppo_trainer."""
     from launcher import verlcheck
-    from launcher.compile import rules
+    from launcher.compile.rules import disaggregated
 
     base = verlcheck.base_keys("ppo_trainer")
-    for config, own in rules.TRAINER_OWN_KEYS.items():
+    for config, own in disaggregated.TRAINER_OWN_KEYS.items():
         added = verlcheck.base_keys(config) - base
         leaves = {k for k in added if not any(other.startswith(k + ".") for other in added)}
         assert all(k in added for k in own), (config, own)
@@ -700,7 +700,7 @@ def test_teacher_on_the_async_method_refused(exp):
     refused(validate_line(exp, ASYNC + "teacher: {model: /models/teacher}\n"), "verl/grpo-async has no teacher")
 
 
-# --- healing settings (rules.rule_spares, rules.rule_hang_limits; the partition's capacity:
+# --- healing settings (rules.healing: rule_spares, rule_hang_limits; the partition's capacity:
 # launcher.submit.live.check, on the dev cluster in tests/cluster/test_bad_inputs_33.py) ----------
 
 @pytest.mark.parametrize("extra, needles", [

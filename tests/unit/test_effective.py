@@ -18,7 +18,7 @@ from sfc_helpers import base, compile_values, errors_of, overrides_of, write_exp
 
 from launcher import verlcheck  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
-from launcher.compile import rules  # noqa: E402
+from launcher.compile.values import hydra_value  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
 
 ICEPOP = "algorithm.rollout_correction.rollout_is_threshold"
@@ -280,7 +280,7 @@ def test_hydra_value_quotes_strings_hydra_would_read_as_numbers():
 
     parser = OverridesParser.create()
     for text in ("0.5_5", "1_000", "12", "1e-6", "true", "null", "inf", "a b", "x'y"):
-        assert parser.parse_override(f"k={rules.hydra_value(text)}").value() == text, text
+        assert parser.parse_override(f"k={hydra_value(text)}").value() == text, text
 
 
 # ----------------------------------------------------------------------------- 3. bindings own their keys

@@ -108,7 +108,9 @@ def _method_facts() -> dict[str, str]:
 # Entry modules have none left, and nothing in launcher/ infers a trainer from the entry.
 NAMED_METHODS_LEFT = {
     "launcher/cli/cmd_spec.py": 14,  # `sf new`'s commented knob blocks per method (belong in the recipes)
-    "launcher/compile/rules.py": 9,  # dapo's, distillation's and the group estimators' own rules
+    "launcher/compile/knobs.py": 4,  # verl's own enum values (estimators grpo, rloo, remax; reward manager dapo)
+    "launcher/compile/rules/pins.py": 2,  # dapo's own pin paths and pin message
+    "launcher/compile/rules/pools.py": 3,  # distillation's teacher pool
     "launcher/compile/compiler.py": 1,  # distillation's teacher pool
     "launcher/verlcheck.py": 1,  # verl's `distillation` config group (a feature, not the method)
     "launcher/injob/capabilities.py": 5,  # the methods without a critic, named in flash_attn's way out

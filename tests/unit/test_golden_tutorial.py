@@ -15,7 +15,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import RUN_DIR, compile_values  # noqa: E402
 
-from launcher.compile.rules import parse_scalar  # noqa: E402
+from launcher.compile.values import parse_scalar  # noqa: E402
 from launcher.verlcheck import check_overrides  # noqa: E402
 
 HOME = "/home/user"

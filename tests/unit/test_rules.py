@@ -1,4 +1,4 @@
-"""One test (or a few) per rule of launcher.compile.rules."""
+"""One test (or a few) per rule of launcher.compile.rules (its modules, by theme)."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import RUN_DIR, base, compile_values, errors_of, overrides_of  # noqa: E402
 
-from launcher.compile import rules  # noqa: E402
+from launcher.compile.knobs import KNOBS  # noqa: E402
 
 
 def _one(errors, *needles):
@@ -368,7 +368,7 @@ def test_knob_table_covers_doc_and_tutorial():
                  "max_response_length", "total_epochs", "save_freq", "test_freq", "use_kl_loss", "kl_loss_coef",
                  "kl_loss_type", "use_kl_in_reward", "kl_coef", "gpu_memory_utilization", "tensor_model_parallel_size",
                  "entropy_coeff", "val_before_train", "logger", "project_name", "experiment_name", "rollout_name"):
-        assert name in rules.KNOBS
+        assert name in KNOBS
 
 
 def test_all_errors_of_one_pass():

@@ -96,7 +96,7 @@ def test_schema_errors_name_the_path():
 
 
 def test_schema_matches_knob_table():
-    """configs/schema/config.schema.json is generated from launcher.compile.rules.KNOBS (genschema.py)."""
+    """configs/schema/config.schema.json is generated from launcher.compile.knobs.KNOBS (genschema.py)."""
     assert schema() == json.loads(json.dumps(genschema.build()))
 
 

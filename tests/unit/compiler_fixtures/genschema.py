@@ -1,6 +1,6 @@
 """Regenerates configs/schema/config.schema.json from the knob table: python tests/unit/compiler_fixtures/genschema.py"""
 import json
-from launcher.compile.rules import KNOBS
+from launcher.compile.knobs import KNOBS
 from launcher.compile.scheduler_options import SCHEMA_PROPERTIES as SCHEDULER_PROPERTIES
 
 

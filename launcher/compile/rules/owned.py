@@ -1,0 +1,114 @@
+"""Keys sf owns (set from a binding, the pools or the run) and keys a spec field sets: a raw
+override of one is refused with the flag or field that sets it. Legacy top-level reward keys
+count as the reward.* key verl 0.9.1 reads, so no spelling dodges an owner."""
+
+from __future__ import annotations
+
+from launcher.compile import resolve
+from launcher.compile.rules import pins
+from launcher.compile.values import hydra_value
+
+TOPOLOGY_KEYS = (
+    "trainer.nnodes", "trainer.n_gpus_per_node", "distillation.nnodes", "distillation.n_gpus_per_node",
+    "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node",
+    "reward.reward_model.enable_resource_pool", "distillation.enabled",
+)
+_TOPOLOGY_HINT = "comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead"
+_MODEL_HINT = "is owned by the model binding; use --model PATH_OR_HF_ID (or `model:` in config.yaml) instead"
+_TRAIN_HINT = ("is owned by the data binding; use --train-data FILE or --train-dataset OWNER/NAME@VERSION "
+               "(or data.train in config.yaml) instead")
+_VAL_HINT = "is owned by the data binding; use --validation-data FILE (or data.validation.files in config.yaml) instead"
+# Hydra keys sf sets from a binding, the pools or the run: a raw override of one is refused
+# (in any spelling: flat, dict-valued, +key, ~key, legacy alias), with the way to set it.
+OWNED_KEYS: dict[str, str] = {
+    **{k: _TOPOLOGY_HINT for k in TOPOLOGY_KEYS},
+    "actor_rollout_ref.model.path": _MODEL_HINT,
+    "critic.model.path": _MODEL_HINT,
+    "data.train_files": _TRAIN_HINT,
+    "data.val_files": _VAL_HINT,
+    "trainer.default_local_dir": "is set by sf to <run_dir>/checkpoints so requeued jobs resume; remove it",
+}
+# Keys a spec field sets when it is given (teacher.model, reward.model, reward.function):
+# then a raw override of the same key is refused (two values for one thing).
+FIELD_KEYS: dict[str, str] = {
+    "distillation.teacher_models.teacher_model.model_path": "teacher.model",
+    "reward.reward_model.model_path": "reward.model",
+    "reward.reward_model.enable": "reward.model",
+    "reward.custom_reward_function.path": "reward.function.path",
+    "reward.custom_reward_function.name": "reward.function.name",
+}
+SFT_OWNED_KEYS: dict[str, str] = {
+    "trainer.nnodes": _TOPOLOGY_HINT, "trainer.n_gpus_per_node": _TOPOLOGY_HINT,
+    "model.path": _MODEL_HINT, "data.train_files": _TRAIN_HINT, "data.val_files": _VAL_HINT,
+    "trainer.default_local_dir": OWNED_KEYS["trainer.default_local_dir"],
+}
+_LEGACY_REWRITES = {
+    "reward_model.reward_manager": "reward.reward_manager.name",
+    "reward_model.enable": "reward.reward_model.enable",
+    "reward_model.enable_resource_pool": "reward.reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node": "reward.reward_model.n_gpus_per_node",
+    "reward_model.nnodes": "reward.reward_model.nnodes",
+    "reward_model.num_workers": "reward.num_workers",
+    "reward_model.model.path": "reward.reward_model.model_path",
+    "custom_reward_function.path": "reward.custom_reward_function.path",
+    "custom_reward_function.name": "reward.custom_reward_function.name",
+}
+_LEGACY_PREFIX_REWRITES = {
+    "reward_model.reward_kwargs.": "reward.reward_kwargs.",
+    "reward_model.rollout.": "reward.reward_model.rollout.",
+    "sandbox_fusion.": "reward.sandbox_fusion.",
+}
+
+
+def legacy_rewrite(key: str) -> str | None:
+    """The reward.* key verl 0.9.1's main_ppo reads for a legacy top-level key, or None."""
+    if key in _LEGACY_REWRITES:
+        return _LEGACY_REWRITES[key]
+    for old, new in _LEGACY_PREFIX_REWRITES.items():
+        if key.startswith(old):
+            return new + key[len(old):]
+    return None
+
+
+def is_legacy(key: str) -> bool:
+    return key.startswith(("reward_model.", "custom_reward_function.", "sandbox_fusion.")) or key in (
+        "reward_model", "custom_reward_function", "sandbox_fusion"
+    )
+
+
+def refusal(ctx, conflict) -> str:
+    """The message of a write that the owner of its key (a pin, a binding, the pools, the run)
+    refuses (launcher.compile.resolve): the rule's own message where there is one."""
+    owner, key = conflict.owner, conflict.owner.key
+    if owner.layer == "pin":
+        if key == pins.ESTIMATOR_KEY:
+            return pins.estimator_message(ctx)
+        return pins.pin_message(ctx, key, owner.value)
+    owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
+    if key in owned:
+        return f"{key} {owned[key]}"
+    if key in FIELD_KEYS:
+        return (f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound.get(key, owner.origin)}); change it there and "
+                "remove this override")
+    return resolve.conflict_message(conflict, hydra_value)
+
+
+def rule_owned_keys(ctx) -> None:
+    """Bindings, pools and the run own their keys: a raw override of one is refused with the
+    flag or field that sets it, and the composed config must carry sf's value."""
+    owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
+    for source, key in ctx.user_keys():
+        for own, hint in owned.items():
+            if key == own or own.startswith(key + "."):
+                if source.startswith("knobs."):
+                    continue
+                ctx.error(source, f"{own} {hint}")
+    for source, key in ctx.user_keys():
+        if key in FIELD_KEYS and key in ctx.bound and not source.startswith("knobs."):
+            ctx.error(source, f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound[key]}); change it there and "
+                      "remove this override")
+    for key in owned:
+        if key in ctx.overrides and ctx.overrides[key][1] != "~":
+            set_value = ctx.overrides[key][2]
+            if ctx.get(key) != set_value and ctx.effective is not None:
+                ctx.error(ctx.culprit(key), f"{key} {owned[key]}")
