@@ -37,6 +37,7 @@ from launcher.injob import auth, private, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Job
+from launcher.injob.node_logs import node_log_name
 
 
 def port_free(host: str, port: int) -> bool:
@@ -164,7 +165,7 @@ def main(role: str) -> int:
     job_id = job.job_id
     pool = job.pool_of(node)
     pool_name = pool.name if pool else "?"
-    redirect_output(Path(run_dir) / "logs" / f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log")
+    redirect_output(Path(run_dir) / "logs" / node_log_name(job_id, role, pool_name, node))
 
     skip = _test_nodes("SF_TEST_SKIP_NODE")
     if node in skip or (role == "worker" and "@workers" in skip):

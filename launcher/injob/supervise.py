@@ -62,6 +62,7 @@ from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import watchdog as watchdog_mod
 from launcher.injob.contract import Contract, Job, child_env
+from launcher.injob.node_logs import node_logs_text
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
@@ -1021,7 +1022,8 @@ class Supervisor:
                     if ending:
                         return self.end_by_slurm(ending)
                     reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                              f"{self.stage} (srun {step['name']} {exit_text(rc)}); see logs/{self.job_id}-ray-*.log"
+                              f"{self.stage} (srun {step['name']} {exit_text(rc)}); "
+                              + node_logs_text(self.run_dir, self.job_id, step["name"], named, self.wall0)
                               + self.exit_hint(named))
                     ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost))
                     if ended is None:

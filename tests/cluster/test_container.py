@@ -386,3 +386,46 @@ def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
             subprocess.run(["scancel", job], check=False)
+
+
+def test_a_container_that_never_starts_names_the_job_output_not_a_node_log(bundle, tmp_path):
+    """A Ray node's container that fails to start writes no node log: the ending says so and
+    names the Slurm job's output file, where srun's error is, never a logs/<job>-ray-*.log that
+    does not exist. The bundle is the published one plus an OCI prestart hook that refuses the
+    containers of Ray node steps only (`launcher.injob node`): the barrier's and the driver's
+    start, so the node step's ending is the one the job reports."""
+    broken = STATE / "ct-broken" / tmp_path.name
+    try:
+        broken.mkdir(parents=True)
+        # the same rootfs, hard-linked (0.4 s): runc refuses a symlinked one, and Slurm reads
+        # the rootfs from the bundle folder whatever config.json says
+        subprocess.run(["cp", "-al", str(bundle / "rootfs"), str(broken / "rootfs")], check=True)
+        config = json.loads((bundle / "config.json").read_text())
+        refuse = ("import json, sys; state = json.load(sys.stdin); "
+                  "args = json.load(open(state['bundle'] + '/config.json'))['process']['args']; "
+                  "sys.exit('sf test hook: a Ray node container that does not start' "
+                  "if 'launcher.injob' in args and 'node' in args else 0)")
+        config.setdefault("hooks", {}).setdefault("prestart", []).append(
+            {"path": "/usr/bin/python3", "args": ["python3", "-c", refuse]})
+        (broken / "config.json").write_text(json.dumps(config))
+        registry = tmp_path / "runtimes.yaml"
+        registry.write_text(REGISTRY.read_text().replace(str(bundle), str(broken)))
+        os.chmod(tmp_path, 0o755)
+        proc = sf("submit", one_node_experiment(tmp_path), "--wait", "--json",
+                  env={"FORGE_RUNTIME_REGISTRY_FILE": str(registry)}, timeout=420)
+        out = json.loads(proc.stdout[proc.stdout.index("{"):])
+        assert proc.returncode != 0, out
+        run_dir = STATE / "runs" / out["run"]
+        job = out["job_id"]
+        reason = out.get("reason") or ""
+        node_logs = sorted(p.name for p in (run_dir / "logs").glob(f"{job}-ray-*.log"))
+        assert node_logs == [], node_logs
+        assert reason.startswith("Ray node ") and "(srun ray-head exited with 1)" in reason, reason
+        assert "ray-*" not in reason and ".log" not in reason, reason
+        assert "wrote no node log: sf's node wrapper never started there" in reason, reason
+        output = f"logs/slurm-{job}.out"
+        assert f"srun's own error is in {output}" in reason, reason
+        assert "a Ray node container that does not start" in (run_dir / output).read_text(), reason
+        print(f"\nreason: {reason}")
+    finally:
+        shutil.rmtree(broken, ignore_errors=True)

@@ -1,0 +1,51 @@
+"""Where a Ray node's output goes, and which logs a reason may send the user to.
+
+Each Ray node's wrapper (launcher.injob.node) writes logs/<job>-ray-<head|pool>-<node>.log in
+the run dir, as its first act. A node step that failed before that (a container that did not
+start, an srun that could not launch the wrapper, a runtime python that does not run) leaves
+no such log: srun's own error lines are then in the Slurm job's output file. A reason names
+only the logs that are there, and the job's output file where a node wrote none. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def node_log_name(job_id: str, role: str, pool_name: str, node: str) -> str:
+    """The file name of one node's log (under <run>/logs): the head's, or a worker's of its pool."""
+    return f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log"
+
+
+def job_output_name(job_id: str, environ=None) -> str:
+    """The Slurm job's output file under <run>/logs, as the batch script has it: slurm-<job>.out
+    (--output), or slurm-<array job>_<task>.out for a task of an array sweep (the script sends
+    its output to the point's own run dir)."""
+    env = os.environ if environ is None else environ
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"slurm-{array}_{task}.out" if array and task else f"slurm-{job_id}.out"
+
+
+def node_logs_text(run_dir: str, job_id: str, step_name: str, nodes: list[str], since: float,
+                   environ=None) -> str:
+    """What a reason says about the logs of the Ray node step `step_name` ("ray-head" or
+    "ray-<pool>") on `nodes`: "see" the node logs written since `since` (this start; a log of an
+    earlier attempt of the job has the same name), and for the nodes that wrote none, that their
+    wrapper never started and where srun's error is."""
+    logs = Path(run_dir) / "logs"
+    written, silent = [], []
+    for node in nodes:
+        name = f"{job_id}-{step_name}-{node}.log"
+        try:
+            fresh = (logs / name).stat().st_mtime >= since
+        except OSError:
+            fresh = False
+        (written if fresh else silent).append(name if fresh else node)
+    text = "; ".join([f"see {', '.join('logs/' + n for n in written)}"] if written else [])
+    if silent:
+        output = "logs/" + job_output_name(job_id, environ)
+        none = (f"{', '.join(silent)} wrote no node log: sf's node wrapper never started there (the step's "
+                f"container or srun failed before it ran); srun's own error is in {output}")
+        text = f"{text}; {none}" if text else none
+    return text
