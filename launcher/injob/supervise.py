@@ -57,7 +57,7 @@ from launcher import ownership, runs, slurm, states
 from launcher.checkpoints import tracked_step
 from launcher.errors import SpecError
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, capabilities, heal, private, ray_tuning, stacks, verl_phases
+from launcher.injob import auth, capabilities, heal, mounts, private, ray_tuning, stacks, verl_phases
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import watchdog as watchdog_mod
@@ -569,6 +569,7 @@ class Supervisor:
                        config_name=plan.config_name, pools=plan.pools, hosts=hosts, spares=spares,
                        head_node=head_node, head="", port_block=0, head_slot=0, ray=self.ray,
                        checkpoint_dir=plan.checkpoint_dir or "", paths_to_check=plan.paths_to_check,
+                       host_missing=mounts.missing_here(plan.paths_to_check),
                        entry=plan.entry, overrides=plan.overrides, verl_pools=dict(plan.verl_pools))
         self.take_head_slot()
         if plan.launcher == "ray":
@@ -862,9 +863,7 @@ class Supervisor:
         without a watchdog."""
         if not self.watchdog:
             return None
-        self.watchdog.checked = 0.0
-        self.watchdog.poll(time.monotonic())
-        return self.watchdog.progress.training_steps
+        return self.watchdog.catch_up(time.monotonic()).training_steps
 
     def on_hang(self, hang: watchdog_mod.Hang) -> int | None:
         """Record the hang, save every node's Python stacks under <run>/stacks/<job>-<restart>/

@@ -129,6 +129,17 @@ def test_watchdog_polls_at_most_once_a_second(tmp_path):
     assert dog.poll(7.5) is None  # within a second of the last look: not looked again
 
 
+def test_a_failed_driver_is_read_to_its_end(tmp_path):
+    """The driver's failure is judged by all it logged (heal.after_driver_failure: no restart
+    in place before the first training step), not by what the last poll, up to a second ago, saw."""
+    path = tmp_path / "m.jsonl"
+    dog = wd.Watchdog(str(path), Limits(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
+    assert dog.poll(1.0) is None and dog.progress.training_steps == 0
+    path.write_text(json.dumps(TRAIN) + "\n")
+    assert dog.poll(1.5) is None and dog.progress.training_steps == 0  # not looked again yet
+    assert dog.catch_up(1.6).training_steps == 1
+
+
 @pytest.mark.parametrize("argv, dumped", [
     (["ray::TaskRunner.run"], True),
     (["ray::WorkerDict.actor_rollout_generate_sequences"], True),
