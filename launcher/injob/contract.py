@@ -125,6 +125,9 @@ class Job:
     ray: RaySettings
     checkpoint_dir: str
     paths_to_check: tuple[str, ...] = ()
+    # of paths_to_check, those the supervisor (on the batch host, outside any container) did not
+    # find: path -> its part missing there; the preflight tells a wrong path from an unmounted one
+    host_missing: dict = field(default_factory=dict)
     entry: tuple[str, ...] = ()  # the driver's argv before the overrides (the preflight reports it)
     overrides: tuple[str, ...] = ()
     verl_pools: dict = field(default_factory=dict)  # role -> verl resource pool (Plan.verl_pools)

@@ -1,11 +1,14 @@
 """What a process sees of the host's files, and the mount that would fix a path it cannot see.
 
 In a container runtime (oci, pyxis, apptainer) a job's step sees only the folders its
-runtime mounts: a model, a dataset, the runs folder or a reward file elsewhere exists on the
-host (sf checked it at submit) and is simply absent inside. The preflight runs these checks
-inside the container, on every node, and names for each such path the folder to mount and
-where to say so for the runtime's kind. Also what the process runs in (`where`): its python,
-and the container marker scripts/build-container writes (/etc/sf-container). Stdlib only.
+runtime mounts: a model, a dataset, the runs folder or a reward file elsewhere may exist on
+the host and simply be absent inside. The preflight runs these checks inside the container, on
+every node; the supervisor, on the batch host outside any container, has already looked for
+the same paths there (`missing_here`: Job.host_missing). A path absent inside is then one of
+  - absent on the host too: a wrong path, fixed in the field that names it (no mount helps);
+  - there on the host: not mounted; the folder to mount, and where to say so for the kind.
+Also what the process runs in (`where`): its python, and the container marker
+scripts/build-container writes (/etc/sf-container). Stdlib only.
 """
 
 from __future__ import annotations
@@ -27,23 +30,47 @@ def first_missing(path: str) -> str | None:
     return None
 
 
-def mount_hint(path: str, runtime: dict | None) -> str:
-    """The sentence for `path`, absent here, in a job on `runtime` (Runtime.to_dict)."""
+def missing_here(paths) -> dict[str, str]:
+    """{path: the shortest leading part of it that is missing} for each of `paths` absent here."""
+    return {path: first_missing(path) or path for path in paths if not os.path.exists(path)}
+
+
+def mount_hint(path: str, runtime: dict | None, host_missing: str | None = None, field: str = "") -> str:
+    """The sentence for `path`, absent here, in a job on `runtime` (Runtime.to_dict).
+    `host_missing`: the part of the path missing on the batch host (None: the host has it);
+    `field`: where the path was given (path_field)."""
     runtime = runtime or {}
     kind = runtime.get("kind")
+    if host_missing:
+        gap = f" ({host_missing} is missing there)" if host_missing != path else ""
+        return f"{path} does not exist on the host{gap}: fix the path in {field or 'the experiment'}"
     folder = first_missing(path) or path
     mounted = ", ".join(runtime.get("mounts") or ()) or "none"
+    unmounted = f"{path} exists on the host but is not mounted in the container"
     if kind == "oci":
-        return (f"{path} is not visible inside the container (OCI bundle {runtime.get('image')}): {folder} is not "
-                f"mounted; rebuild the bundle with it, `scripts/build-container --mount {folder} "
-                f"{runtime.get('version', 'VERSION')}`, and publish it again (the bundle mounts: {mounted})")
+        return (f"{unmounted} (OCI bundle {runtime.get('image')}): add a mount: rebuild the bundle with "
+                f"`scripts/build-container --mount {folder} {runtime.get('version', 'VERSION')}` and publish it "
+                f"again (the bundle mounts: {mounted})")
     if kind == "pyxis":
-        return (f"{path} is not visible inside the container (pyxis image {runtime.get('image')}): add "
-                f"`{folder}:{folder}` to the runtime's mounts in the registry (mounted now: {mounted})")
+        return (f"{unmounted} (pyxis image {runtime.get('image')}): add a mount: `{folder}:{folder}` to the "
+                f"runtime's mounts in the registry (mounted now: {mounted})")
     if kind == "apptainer":
-        return (f"{path} is not visible inside the container (apptainer image {runtime.get('image')}): add "
-                f"`{folder}` to the runtime's binds in the registry (bound now: {mounted})")
-    return f"{path} does not exist on this node ({folder} is missing): is that filesystem mounted on every node?"
+        return (f"{unmounted} (apptainer image {runtime.get('image')}): add a bind: `{folder}` to the "
+                f"runtime's binds in the registry (bound now: {mounted})")
+    return (f"{path} does not exist on this node ({folder} is missing), though the batch host has it: is that "
+            "filesystem mounted on every node?")
+
+
+def path_field(path: str, plan: dict) -> str:
+    """Where the experiment gives `path` (plan.json: the verl key whose value it is, and the
+    source that set it), e.g. "--model (actor_rollout_ref.model.path)"; "" when none says."""
+    for key, item in (plan.get("resolved") or {}).items():
+        value = item.get("value") if isinstance(item, dict) else None
+        if value == path or (isinstance(value, list) and path in value):
+            return f"{item.get('source') or 'config.yaml'} ({key})"
+    if path in (plan.get("entry") or ()):
+        return "the experiment's main.py (its entry)"
+    return ""
 
 
 def where() -> dict:

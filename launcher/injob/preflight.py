@@ -52,16 +52,21 @@ def job_paths(job: Job) -> tuple[list[str], tuple[str, ...]]:
     return paths, (job.run_dir,)
 
 
-def job_runtime(run_dir: str) -> dict | None:
-    """The runtime the job runs on (plan.json's contract), for the mount hints."""
+def job_plan(run_dir: str) -> dict:
+    """plan.json (the runtime the job runs on, under "job"; where each path was given), {} unread."""
     try:
-        return json.loads((Path(run_dir) / "plan.json").read_text())["job"]["runtime"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        plan = json.loads((Path(run_dir) / "plan.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
 
 
-def path_failures(path_report: dict, runtime: dict | None) -> list[str]:
-    """One line per path a node cannot read (or write, the run dir), with the fix."""
+def path_failures(path_report: dict, runtime: dict | None, host_missing: dict | None = None,
+                  plan: dict | None = None) -> list[str]:
+    """One line per path a node cannot read (or write, the run dir), with the fix: a path the
+    batch host lacks too (`host_missing`, Job.host_missing) is a wrong path, named with the
+    field that gives it (`plan`: plan.json); one the host has is a missing mount."""
+    host_missing, plan = host_missing or {}, plan or {}
     out = []
     for host, checks in path_report.items():
         if "_error" in checks:
@@ -69,7 +74,8 @@ def path_failures(path_report: dict, runtime: dict | None) -> list[str]:
             continue
         for path, res in checks.items():
             if not res["exists"]:
-                out.append(f"paths on {host}: " + mounts.mount_hint(path, runtime))
+                out.append(f"paths on {host}: " + mounts.mount_hint(path, runtime, host_missing.get(path),
+                                                                   mounts.path_field(path, plan)))
             elif not res["readable"]:
                 out.append(f"paths: {path} is not readable on {host}")
             elif res.get("writable") is False:
@@ -261,7 +267,8 @@ def main() -> int:
     for host in job.nodes:
         if paths and host not in path_report:
             report["failures"].append(f"paths: no answer from {host}")
-    report["failures"] += path_failures(path_report, job_runtime(job.run_dir))
+    plan = job_plan(job.run_dir)
+    report["failures"] += path_failures(path_report, (plan.get("job") or {}).get("runtime"), job.host_missing, plan)
     # The GPUs each node's step sees (UUIDs where nvidia-smi answers): the supervisor already
     # refused shared or missing ones before the preflight started.
     report["gpu_ids"] = dict(job.gpu_ids)

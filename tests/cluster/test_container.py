@@ -126,8 +126,12 @@ def test_preflight_names_a_path_the_container_cannot_see(bundle, tmp_path):
         data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
         assets = REPO / "examples" / "assets"
         data["model"] = str(outside / "model")
+        # two validation files that exist nowhere: one under a folder the bundle mounts (the
+        # repo), one under a folder it does not: both wrong paths, neither a missing mount
+        typo = assets / "data" / "tset.parquet"
+        nowhere = outside / "data" / "test.parquet"
         data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                        "validation": {"files": str(assets / "data" / "test.parquet")}}
+                        "validation": {"files": [str(typo), str(nowhere)]}}
         data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
         exp = tmp_path / "unseen"
         exp.mkdir()
@@ -136,9 +140,17 @@ def test_preflight_names_a_path_the_container_cannot_see(bundle, tmp_path):
         out = submit_wait(str(exp), "--preflight")
         assert out["rc"] != 0
         report = json.loads((Path(out["run_dir"]) / "preflight.json").read_text())
-        unseen = [f for f in report["failures"] if f.startswith("paths on ")]
-        assert unseen and f"{outside / 'model'} is not visible inside the container (OCI bundle {bundle})" in unseen[0]
-        assert f"scripts/build-container --mount {STATE / 'ct-unmounted'} 0.9.1" in unseen[0], unseen
+        unseen = {f.split(": ", 1)[1].split(" ", 1)[0]: f for f in report["failures"] if f.startswith("paths on ")}
+        assert set(unseen) == {str(outside / "model"), str(typo), str(nowhere)}, report["failures"]
+        model = unseen[str(outside / "model")]
+        assert f"exists on the host but is not mounted in the container (OCI bundle {bundle}): add a mount" in model
+        assert f"scripts/build-container --mount {STATE / 'ct-unmounted'} 0.9.1" in model, model
+        for path, gap in ((typo, ""), (nowhere, f" ({outside / 'data'} is missing there)")):
+            line = unseen[str(path)]
+            assert line.endswith(f"{path} does not exist on the host{gap}: fix the path in config.yaml "
+                                 "(data.val_files)"), line
+            assert "add a mount" not in line and "build-container" not in line, line
+        print("\n" + "\n".join(unseen.values()))
     finally:
         shutil.rmtree(outside, ignore_errors=True)
 

@@ -134,17 +134,50 @@ def test_preflight_names_the_mount_that_fixes_an_unseen_path(tmp_path):
     oci = {"kind": "oci", "image": "/b/verl", "version": "0.9.1", "mounts": ["/work", "/runs"]}
     report = {"dev1": preflight.check_paths_here([str(unseen), str(tmp_path)], writable=(str(tmp_path),))}
     assert report["dev1"][str(tmp_path)] == {"exists": True, "readable": True, "writable": True}
-    [line] = preflight.path_failures(report, oci)
-    assert line.startswith(f"paths on dev1: {unseen} is not visible inside the container (OCI bundle /b/verl)")
+    [line] = preflight.path_failures(report, oci)  # the batch host has it: a mount is missing
+    assert line.startswith(f"paths on dev1: {unseen} exists on the host but is not mounted in the container "
+                           "(OCI bundle /b/verl): add a mount: ")
     assert f"scripts/build-container --mount {tmp_path / 'models' / 'gone'} 0.9.1" in line
     assert "the bundle mounts: /work, /runs" in line
     [line] = preflight.path_failures(report, {"kind": "pyxis", "image": "i.sqsh", "mounts": []})
-    assert f"`{tmp_path / 'models' / 'gone'}:{tmp_path / 'models' / 'gone'}` to the runtime's mounts" in line
+    gone = tmp_path / "models" / "gone"
+    assert f"add a mount: `{gone}:{gone}` to the runtime's mounts" in line
+    [line] = preflight.path_failures(report, {"kind": "apptainer", "image": "i.sif", "mounts": []})
+    assert f"add a bind: `{gone}` to the runtime's binds" in line
     [line] = preflight.path_failures(report, {"kind": "venv"})
     assert "is that filesystem mounted on every node?" in line
     assert preflight.path_failures({"dev2": {"_error": "boom"}}, oci) == ["paths on dev2: boom"]
     where = mounts.where()
     assert where["python"] and where["container"] in (None, *[where["container"]])
+
+
+def test_preflight_tells_a_path_missing_on_the_host_from_an_unmounted_one(tmp_path):
+    """A path the batch host lacks too is a wrong path: no mount helps; the line names the field
+    that gives it (plan.json) instead of a mount (issue 35)."""
+    from launcher.injob import mounts, preflight
+
+    (tmp_path / "models").mkdir()
+    wrong = str(tmp_path / "modles" / "q")  # a typo: missing on the host as well
+    unmounted = str(tmp_path / "models")
+    host_missing = mounts.missing_here([wrong, unmounted])
+    assert host_missing == {wrong: str(tmp_path / "modles")}
+    plan = {"resolved": {"actor_rollout_ref.model.path": {"value": wrong, "source": "--model"},
+                         "data.train_files": {"value": [unmounted, "/d/b.parquet"], "source": "config.yaml"}},
+            "entry": ["python3", "/e/main.py"]}
+    # inside the container neither is there
+    report = {"dev1": {wrong: {"exists": False, "readable": False}, unmounted: {"exists": False, "readable": False}}}
+    oci = {"kind": "oci", "image": "/b/verl", "version": "0.9.1", "mounts": ["/work"]}
+    for runtime in (oci, {"kind": "pyxis", "image": "i.sqsh"}, {"kind": "venv"}):
+        first, second = preflight.path_failures(report, runtime, host_missing, plan)
+        assert first == (f"paths on dev1: {wrong} does not exist on the host ({tmp_path / 'modles'} is missing "
+                         "there): fix the path in --model (actor_rollout_ref.model.path)"), first
+        assert "mount" not in first
+        assert "does not exist on the host" not in second
+    assert "exists on the host but is not mounted in the container (OCI bundle /b/verl)" in \
+        preflight.path_failures(report, oci, host_missing, plan)[1]
+    assert mounts.path_field("/d/b.parquet", plan) == "config.yaml (data.train_files)"
+    assert mounts.path_field("/e/main.py", plan) == "the experiment's main.py (its entry)"
+    assert mounts.path_field("/elsewhere", plan) == ""
 
 
 class _Site:
