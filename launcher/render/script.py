@@ -266,6 +266,7 @@ def render_script(plan: Plan, site, runtime: Runtime, *, preflight: bool = False
     header_array = array and {**array, "sweep_dir": array["raw_sweep_dir"]}  # the unquoted dir
     for index, pool in enumerate(sorted(plan.pools, key=lambda p: p.het_group)):
         components.append({"pool": pool.name, "het_group": pool.het_group, "nodes": pool.nodes,
+                           "spares": sbatch_values.whole(pool.spare_nodes, f"pools.{pool.name}.spare_nodes", 0),
                            "gpus": pool.gpus_per_node, "series": sbatch_values.name(pool.series, "pools.series"),
                            "directives": _pool_directives(plan, pool, site, first=index == 0, array=header_array)})
     supervise = _supervise_args(plan, site, runtime, array)

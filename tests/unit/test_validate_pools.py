@@ -41,3 +41,12 @@ def test_validate_prints_no_spares_where_there_are_none(site):
     result = CliRunner().invoke(main, ["validate", str(paths.data_root() / "examples" / "grpo"), "--site", site()])
     assert result.exit_code == 0, result.output
     assert "  het group 0: train 2x4 fake roles=actor,rollout,ref" in result.stdout.splitlines()
+
+
+def test_the_batch_script_header_counts_a_pools_spare_nodes(site, tmp_path):
+    """The script's comment for a het group said "2 x 4 GPUs" above #SBATCH --nodes=3."""
+    result = CliRunner().invoke(main, ["submit", spare_experiment(tmp_path, 1), "--site", site(), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "# -- het group 0: pool train (2 x 4 GPUs + 1 spare node, series fake)" in lines, lines[:3]
+    assert "#SBATCH --nodes=3" in lines
