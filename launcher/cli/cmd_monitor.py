@@ -307,8 +307,7 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, 
     files = current_files()
     if not files and not follow:
         what = f" matching --node {node}" if node else f" matching --role {role}" if role else ""
-        raise SpecError("logs", f"no log files{what} in {run.logs_dir} yet; "
-                                f"`sf logs {run.id} --list` shows what there is")
+        raise SpecError("logs", no_logs_text(run, what, run.logs_dir / RAY_LOGS if ray_logs else run.logs_dir))
     read_new(files, first=True)
     if not follow:
         if as_json:
@@ -317,6 +316,14 @@ def logs(run_id, follow, node, role, tail_n, task, ray_logs, stacks, list_only, 
     if not files:
         click.echo(f"sf: waiting for logs of {run.id} in {run.logs_dir} ...", err=True)
     _follow(run, only, interval, check_every, current_files, read_new)
+
+
+def no_logs_text(run: runs.Run, what: str, where: Path) -> str:
+    """Why `sf logs` printed nothing: "yet" only while the run may still write them (a run that
+    ended with none never will: a node whose container never started wrote no log)."""
+    state = run.record().get("state")
+    when = f"; the run ended ({state}) without writing them" if state in RUN_TERMINAL else " yet"
+    return f"no log files{what} in {where}{when}; `sf logs {run.id} --list` shows what there is"
 
 
 def _new_text(path: Path, offsets: dict[Path, int], tail_n: int | None, drain: bool) -> str | None:

@@ -1,11 +1,15 @@
 """A Ray node step's ending names only the logs that exist (issue 35): a node whose container
 or srun failed before sf's wrapper ran wrote none, and the reason then names the Slurm job's
-output file, where srun's error is."""
+output file, where srun's error is; `sf logs` of such a run does not promise them "yet"."""
 from __future__ import annotations
 
 import os
 import time
 
+from click.testing import CliRunner
+from unit_helpers import submitted_run
+
+from launcher.cli.app import main
 from launcher.injob.node_logs import job_output_name, node_log_name, node_logs_text
 
 
@@ -41,3 +45,18 @@ def test_only_the_logs_written_in_this_start_are_named(tmp_path):
                     "logs/slurm-41.out")
     both = node_logs_text(str(tmp_path), "41", "ray-train", ["dev2", "dev3"], since=start - 3600, environ={})
     assert both == "see logs/41-ray-train-dev2.log, logs/41-ray-train-dev3.log"
+
+
+def test_sf_logs_says_yet_only_while_the_run_may_still_write_them(fake_slurm):
+    """`sf logs RUN --node dev2` of a run that ended without that node's log said "... yet"."""
+    run = submitted_run(fake_slurm.runs_dir, "grpo", "140")
+    (run.dir / "logs" / "slurm-140.out").write_text("srun: error: dev2: task 0: Exited with exit code 1\n")
+    result = CliRunner().invoke(main, ["logs", run.id, "--node", "dev2"])
+    assert result.exit_code == 2 and f"matching --node dev2 in {run.logs_dir} yet;" in result.stderr, result.output
+    run.add_state("failed")
+    result = CliRunner().invoke(main, ["logs", run.id, "--node", "dev2"])
+    assert result.exit_code == 2, result.output
+    assert f"no log files matching --node dev2 in {run.logs_dir}; the run ended (failed) without writing them;" \
+        in result.stderr, result.stderr
+    result = CliRunner().invoke(main, ["logs", run.id, "--ray"])
+    assert f"no log files in {run.logs_dir / 'ray'}; the run ended (failed)" in result.stderr, result.stderr
