@@ -1,9 +1,10 @@
-"""The cluster tests' shared helpers: run sf, read a run's phase record, wait for an event.
+"""The cluster tests' shared helpers, in one place (test files never import each other): run
+sf, read a run's phase record, wait for an event, build an experiment or a site file, the
+test drivers that several files run (SF_TEST_DRIVER).
 
 Every wait here polls for the event it names (a phase in the run's record, a Slurm state, a
 file) and returns as soon as it is there; none sleeps a fixed time. The test files import
-from here (tests/cluster/conftest.py puts this folder on sys.path); the old homes
-(test_bringup, test_requeue, ...) re-export these names for the files that still use them.
+from here (tests/cluster/conftest.py puts this folder on sys.path).
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.states import slurm_done
+import yaml
+
+from launcher.states import run_ended, slurm_done
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
@@ -128,3 +131,288 @@ def status(run: str) -> dict:
 def cleanup(job: str) -> None:
     if job_state(job) not in ENDED:
         subprocess.run(["scancel", job], check=False)
+
+
+def restarts(job: str) -> int:
+    """Slurm's restart count of the job (scontrol's Restarts)."""
+    from launcher import slurm
+
+    return int(slurm.show_job(job).get("Restarts", "0"))
+
+
+def touch_until(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
+    """Wait for a phase; hetjobs start only from backfill, so touch the partitions meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in phases(run_dir):
+            if event["phase"] == name and event.get("restart", 0) == restart:
+                return event
+        for part in ("train", "teach"):
+            subprocess.run(["scontrol", "update", f"PartitionName={part}", "State=UP"], check=False)
+        time.sleep(2)
+    raise AssertionError(f"no {name} (restart {restart}) within {timeout}s: {phases(run_dir)[-8:]}")
+
+
+# --- experiments and sites --------------------------------------------------------------------
+
+ONE_NODE = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
+TRAIN_AND_TEACH = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
+                   {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}]
+
+
+def experiment(tmp_path: Path, name: str, *, example: str = "grpo", nodes: int = 1, pools: list | None = None,
+               roles: dict | None = None, files: dict | None = None, **slurm) -> str:
+    """tmp_path/name: the example's config.yaml on the example assets, with these pools (one
+    `train` pool of `nodes` fake nodes unless given), roles when given, `slurm:` of a 10-minute
+    time limit and **slurm, and `files` (name -> text) beside it."""
+    data = yaml.safe_load((REPO / "examples" / example / "config.yaml").read_text())
+    assets = REPO / "examples" / "assets"
+    data["model"] = str(assets / "model")
+    if "teacher" in data:
+        data["teacher"] = {"model": str(assets / "teacher")}
+    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
+                    "validation": {"files": str(assets / "data" / "test.parquet")}}
+    data["spec"]["resources"]["pools"] = pools or [
+        {"name": "train", "series": "fake", "nodes": nodes, "gpus_per_node": 4}]
+    if roles:
+        data["spec"]["resources"]["roles"] = roles
+    data["slurm"] = {"time": "00:10:00", **slurm}
+    exp = tmp_path / name
+    exp.mkdir()
+    (exp / "config.yaml").write_text(yaml.safe_dump(data))
+    for file, text in (files or {}).items():
+        (exp / file).write_text(text)
+    os.chmod(tmp_path, 0o755)  # the job runs as this user, but `nobody` tests read it too
+    return str(exp)
+
+
+def requeue_experiment(tmp_path: Path, max_requeues: int) -> str:
+    """A one-node GRPO experiment with its own max_requeues."""
+    return experiment(tmp_path, f"requeue{max_requeues}", max_requeues=max_requeues)
+
+
+def hetjob_experiment(tmp_path: Path, name: str, **slurm) -> str:
+    """A 1+1 node distillation hetjob (train on `train`, teacher on `teach`)."""
+    return experiment(tmp_path, name, example="distill", pools=TRAIN_AND_TEACH, **slurm)
+
+
+def shared_series_site(tmp_path, **ray) -> str:
+    """A copy of the dev site with a `shared` series: 2 CPUs + 2 GPUs of the teach nodes,
+    so two 2-node jobs must share dev7 and dev8; `ray:` settings updated with **ray."""
+    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
+    data["series"]["shared"] = {"partition": "teach", "gpus_per_node": 4, "gpu_directive": "gres",
+                                "cpus_per_node": 2, "mem_per_node": "1G"}
+    data["ray"].update(ray)
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    os.chmod(tmp_path, 0o755)
+    return str(path)
+
+
+# --- submitting -------------------------------------------------------------------------------
+
+def submit_preflight(*args, env=None) -> dict:
+    """`sf submit ARGS --preflight --wait --json`: its JSON, with rc and stderr added."""
+    proc = sf("submit", *args, "--preflight", "--wait", "--json", env=env)
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    out["rc"], out["stderr"] = proc.returncode, proc.stderr
+    return out
+
+
+def submit_driver(exp: str, driver: str, **env) -> tuple[str, Path, str]:
+    """`sf submit EXP` with SF_TEST_DRIVER=driver (and env): run id, run dir, job id."""
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": driver, **env})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    return out["run"], Path(out["run_dir"]), out["job_id"]
+
+
+RUNS = Path("/var/lib/sfdev/runs")
+
+
+def render_job(tmp_name: str, *, site: str | None = None, nodes: str, entry: str | None = None,
+               extra_env: str = "") -> Path:
+    """`sf render examples/grpo`, then edited as a user could: the nodes pinned, the verl
+    command replaced by `python3 -c entry`, extra_env lines after `set -uo pipefail`."""
+    out = RUNS / f"test-{tmp_name}-{os.getpid()}-{int(time.time())}"
+    args = [SF, "render", "examples/grpo", "-o", str(out)] + (["--site", site] if site else [])
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    script = (out / "job.sbatch").read_text()
+    script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
+    if entry:
+        start = script.index("SF_ENTRY=(\n")
+        end = script.index(")\n", start)
+        script = script[:start] + f"SF_ENTRY=(\n  python3 -c {entry!r}\n" + script[end:]
+    if extra_env:
+        script = script.replace("set -uo pipefail\n", f"set -uo pipefail\n{extra_env}\n", 1)
+    (out / "job.sbatch").write_text(script)
+    return out
+
+
+def sbatch_file(path: Path) -> str:
+    """Submit a batch script through launcher.slurm; its job id."""
+    from launcher import slurm
+
+    return slurm.sbatch(path)
+
+
+# --- test drivers (SF_TEST_DRIVER) and what they leave ----------------------------------------
+
+# Records its arguments and attempt; completes from attempt SF_TEST_FINISH_AT on, else sleeps.
+REQUEUE_DRIVER = r"""
+n="${SLURM_RESTART_COUNT:-0}"
+printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args-$n.txt"
+echo "${MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP:-}" > "$FORGE_CLUSTER_RUN_DIR/expires-$n"
+echo "test driver: attempt $n"
+if [ "$n" -ge "${SF_TEST_FINISH_AT:-99}" ]; then exit 0; fi
+exec sleep 600
+"""
+
+# A trainer as verl's file logger and checkpoint tracker see it: resumes from the tracker,
+# logs two steps (one a second), writes driver-<restart in place>.json, then sleeps unless
+# SF_TEST_FINISH_IN_PLACE says this restart in place completes.
+TRAINER = r'''
+import json, os, sys, time
+
+k = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
+ckpt = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("trainer.default_local_dir="))
+os.makedirs(ckpt, exist_ok=True)
+tracker = os.path.join(ckpt, "latest_checkpointed_iteration.txt")
+resumed = int(open(tracker).read()) if os.path.exists(tracker) else 0
+run_dir = os.environ["FORGE_CLUSTER_RUN_DIR"]
+with open(os.path.join(run_dir, f"driver-{k}.json"), "w") as f:
+    json.dump({"pid": os.getpid(), "resumed": resumed, "time": time.time()}, f)
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
+    for step in (resumed + 1, resumed + 2):
+        time.sleep(1)
+        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1}}) + "\n")
+        log.flush()
+        with open(tracker, "w") as t:
+            t.write(str(step))
+if k >= int(os.environ.get("SF_TEST_FINISH_IN_PLACE", "99")):
+    sys.exit(0)
+time.sleep(600)
+'''
+
+
+def submit_trainer(exp: str, finish_in_place: int) -> tuple[str, Path, str]:
+    """Submit EXP with TRAINER as its driver; it completes at restart in place `finish_in_place`."""
+    Path(exp, "trainer.py").write_text(TRAINER)
+    return submit_driver(exp, f'exec python3 {exp}/trainer.py "$@"', SF_TEST_FINISH_IN_PLACE=str(finish_in_place))
+
+
+def steps_logged(run_dir: Path, name: str) -> list[int]:
+    """The step numbers in metrics/NAME (verl's file logger records)."""
+    path = run_dir / "metrics" / name
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_steps(run_dir: Path, name: str, count: int, timeout: float = 60) -> None:
+    wait_until(lambda: len(steps_logged(run_dir, name)) >= count, timeout,
+               lambda: f"{name}: {steps_logged(run_dir, name)}, not {count} steps yet", interval=0.3)
+
+
+# Joins the job's Ray cluster, starts one actor on every node (each blocked in
+# `generate_sequences`, as verl's rollout workers would be), writes two step records as verl's
+# file logger does, then stops itself with SIGSTOP in `freeze_in_rollout`: a driver that no
+# longer makes steps (unless this attempt or restart in place should complete).
+FROZEN = r'''
+import json, os, signal, sys, time
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+attempt = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+in_place = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
+
+
+@ray.remote(num_cpus=0)
+class Rollout:
+    def ready(self):
+        return os.environ.get("SLURMD_NODENAME", "?")
+
+    def generate_sequences(self):
+        time.sleep(3600)
+
+
+def freeze_in_rollout():
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+ray.init()
+alive = [n for n in ray.nodes() if n["Alive"]]
+actors = [Rollout.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+          for n in alive]
+print("test driver: actors on", sorted(ray.get([a.ready.remote() for a in actors])), flush=True)
+pending = [a.generate_sequences.remote() for a in actors]
+with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
+    for step in (1, 2):
+        time.sleep(1)
+        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1, "sf_test/time": time.time()}}) + "\n")
+        log.flush()
+if attempt >= int(os.environ.get("SF_TEST_FINISH_AT", "99")) or in_place >= 1:
+    sys.exit(0)
+freeze_in_rollout()
+'''
+
+
+def watchdog_experiment(tmp_path: Path, name: str, nodes: int, **slurm) -> str:
+    """A GRPO experiment of `nodes` nodes with FROZEN beside it as frozen.py."""
+    return experiment(tmp_path, name, nodes=nodes, files={"frozen.py": FROZEN}, **slurm)
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+# A sweep point's driver: writes its overrides into the point's run dir; fails once where
+# SF_TEST_FAIL_ONCE names its rollout.n; sleeps SF_TEST_SLEEP (4) seconds.
+SWEEP_DRIVER = r"""
+printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args.txt"
+for a in "$@"; do
+  case "$a" in
+    actor_rollout_ref.rollout.n=*) n="${a#*=}" ;;
+  esac
+done
+case " ${SF_TEST_FAIL_ONCE:-} " in
+  *" $n "*) if [ ! -e "$FORGE_CLUSTER_RUN_DIR/failed-once" ]; then
+              touch "$FORGE_CLUSTER_RUN_DIR/failed-once"; echo "test driver: failing once"; exit 1; fi ;;
+esac
+sleep "${SF_TEST_SLEEP:-4}"
+echo "test driver: done (rollout.n=$n)"
+"""
+
+
+def sweep(*args, env=None) -> dict:
+    """`sf sweep ARGS --json` with SWEEP_DRIVER: its JSON."""
+    proc = sf("sweep", *args, "--json", env={"SF_TEST_DRIVER": SWEEP_DRIVER, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def poll_until_done(sweep_id: str, timeout: float, touch: bool = False) -> list:
+    """Poll the sweep in-process (monitor.poll) until every point ended; assert that each
+    poll is ONE sacct call and nothing else. Returns the last statuses."""
+    from launcher import runs, slurm
+    from launcher.monitor import poll as monitor
+    from launcher.spec.site import load_site
+
+    root = Path(load_site(None).runs_dir)
+    run = runs.open_run(root, sweep_id)
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while True:
+        slurm.CALLS.clear()
+        (status,) = monitor.poll([run], runs_dir=root)
+        polls += 1
+        # one sacct; one squeue more only for ids slurmdbd has not recorded yet
+        assert slurm.CALLS["sacct"] == 1 and slurm.CALLS["squeue"] <= 1, dict(slurm.CALLS)
+        assert slurm.CALLS["total"] == 1 + slurm.CALLS["squeue"], dict(slurm.CALLS)
+        if status.points and all(run_ended(p["state"]) for p in status.points):
+            return status, polls
+        if touch and any(p["state"] == "pending" for p in status.points):
+            # hetjobs start only from the backfill scheduler; touching the partition wakes it
+            for part in ("train", "teach"):
+                subprocess.run(["scontrol", "update", f"PartitionName={part}", "State=UP"], check=False)
+        assert time.monotonic() < deadline, f"sweep {sweep_id} not done after {timeout}s: {status.points}"
+        time.sleep(2)
+

@@ -17,31 +17,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# the shared helpers once lived here: other test files still import them from this module
-from helpers import REPO, SF, job_state, phase, phases, sf, wait_terminal  # noqa: E402, F401
-
-
-def test_site(tmp_path, **ray) -> str:
-    """A copy of the dev site with a `shared` series: 2 CPUs + 2 GPUs of the teach nodes,
-    so two 2-node jobs must share dev7 and dev8."""
-    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
-    data["series"]["shared"] = {"partition": "teach", "gpus_per_node": 4, "gpu_directive": "gres",
-                                "cpus_per_node": 2, "mem_per_node": "1G"}
-    data["ray"].update(ray)
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(path)
-
-
-test_site.__test__ = False
-
-
-def submit_preflight(*args, env=None) -> dict:
-    proc = sf("submit", *args, "--preflight", "--wait", "--json", env=env)
-    out = json.loads(proc.stdout[proc.stdout.index("{"):])
-    out["rc"], out["stderr"] = proc.returncode, proc.stderr
-    return out
+from helpers import REPO, SF, job_state, phase, phases, sf, shared_series_site, submit_preflight, wait_terminal  # noqa: E402, F401
 
 
 def bringup_seconds(run_dir) -> float:
@@ -117,7 +93,7 @@ def test_placement_follows_roles_not_pool_names(tmp_path):
 
 
 def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
-    site = test_site(tmp_path)
+    site = shared_series_site(tmp_path)
     procs = [subprocess.Popen([SF, "submit", "examples/grpo", "--site", site, "--profile", "shared:2x2",
                                "--preflight", "--wait", "--json"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]

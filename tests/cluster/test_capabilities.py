@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import phases, sf  # noqa: E402
-from test_bringup import submit_preflight  # noqa: E402
+from helpers import phases, sf, submit_preflight  # noqa: E402
 
 RUNS = Path("/var/lib/sfdev/runs")
 FIX = ("runtime capability flash_attn missing", "verl/ppo", "install flash-attn in the runtime",

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, job_state, phases, sf, wait_event, wait_state, wait_until  # noqa: E402
+from helpers import FROZEN, REPO, job_state, phases, sf, wait_event, wait_state, wait_until, watchdog_experiment  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 REGISTRY = STATE / "runtimes-container.yaml"
@@ -186,13 +186,6 @@ def submit_driver(exp: str, finish_at: int) -> tuple[Path, str]:
     return Path(out["run_dir"]), out["job_id"]
 
 
-def wait_for(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
-    return wait_event(run_dir, name, timeout=timeout, restart=restart)
-
-
-wait_job = wait_state
-
-
 def containers_of(job: str) -> list[str]:
     """The runc containers of the job still known (ids NODE.USER.JOB.STEP.TASK)."""
     proc = subprocess.run(["runc", f"--root={RUNC_ROOT}", "list", "-q"], capture_output=True, text=True)
@@ -200,24 +193,22 @@ def containers_of(job: str) -> list[str]:
 
 
 def wait_driver_file(run_dir: Path, attempt: int, timeout: float = 30) -> str:
+    """What attempt `attempt`'s driver wrote about where it runs, once it has written it."""
     path = run_dir / f"driver-where-{attempt}.txt"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not (path.exists() and path.read_text().strip()):
-        time.sleep(0.3)
-    return path.read_text()
+    return wait_until(lambda: path.exists() and path.read_text().strip(), timeout, f"no {path}", interval=0.3)
 
 
 def test_requeue_of_a_containerised_job(bundle, tmp_path):
     run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=1)
     try:
-        wait_for(run_dir, "driver_started", restart=0)
+        wait_event(run_dir, "driver_started", restart=0)
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
         assert containers_of(job), "the job's steps are runc containers"
         subprocess.run(["scontrol", "requeue", job], check=True)
-        wait_for(run_dir, "restarted", restart=1)
-        wait_for(run_dir, "driver_started", restart=1)
+        wait_event(run_dir, "restarted", restart=1)
+        wait_event(run_dir, "driver_started", restart=1)
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 1)  # the new attempt's driver: inside too
-        assert wait_job(job, {"COMPLETED", "FAILED"}) == "COMPLETED"
+        assert wait_state(job, {"COMPLETED", "FAILED"}) == "COMPLETED"
         ended = [e for e in phases(run_dir) if e["phase"] == "ended"]
         assert [e.get("ending") for e in ended if e.get("restart", 0) == 0][-1] == "requeued", ended
         assert ("all_joined", 1) in [(e["phase"], e.get("restart", 0)) for e in phases(run_dir)]
@@ -230,7 +221,7 @@ def test_requeue_of_a_containerised_job(bundle, tmp_path):
 def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
     run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=99)
     try:
-        wait_for(run_dir, "driver_started", restart=0)
+        wait_event(run_dir, "driver_started", restart=0)
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
         running = containers_of(job)
         assert len(running) >= 2, running  # the head's Ray node and the driver
@@ -241,7 +232,7 @@ def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
         assert att.returncode == 0 and "sf container: verl 0.9.1" in att.stdout and "alive 1" in att.stdout, \
             att.stdout[-2000:] + att.stderr[-2000:]
         subprocess.run(["scancel", job], check=True)
-        assert wait_job(job, {"CANCELLED", "COMPLETED", "FAILED"}) == "CANCELLED"
+        assert wait_state(job, {"CANCELLED", "COMPLETED", "FAILED"}) == "CANCELLED"
         deadline = time.monotonic() + 30
         while containers_of(job) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -352,12 +343,12 @@ def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
         first = json.loads((run_dir / "driver-0.json").read_text())
         assert first["python"].startswith("/opt/sf/runtime/bin/python") and first["container"], first
         os.kill(first["pid"], 9)  # host PIDs: the container shares the host's PID namespace
-        wait_for(run_dir, "restarted_in_place", restart=0, timeout=150)
+        wait_event(run_dir, "restarted_in_place", restart=0, timeout=150)
         deadline = time.monotonic() + 150
         while not (run_dir / "driver-1.json").exists():
             assert time.monotonic() < deadline, phases(run_dir)[-5:]
             time.sleep(0.3)
-        assert wait_job(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
         joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
         assert len(joined) == 2 and {e["job_id"] for e in joined} == {job}  # Ray up again, same job
         again = json.loads((run_dir / "driver-1.json").read_text())
@@ -370,9 +361,6 @@ def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
 def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
     """The progress watchdog on an oci runtime: a frozen driver with an actor on each of 2
     nodes is found, and py-spy, run in a container step on every node, dumps the stacks."""
-    from test_watchdog import FROZEN
-    from test_watchdog import experiment as watchdog_experiment
-
     exp = watchdog_experiment(tmp_path, "ctfrozen", nodes=2, hang_timeout_s=20, first_step_timeout_s=180,
                               max_requeues=1)
     assert "freeze_in_rollout" in FROZEN
@@ -382,8 +370,8 @@ def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
     out = json.loads(proc.stdout)
     run_dir, job = Path(out["run_dir"]), out["job_id"]
     try:
-        hang = wait_for(run_dir, "hang", restart=0, timeout=240)
-        saved = wait_for(run_dir, "stacks_saved", restart=0, timeout=120)
+        hang = wait_event(run_dir, "hang", restart=0, timeout=240)
+        saved = wait_event(run_dir, "stacks_saved", restart=0, timeout=120)
         hosts = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
         assert sorted(saved["nodes"]) == sorted(hosts), (saved, hosts)
         stacks = run_dir / hang["stacks"]
@@ -393,8 +381,8 @@ def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
         assert "/opt/sf/runtime/bin/py-spy" in head_text  # the container's py-spy
         requeued = [e for e in phases(run_dir) if e["phase"] == "requeued"]
         assert requeued and requeued[0]["cause"] == "hang", requeued
-        wait_for(run_dir, "driver_started", restart=1, timeout=180)  # the next attempt, in containers too
-        assert wait_job(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
+        wait_event(run_dir, "driver_started", restart=1, timeout=180)  # the next attempt, in containers too
+        assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
     finally:
         if job_state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN"):
             subprocess.run(["scancel", job], check=False)

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, sf  # noqa: E402
-from test_sweep import experiment, poll_until_done, sweep  # noqa: E402
+from helpers import ONE_NODE, REPO, experiment, poll_until_done, sf, sweep  # noqa: E402
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 PIDFILE = STATE / "pids" / "slurmctld.pid"
@@ -76,7 +75,7 @@ def sacct_running(array_id: str, count: int) -> bool:
 
 
 def test_status_survives_slurmctld_restart(tmp_path):
-    exp = experiment(tmp_path, "ctld", [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}])
+    exp = experiment(tmp_path, "ctld", pools=ONE_NODE)
     out = sweep(exp, "--grid", "rollout_n=2,4", "--max-parallel", "2", env={"SF_TEST_SLEEP": "35"})
     sweep_id, (array_id,) = out["sweep"], out["job_ids"]
     stopped = False

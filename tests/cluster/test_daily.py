@@ -12,8 +12,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, job_state, phases, sf, wait_until  # noqa: E402
-from test_requeue import cleanup, experiment, hetjob_experiment, wait_event  # noqa: E402
+from helpers import (  # noqa: E402
+    REPO,
+    REQUEUE_DRIVER,
+    cleanup,
+    hetjob_experiment,
+    job_state,
+    phases,
+    requeue_experiment,
+    sf,
+    wait_event,
+    wait_state,
+    wait_until,
+)
 
 from launcher import slurm  # noqa: E402
 from launcher.states import slurm_done  # noqa: E402
@@ -21,19 +32,8 @@ from launcher.states import slurm_done  # noqa: E402
 SLEEPER = 'echo "test driver: attempt ${SLURM_RESTART_COUNT:-0}"; exec sleep 600'
 
 
-def _wait(job: str, states: set[str], timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
-    info: dict = {}
-    while time.monotonic() < deadline:
-        info = slurm.show_job(job)
-        if info.get("JobState") in states:
-            return info
-        time.sleep(0.5)
-    raise AssertionError(f"job {job}: {info.get('JobState')} ({info.get('Reason')}), not {states} after {timeout}s")
-
-
 def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
-    exp = experiment(tmp_path, max_requeues=1)
+    exp = requeue_experiment(tmp_path, max_requeues=1)
     proc = sf("submit", exp, "--json", "--exclude", "dev8", "--mail-type", "FAIL", "--mail-user", "sftest",
               "--sbatch", "comment=sf-daily", "--sbatch", "nice=10", env={"SF_TEST_DRIVER": SLEEPER})
     assert proc.returncode == 0, proc.stderr
@@ -70,7 +70,7 @@ def test_scheduler_options_and_singleton_on_real_slurm(tmp_path):
         assert f"#SBATCH --dependency=afterok:{first},singleton\n" in (third_dir / "job.sbatch").read_text()
         # the first attempt ends: only then does the second start
         subprocess.run(["scancel", first], check=True)
-        _wait(second, {"RUNNING"}, timeout=120)
+        wait_state(second, {"RUNNING"}, timeout=120)
         print(f"\nsingleton: job {second} of run {run} waited (Reason=Dependency) until job {first} ended")
     finally:
         for job in jobs:
@@ -117,7 +117,7 @@ def requeued_wandb_run(tmp_path_factory):
     from launcher.spec import paths
 
     tmp = tmp_path_factory.mktemp("wandb")
-    exp = Path(experiment(tmp, max_requeues=2))
+    exp = Path(requeue_experiment(tmp, max_requeues=2))
     data = yaml.safe_load((exp / "config.yaml").read_text())
     data["spec"]["resources"]["pools"][0]["nodes"] = 2
     data.setdefault("knobs", {})["logger"] = ["console", "file", "wandb"]
@@ -139,7 +139,7 @@ def requeued_wandb_run(tmp_path_factory):
             time.sleep(0.5)
         subprocess.run(["scontrol", "requeue", job], check=True)
         wait_event(run_dir, "driver_started", restart=1, timeout=180)
-        _wait(job, {"COMPLETED"}, timeout=120)
+        wait_state(job, {"COMPLETED"}, timeout=120)
     finally:
         cleanup(job)
     return run, run_dir, proc.stderr
@@ -233,10 +233,8 @@ def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
 def test_after_waits_for_success_across_a_requeue(tmp_path):
     """B --after A: B waits on afterok:<A's job>; A is requeued (same job id) and B still
     waits; A then completes and B starts."""
-    from test_requeue import DRIVER
-
-    exp = experiment(tmp_path, max_requeues=2)
-    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER, "SF_TEST_FINISH_AT": "1"})
+    exp = requeue_experiment(tmp_path, max_requeues=2)
+    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": REQUEUE_DRIVER, "SF_TEST_FINISH_AT": "1"})
     assert proc.returncode == 0, proc.stderr
     first = json.loads(proc.stdout)
     run_a, dir_a, job_a = first["run"], Path(first["run_dir"]), first["job_id"]
@@ -254,8 +252,8 @@ def test_after_waits_for_success_across_a_requeue(tmp_path):
         info = slurm.show_job(job_b)  # A is back (same id): B still waits for it
         assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
         assert info["Dependency"].startswith(f"afterok:{job_a}"), info
-        _wait(job_a, {"COMPLETED"}, timeout=150)
-        _wait(job_b, {"RUNNING"}, timeout=120)
+        wait_state(job_a, {"COMPLETED"}, timeout=150)
+        wait_state(job_b, {"RUNNING"}, timeout=120)
         print(f"\n--after: job {job_b} waited for run {run_a} (job {job_a}) through its requeue, then started")
     finally:
         for job in jobs:
@@ -294,7 +292,7 @@ def _sacct_times(job: str) -> tuple[str, str, str]:
 def _pending_sft(tmp_path) -> tuple[str, str, str]:
     """An SFT preflight held back 20 s (surely still queued when the next command chains on
     it) and a GRPO experiment to chain: (GRPO experiment, SFT run id, SFT job id)."""
-    sft_exp, grpo_exp = sft_experiment(tmp_path), experiment(tmp_path, max_requeues=1)
+    sft_exp, grpo_exp = sft_experiment(tmp_path), requeue_experiment(tmp_path, max_requeues=1)
     proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -407,7 +405,7 @@ def test_attach_reaches_an_array_sweep_point_through_a_real_step(tmp_path):
     """A one-pool sweep is one job array; its point's record says `<array>_<task>`. sf attach
     runs a real overlapping step in that task (srun --jobid=<the task's own job id>), with
     the task's Ray address and token."""
-    proc = sf("sweep", experiment(tmp_path, max_requeues=1), "--grid", "rollout_n=4,8", "--max-parallel", "1",
+    proc = sf("sweep", requeue_experiment(tmp_path, max_requeues=1), "--grid", "rollout_n=4,8", "--max-parallel", "1",
               "--json", env={"SF_TEST_DRIVER": SLEEPER})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

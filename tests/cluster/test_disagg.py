@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import REPO, phases, submit_preflight  # noqa: E402
-from test_requeue import cleanup, status, touch_until, wait_state  # noqa: E402
+from helpers import REPO, cleanup, phases, status, submit_preflight, touch_until, wait_state  # noqa: E402
 
 RUNS = Path("/var/lib/sfdev/runs")
 GEN_NODES = ("dev7", "dev8")  # partition teach

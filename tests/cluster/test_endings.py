@@ -29,11 +29,23 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import phases, sf  # noqa: E402
-from test_requeue import DRIVER, cleanup, restarts, wait_event, wait_state  # noqa: E402
-from test_requeue import experiment as one_node  # noqa: E402
-from test_restart_in_place import steps_logged, submit, wait_file, wait_steps  # noqa: E402
-from test_watchdog import experiment  # noqa: E402
+from helpers import (  # noqa: E402
+    REQUEUE_DRIVER,
+    TRAIN_AND_TEACH,
+    cleanup,
+    experiment,
+    phases,
+    restarts,
+    sf,
+    steps_logged,
+    submit_driver,
+    submit_trainer,
+    sweep,
+    wait_event,
+    wait_json,
+    wait_state,
+    wait_steps,
+)
 
 RELOGGER = r'''
 import json, os, time
@@ -79,10 +91,10 @@ def test_frozen_node_is_left_out_for_the_spare(tmp_path):
     config = yaml.safe_load(Path(exp, "config.yaml").read_text())
     config["spec"]["resources"]["pools"][0]["spare_nodes"] = 1
     Path(exp, "config.yaml").write_text(yaml.safe_dump(config))
-    run, run_dir, job = submit(exp, finish_in_place=1)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=1)
     frozen: list[int] = []
     try:
-        wait_file(run_dir / "driver-0.json", timeout=420)  # three nodes: the shared dev cluster may be full
+        wait_json(run_dir / "driver-0.json", timeout=420)  # three nodes: the shared dev cluster may be full
         wait_steps(run_dir, "attempt-0.jsonl", 2)
         head, worker = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
         frozen = job_pids(job, worker)
@@ -139,16 +151,8 @@ def test_relogged_step_is_no_progress(tmp_path):
         cleanup(job)
 
 
-def submit_one_node(tmp_path, driver: str = DRIVER, **slurm) -> tuple[str, Path, str]:
-    exp = Path(one_node(tmp_path, max_requeues=3))
-    if slurm:
-        config = yaml.safe_load((exp / "config.yaml").read_text())
-        config["slurm"].update(slurm)
-        (exp / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = sf("submit", str(exp), "--json", env={"SF_TEST_DRIVER": driver})
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    return out["run"], Path(out["run_dir"]), out["job_id"]
+def submit_one_node(tmp_path, driver: str = REQUEUE_DRIVER, **slurm) -> tuple[str, Path, str]:
+    return submit_driver(experiment(tmp_path, "one-node", max_requeues=3, **slurm), driver)
 
 
 def status_json(run: str) -> dict:
@@ -243,13 +247,8 @@ def test_logs_follow_ends_after_the_last_line_of_a_cancel(tmp_path):
 
 
 def test_a_cancelled_hetjob_sweep_reads_cancelled_and_its_points_point(tmp_path):
-    from test_sweep import experiment as sweep_experiment
-    from test_sweep import sweep
-
-    exp = sweep_experiment(tmp_path, "hetcancel", [
-        {"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
-        {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
-        roles={"actor": "train", "rollout": "train", "teacher": "teach"}, method="verl/distillation")
+    exp = experiment(tmp_path, "hetcancel", example="distill", pools=TRAIN_AND_TEACH,
+                     roles={"actor": "train", "rollout": "train", "teacher": "teach"})
     # held behind a held job: the points never start, the cancel is what ends them
     held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
                           capture_output=True, text=True, check=True).stdout.strip().split(";")[0]

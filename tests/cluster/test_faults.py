@@ -13,46 +13,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, SF, job_state, phase, wait_event, wait_terminal  # noqa: E402
-from test_bringup import test_site
-
-RUNS = Path("/var/lib/sfdev/runs")
-
-
-def render_job(tmp_name: str, *, site: str | None = None, nodes: str, entry: str | None = None,
-               extra_env: str = "") -> Path:
-    out = RUNS / f"test-{tmp_name}-{os.getpid()}-{int(time.time())}"
-    args = [SF, "render", "examples/grpo", "-o", str(out)] + (["--site", site] if site else [])
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    script = (out / "job.sbatch").read_text()
-    script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
-    if entry:
-        start = script.index("SF_ENTRY=(\n")
-        end = script.index(")\n", start)
-        script = script[:start] + f"SF_ENTRY=(\n  python3 -c {entry!r}\n" + script[end:]
-    if extra_env:
-        script = script.replace("set -uo pipefail\n", f"set -uo pipefail\n{extra_env}\n", 1)
-    (out / "job.sbatch").write_text(script)
-    return out
-
-
-def sbatch(path: Path) -> str:
-    from launcher import slurm
-
-    return slurm.sbatch(path)
-
-
-
-wait_phase = wait_event  # its old name here
+from helpers import job_state, phase, render_job, sbatch_file, shared_series_site, wait_event, wait_terminal  # noqa: E402
 
 
 def test_worker_killed_mid_run_ends_job_within_60s():
     run_dir = render_job("kill", nodes="dev5,dev6", entry="import time; time.sleep(600)")
-    job = sbatch(run_dir / "job.sbatch")
+    job = sbatch_file(run_dir / "job.sbatch")
     try:
-        wait_phase(run_dir, "driver_started")
-        worker = wait_phase(run_dir, "node_started", node="dev6")
+        wait_event(run_dir, "driver_started")
+        worker = wait_event(run_dir, "node_started", node="dev6")
         assert worker["role"] == "worker"
         killed_at = time.monotonic()
         os.kill(worker["pid"], signal.SIGKILL)  # dev6's `ray start --block`
@@ -73,9 +42,9 @@ def test_worker_killed_mid_run_ends_job_within_60s():
 def test_node_that_never_joins_fails_the_barrier_naming_it(tmp_path):
     # 40 s, not less: with 4 test workers on 2 cores the head's own raylet has taken over 15 s to
     # register, and the check below is that only the skipped node is named.
-    site = test_site(tmp_path, barrier_timeout_s=40)
+    site = shared_series_site(tmp_path, barrier_timeout_s=40)
     run_dir = render_job("skip", site=site, nodes="dev3,dev4", extra_env="export SF_TEST_SKIP_NODE=dev4")
-    job = sbatch(run_dir / "job.sbatch")
+    job = sbatch_file(run_dir / "job.sbatch")
     try:
         state = wait_terminal(job, timeout=150)
         assert state == "FAILED", state

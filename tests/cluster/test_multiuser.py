@@ -32,9 +32,14 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, SF, phases, sf  # noqa: E402
+from helpers import (  # noqa: E402
+    REPO,
+    SF,
+    phases,
+    requeue_experiment,  # noqa: E402
+    sf,
+)
 from helpers import wait_terminal as wait_done  # noqa: E402
-from test_requeue import experiment as requeue_experiment  # noqa: E402
 
 NOBODY = pwd.getpwnam("nobody")
 STATE = Path("/var/lib/sfdev")

@@ -16,60 +16,38 @@ Requeue turnaround (signal -> driver running again) is printed (pytest -s).
 """
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, cleanup, job_state, phases, sf, status, wait_event, wait_state  # noqa: E402, F401
-
-DRIVER = r"""
-n="${SLURM_RESTART_COUNT:-0}"
-printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args-$n.txt"
-echo "${MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP:-}" > "$FORGE_CLUSTER_RUN_DIR/expires-$n"
-echo "test driver: attempt $n"
-if [ "$n" -ge "${SF_TEST_FINISH_AT:-99}" ]; then exit 0; fi
-exec sleep 600
-"""
-
-
-def experiment(tmp_path: Path, max_requeues: int) -> str:
-    """A one-node GRPO experiment (the example's assets) with its own max_requeues."""
-    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data["model"] = str(assets / "model")
-    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                    "validation": {"files": str(assets / "data" / "test.parquet")}}
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", "max_requeues": max_requeues}
-    exp = tmp_path / f"requeue{max_requeues}"
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
+from helpers import (  # noqa: E402, F401
+    REPO,
+    REQUEUE_DRIVER,
+    cleanup,
+    hetjob_experiment,
+    job_state,
+    phases,
+    requeue_experiment,
+    restarts,
+    sf,
+    status,
+    submit_driver,
+    touch_until,
+    wait_event,
+    wait_state,
+)
 
 
 def submit(exp: str, finish_at: int) -> tuple[str, Path, str]:
-    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER, "SF_TEST_FINISH_AT": str(finish_at)})
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    return out["run"], Path(out["run_dir"]), out["job_id"]
-
-
-def restarts(job: str) -> int:
-    from launcher import slurm
-
-    return int(slurm.show_job(job).get("Restarts", "0"))
+    return submit_driver(exp, REQUEUE_DRIVER, SF_TEST_FINISH_AT=str(finish_at))
 
 
 def requeue_once(tmp_path, how: str) -> None:
-    run, run_dir, job = submit(experiment(tmp_path, max_requeues=3), finish_at=1)
+    run, run_dir, job = submit(requeue_experiment(tmp_path, max_requeues=3), finish_at=1)
     try:
         wait_event(run_dir, "driver_started", restart=0, timeout=120)
         first_end = int((run_dir / "expires-0").read_text())
@@ -123,7 +101,7 @@ def test_requeue_by_scontrol_reruns_and_records_restart(tmp_path):
 
 
 def test_bound_stops_a_job_that_keeps_being_requeued(tmp_path):
-    run, run_dir, job = submit(experiment(tmp_path, max_requeues=1), finish_at=99)
+    run, run_dir, job = submit(requeue_experiment(tmp_path, max_requeues=1), finish_at=99)
     try:
         wait_event(run_dir, "driver_started", restart=0, timeout=120)
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
@@ -146,23 +124,6 @@ def test_bound_stops_a_job_that_keeps_being_requeued(tmp_path):
         print(f"\nbound: {reason.strip()}")
     finally:
         cleanup(job)
-
-
-def hetjob_experiment(tmp_path: Path, name: str, **slurm) -> str:
-    """A 1+1 node distillation hetjob (train on `train`, teacher on `teach`), the example's assets."""
-    data = yaml.safe_load((REPO / "examples" / "distill" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data.update(model=str(assets / "model"), teacher={"model": str(assets / "teacher")},
-                data={"train": {"files": str(assets / "data" / "train.parquet")},
-                      "validation": {"files": str(assets / "data" / "test.parquet")}})
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
-                                          {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", **slurm}
-    exp = tmp_path / name
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
 
 
 def test_hetjob_requeues_as_one(tmp_path):
@@ -188,19 +149,6 @@ def test_hetjob_requeues_as_one(tmp_path):
               f"(Ray up in {started['seconds']:.1f}s)")
     finally:
         cleanup(job)
-
-
-def touch_until(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
-    """Wait for a phase; hetjobs start only from backfill, so touch the partitions meanwhile."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for event in phases(run_dir):
-            if event["phase"] == name and event.get("restart", 0) == restart:
-                return event
-        for part in ("train", "teach"):
-            subprocess.run(["scontrol", "update", f"PartitionName={part}", "State=UP"], check=False)
-        time.sleep(2)
-    raise AssertionError(f"no {name} (restart {restart}) within {timeout}s: {phases(run_dir)[-8:]}")
 
 
 @pytest.fixture(autouse=True)

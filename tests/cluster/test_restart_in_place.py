@@ -30,67 +30,33 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import cleanup, job_state, phases, sf, status, wait_event, wait_json, wait_state  # noqa: E402
-from test_requeue import hetjob_experiment, restarts  # noqa: E402
-from test_watchdog import experiment  # noqa: E402
-
-TRAINER = r'''
-import json, os, sys, time
-
-k = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
-ckpt = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("trainer.default_local_dir="))
-os.makedirs(ckpt, exist_ok=True)
-tracker = os.path.join(ckpt, "latest_checkpointed_iteration.txt")
-resumed = int(open(tracker).read()) if os.path.exists(tracker) else 0
-run_dir = os.environ["FORGE_CLUSTER_RUN_DIR"]
-with open(os.path.join(run_dir, f"driver-{k}.json"), "w") as f:
-    json.dump({"pid": os.getpid(), "resumed": resumed, "time": time.time()}, f)
-with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
-    for step in (resumed + 1, resumed + 2):
-        time.sleep(1)
-        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1}}) + "\n")
-        log.flush()
-        with open(tracker, "w") as t:
-            t.write(str(step))
-if k >= int(os.environ.get("SF_TEST_FINISH_IN_PLACE", "99")):
-    sys.exit(0)
-time.sleep(600)
-'''
-
-
-def submit(exp: str, finish_in_place: int) -> tuple[str, Path, str]:
-    Path(exp, "trainer.py").write_text(TRAINER)
-    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": f'exec python3 {exp}/trainer.py "$@"',
-                                             "SF_TEST_FINISH_IN_PLACE": str(finish_in_place)})
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    return out["run"], Path(out["run_dir"]), out["job_id"]
-
-
-def wait_file(path: Path, timeout: float = 180) -> dict:
-    return wait_json(path, timeout)
-
-def steps_logged(run_dir: Path, name: str) -> list[int]:
-    path = run_dir / "metrics" / name
-    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_steps(run_dir: Path, name: str, count: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while len(steps_logged(run_dir, name)) < count:
-        assert time.monotonic() < deadline, f"{name}: {steps_logged(run_dir, name)}"
-        time.sleep(0.3)
+from helpers import (  # noqa: E402
+    cleanup,
+    experiment,
+    hetjob_experiment,
+    job_state,
+    phases,
+    restarts,
+    sf,
+    status,
+    steps_logged,
+    submit_trainer,
+    wait_event,
+    wait_json,
+    wait_state,
+    wait_steps,
+)
 
 
 def test_killed_driver_restarts_in_place_and_completes(tmp_path):
     exp = experiment(tmp_path, "inplace", nodes=1, max_restarts_in_place=1)
-    run, run_dir, job = submit(exp, finish_in_place=1)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=1)
     try:
-        first = wait_file(run_dir / "driver-0.json")
+        first = wait_json(run_dir / "driver-0.json")
         wait_steps(run_dir, "attempt-0.jsonl", 2)
         killed = time.time()
         os.kill(first["pid"], signal.SIGKILL)
-        again = wait_file(run_dir / "driver-1.json", timeout=120)
+        again = wait_json(run_dir / "driver-1.json", timeout=120)
         took = again["time"] - killed
         event = wait_event(run_dir, "restarted_in_place", timeout=10)
         assert event["cause"] == "driver" and event["restart_in_place"] == 1 and event["resumed_from"] == 2, event
@@ -116,12 +82,12 @@ def test_killed_driver_restarts_in_place_and_completes(tmp_path):
 
 def test_hetjob_restarts_in_place_across_its_groups(tmp_path):
     exp = hetjob_experiment(tmp_path, "hetinplace", max_restarts_in_place=1)
-    run, run_dir, job = submit(exp, finish_in_place=1)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=1)
     try:
-        first = wait_file(run_dir / "driver-0.json")
+        first = wait_json(run_dir / "driver-0.json")
         wait_steps(run_dir, "attempt-0.jsonl", 2)
         os.kill(first["pid"], signal.SIGKILL)
-        wait_file(run_dir / "driver-1.json", timeout=120)
+        wait_json(run_dir / "driver-1.json", timeout=120)
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
         joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
         assert len(joined) == 2 and all(len(e["pools"]) == 2 for e in joined), joined  # train and teach, twice
@@ -138,9 +104,9 @@ def test_killed_worker_is_replaced_by_the_spare_node(tmp_path):
     config = yaml.safe_load(Path(exp, "config.yaml").read_text())
     config["spec"]["resources"]["pools"][0]["spare_nodes"] = 1
     Path(exp, "config.yaml").write_text(yaml.safe_dump(config))
-    run, run_dir, job = submit(exp, finish_in_place=1)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=1)
     try:
-        wait_file(run_dir / "driver-0.json")
+        wait_json(run_dir / "driver-0.json")
         wait_steps(run_dir, "attempt-0.jsonl", 2)
         allocated = next(e for e in phases(run_dir) if e["phase"] == "allocated")
         head, worker = allocated["pools"]["train"]
@@ -152,7 +118,7 @@ def test_killed_worker_is_replaced_by_the_spare_node(tmp_path):
         assert event["cause"] == "node" and event["left_out"] == [worker], event
         spare = event["spares_used"][0]
         assert spare not in (head, worker)
-        wait_file(run_dir / "driver-1.json", timeout=120)
+        wait_json(run_dir / "driver-1.json", timeout=120)
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
         again = [e for e in phases(run_dir) if e["phase"] == "all_joined"][-1]
         assert sorted(again["pools"]["train"]) == sorted([head, spare]), again  # the dead node left out
@@ -166,11 +132,11 @@ def test_killed_worker_is_replaced_by_the_spare_node(tmp_path):
 
 def test_node_killed_past_the_bound_ends_the_job(tmp_path):
     exp = experiment(tmp_path, "inplacebound", nodes=2, max_restarts_in_place=1, requeue=False)
-    run, run_dir, job = submit(exp, finish_in_place=99)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=99)
     try:
         hosts = None
         for k in (0, 1):
-            wait_file(run_dir / f"driver-{k}.json")
+            wait_json(run_dir / f"driver-{k}.json")
             wait_steps(run_dir, "attempt-0.jsonl" if k == 0 else f"attempt-0.{k}.jsonl", 2)  # mid-run
             hosts = hosts or next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
             worker = [e for e in phases(run_dir) if e["phase"] == "node_started" and e["node"] == hosts[1]][-1]
@@ -206,9 +172,9 @@ def kill_node(run_dir: Path, node: str) -> None:
 
 def test_node_gone_without_a_spare_requeues_then_stops_at_the_bound(tmp_path):
     exp = experiment(tmp_path, "gone", nodes=2, max_restarts_in_place=1, max_requeues=1)
-    run, run_dir, job = submit(exp, finish_in_place=99)
+    run, run_dir, job = submit_trainer(exp, finish_in_place=99)
     try:
-        first = wait_file(run_dir / "driver-0.json")
+        first = wait_json(run_dir / "driver-0.json")
         wait_steps(run_dir, "attempt-0.jsonl", 2)
         hosts = next(e for e in phases(run_dir) if e["phase"] == "allocated")["pools"]["train"]
         killed = time.time()

@@ -28,10 +28,18 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import job_state, phases, sf, status, wait_state  # noqa: E402
-from test_bringup import test_site  # noqa: E402
-from test_faults import render_job, sbatch, wait_phase  # noqa: E402
-from test_requeue import hetjob_experiment  # noqa: E402
+from helpers import (  # noqa: E402  # noqa: E402
+    hetjob_experiment,  # noqa: E402
+    job_state,
+    phases,
+    render_job,
+    sbatch_file,
+    sf,
+    shared_series_site,  # noqa: E402
+    status,
+    wait_event,
+    wait_state,
+)
 
 # Ray 2.60 binds these on every interface, with no option to name an address: its C++ gRPC
 # servers (GCS, raylet's node manager and object manager) and the dashboard agent's gRPC
@@ -100,7 +108,7 @@ def test_planted_links_and_dirs_leave_their_targets_untouched(tmp_path):
         as_nobody("ln", "-s", str(lock_target), str(locks))
         before = {t: snapshot(t) for t in targets}
         subprocess.run(["scontrol", "release", job], check=True)
-        wait_phase(run_dir, "node_started", node="dev4", timeout=120)
+        wait_event(run_dir, "node_started", node="dev4", timeout=120)
         assert wait_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=150) == "COMPLETED", \
             (run_dir / "reason").read_text() if (run_dir / "reason").exists() else phases(run_dir)[-5:]
         after = {t: snapshot(t) for t in targets}
@@ -157,9 +165,9 @@ def test_running_job_is_private_listens_on_its_node_and_a_cancel_cleans_up(tmp_p
     from launcher.injob import ports as ports_mod
 
     run_dir = render_job("private", nodes="dev5,dev6", entry="import time; time.sleep(600)")
-    job = sbatch(run_dir / "job.sbatch")
+    job = sbatch_file(run_dir / "job.sbatch")
     try:
-        wait_phase(run_dir, "driver_started", timeout=120)
+        wait_event(run_dir, "driver_started", timeout=120)
         started = [e for e in phases(run_dir) if e["phase"] == "node_started"]
         dirs = temp_dirs(run_dir)
         for d in dirs:
@@ -198,7 +206,7 @@ def test_running_job_is_private_listens_on_its_node_and_a_cancel_cleans_up(tmp_p
         while time.monotonic() < deadline and any(d.exists() for d in dirs):
             time.sleep(1)
         assert not any(d.exists() for d in dirs), dirs
-        ended = wait_phase(run_dir, "ended", timeout=30)
+        ended = wait_event(run_dir, "ended", timeout=30)
         assert ended["ending"] == "cancelled" and ended["rc"] == 0, ended
         assert (run_dir / "reason").read_text().startswith("cancelled")
         time.sleep(2)
@@ -228,7 +236,7 @@ def test_hetjob_cancel_is_a_cancel_not_a_failure(tmp_path):
         dirs = temp_dirs(run_dir)
         assert len(dirs) == 2
         assert sf("cancel", out["run"]).returncode == 0
-        ended = wait_phase(run_dir, "ended", timeout=60)
+        ended = wait_event(run_dir, "ended", timeout=60)
         assert ended["ending"] == "cancelled", ended
         deadline = time.monotonic() + 60
         steps = {}
@@ -258,12 +266,12 @@ def test_time_limit_is_recorded_as_the_time_limit():
         "#SBATCH --signal=B:USR1@60\n", "")
     script = re.sub(r"#SBATCH --time=\S+", "#SBATCH --time=00:01:00", script)
     (run_dir / "job.sbatch").write_text(script)
-    job = sbatch(run_dir / "job.sbatch")
+    job = sbatch_file(run_dir / "job.sbatch")
     try:
-        wait_phase(run_dir, "driver_started", timeout=120)
+        wait_event(run_dir, "driver_started", timeout=120)
         dirs = temp_dirs(run_dir)
         assert wait_state(job, {"TIMEOUT", "FAILED", "CANCELLED", "COMPLETED"}, timeout=150) == "TIMEOUT"
-        ended = wait_phase(run_dir, "ended", timeout=30)
+        ended = wait_event(run_dir, "ended", timeout=30)
         assert ended["ending"] == "time limit", ended
         reason = (run_dir / "reason").read_text()
         assert reason.startswith("reached its time limit") and "died" not in reason, reason
@@ -277,7 +285,7 @@ def test_time_limit_is_recorded_as_the_time_limit():
 
 
 def test_status_names_the_nodes_the_barrier_waits_for(tmp_path):
-    site = test_site(tmp_path, barrier_timeout_s=40)
+    site = shared_series_site(tmp_path, barrier_timeout_s=40)
     proc = sf("submit", "examples/grpo", "--site", site, "--preflight", "--json",
               env={"SF_TEST_SKIP_NODE": "@workers"})
     assert proc.returncode == 0, proc.stderr
@@ -319,7 +327,7 @@ def test_many_jobs_starting_at_once_on_shared_nodes_all_complete(tmp_path):
     # issue's figure (16 heads starting at once on the 2-core host, then the rest as they end).
     n = int(os.environ.get("SF_TEST_SIMULTANEOUS", "4"))
     per_node = int(os.environ.get("SF_TEST_PER_NODE", "2"))
-    data = yaml.safe_load(Path(test_site(tmp_path)).read_text())
+    data = yaml.safe_load(Path(shared_series_site(tmp_path)).read_text())
     data["series"]["tiny"] = {"partition": "all", "gpus_per_node": 4 // per_node, "gpu_directive": "gres",
                               "cpus_per_node": 1, "mem_per_node": "100M"}
     data["ray"]["barrier_timeout_s"] = 600

@@ -13,8 +13,13 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import cleanup, sf, wait_event, wait_terminal  # noqa: E402
-from test_requeue import hetjob_experiment  # noqa: E402
+from helpers import (  # noqa: E402
+    cleanup,
+    hetjob_experiment,  # noqa: E402
+    sf,
+    wait_event,
+    wait_terminal,
+)
 
 from launcher.spec import paths  # noqa: E402
 

@@ -8,66 +8,19 @@
     earlier attempt in its record;
   - a multi-pool (hetjob) method: 2 points are 2 hetjobs, the second waiting on the first
     (afterany, --max-parallel 1), and `sf status SWEEP --json` shows both.
-The driver is the SF_TEST_DRIVER test hook (see launcher/injob/supervise.py).
+The driver is the SF_TEST_DRIVER test hook (see launcher/injob/supervise.py), SWEEP_DRIVER in helpers.py.
 """
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
-from launcher.states import run_ended
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, sf  # noqa: E402
-
-# Writes its overrides into the point's run dir; fails once where the point says so.
-DRIVER = r"""
-printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args.txt"
-for a in "$@"; do
-  case "$a" in
-    actor_rollout_ref.rollout.n=*) n="${a#*=}" ;;
-  esac
-done
-case " ${SF_TEST_FAIL_ONCE:-} " in
-  *" $n "*) if [ ! -e "$FORGE_CLUSTER_RUN_DIR/failed-once" ]; then
-              touch "$FORGE_CLUSTER_RUN_DIR/failed-once"; echo "test driver: failing once"; exit 1; fi ;;
-esac
-sleep "${SF_TEST_SLEEP:-4}"
-echo "test driver: done (rollout.n=$n)"
-"""
-
-
-
-def experiment(tmp_path: Path, name: str, pools: list[dict], roles: dict | None = None,
-               method: str = "verl/grpo") -> str:
-    src = "distill" if method == "verl/distillation" else "grpo"
-    data = yaml.safe_load((REPO / "examples" / src / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data["model"] = str(assets / "model")
-    if "teacher" in data:
-        data["teacher"] = {"model": str(assets / "teacher")}
-    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                    "validation": {"files": str(assets / "data" / "test.parquet")}}
-    data["spec"]["resources"] = {"pools": pools, **({"roles": roles} if roles else {})}
-    data["slurm"] = {"time": "00:10:00"}
-    exp = tmp_path / name
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
-
-
-def sweep(*args, env=None) -> dict:
-    proc = sf("sweep", *args, "--json", env={"SF_TEST_DRIVER": DRIVER, **(env or {})})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+from helpers import ONE_NODE, TRAIN_AND_TEACH, experiment, poll_until_done, sf, sweep  # noqa: E402
 
 
 def status_json(sweep_id: str) -> dict:
@@ -76,32 +29,6 @@ def status_json(sweep_id: str) -> dict:
     return json.loads(proc.stdout)["runs"][0]
 
 
-def poll_until_done(sweep_id: str, timeout: float, touch: bool = False) -> list:
-    """Poll the sweep in-process (monitor.poll) until every point ended; assert that each
-    poll is ONE sacct call and nothing else. Returns the last statuses."""
-    from launcher import runs, slurm
-    from launcher.monitor import poll as monitor
-    from launcher.spec.site import load_site
-
-    root = Path(load_site(None).runs_dir)
-    run = runs.open_run(root, sweep_id)
-    deadline = time.monotonic() + timeout
-    polls = 0
-    while True:
-        slurm.CALLS.clear()
-        (status,) = monitor.poll([run], runs_dir=root)
-        polls += 1
-        # one sacct; one squeue more only for ids slurmdbd has not recorded yet
-        assert slurm.CALLS["sacct"] == 1 and slurm.CALLS["squeue"] <= 1, dict(slurm.CALLS)
-        assert slurm.CALLS["total"] == 1 + slurm.CALLS["squeue"], dict(slurm.CALLS)
-        if status.points and all(run_ended(p["state"]) for p in status.points):
-            return status, polls
-        if touch and any(p["state"] == "pending" for p in status.points):
-            # hetjobs start only from the backfill scheduler; touching the partition wakes it
-            for part in ("train", "teach"):
-                subprocess.run(["scontrol", "update", f"PartitionName={part}", "State=UP"], check=False)
-        assert time.monotonic() < deadline, f"sweep {sweep_id} not done after {timeout}s: {status.points}"
-        time.sleep(2)
 
 
 def _ts(text: str) -> float:
@@ -120,7 +47,7 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
 def test_six_point_array_two_at_a_time_one_sacct_per_poll_and_retry_failed(tmp_path):
     from launcher import slurm
 
-    exp = experiment(tmp_path, "sweep6", [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}])
+    exp = experiment(tmp_path, "sweep6", pools=ONE_NODE)
     out = sweep(exp, "--grid", "rollout_n=2,3,4,5,6,7", "--max-parallel", "2",
                 env={"SF_TEST_FAIL_ONCE": "3 6", "SF_TEST_SLEEP": "4"})
     sweep_id, (array_id,) = out["sweep"], out["job_ids"]
@@ -176,10 +103,8 @@ def test_six_point_array_two_at_a_time_one_sacct_per_poll_and_retry_failed(tmp_p
 def test_hetjob_sweep_two_points_throttled_status_shows_both(tmp_path):
     from launcher import slurm
 
-    exp = experiment(tmp_path, "hetsweep", [
-        {"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4},
-        {"name": "teach", "series": "fake-teach", "nodes": 1, "gpus_per_node": 4}],
-        roles={"actor": "train", "rollout": "train", "teacher": "teach"}, method="verl/distillation")
+    exp = experiment(tmp_path, "hetsweep", example="distill", pools=TRAIN_AND_TEACH,
+                     roles={"actor": "train", "rollout": "train", "teacher": "teach"})
     # the points' own --dependency: a held job, so Slurm still shows it unfulfilled below
     held = subprocess.run(["sbatch", "--parsable", "--hold", "-p", "train", "-o", "/dev/null", "--wrap", "true"],
                           capture_output=True, text=True, check=True).stdout.strip().split(";")[0]

@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_bringup import phases, sf  # noqa: E402
-from test_requeue import cleanup, experiment, wait_event, wait_state  # noqa: E402
+from helpers import cleanup, phases, requeue_experiment, sf, wait_event, wait_state  # noqa: E402
 
 DRIVER = r"""
 n="${SLURM_RESTART_COUNT:-0}"
@@ -45,7 +44,7 @@ VERL_RESUMED = ["dataloader_ready", "workers_created", "actor_ready", "rollout_r
 
 
 def test_timeline_lists_verls_phases_per_attempt_across_a_requeue(tmp_path):
-    exp = experiment(tmp_path, max_requeues=2)
+    exp = requeue_experiment(tmp_path, max_requeues=2)
     proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": DRIVER})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

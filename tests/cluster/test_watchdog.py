@@ -1,6 +1,6 @@
 """The progress watchdog on the real dev cluster (issue 23, item 1), through `sf submit`.
 
-The driver is the SF_TEST_DRIVER hook (launcher/injob/supervise.py) running FROZEN below
+The driver is the SF_TEST_DRIVER hook (launcher/injob/supervise.py) running FROZEN (helpers.py)
 on the runtime's Python, after the real bring-up: it joins the job's Ray cluster, starts
 one actor on every node (each blocked in `generate_sequences`, as verl's rollout workers
 would be), writes two step records to $VERL_FILE_LOGGER_PATH as verl's file logger does,
@@ -19,84 +19,35 @@ Detection time is printed (pytest -s).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, cleanup, job_state, phases, sf, status, wait_event, wait_state  # noqa: E402
-from test_requeue import restarts  # noqa: E402
-
-FROZEN = r'''
-import json, os, signal, sys, time
-
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-attempt = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-in_place = int(os.environ.get("SF_RESTART_IN_PLACE") or 0)
-
-
-@ray.remote(num_cpus=0)
-class Rollout:
-    def ready(self):
-        return os.environ.get("SLURMD_NODENAME", "?")
-
-    def generate_sequences(self):
-        time.sleep(3600)
-
-
-def freeze_in_rollout():
-    os.kill(os.getpid(), signal.SIGSTOP)
-
-
-ray.init()
-alive = [n for n in ray.nodes() if n["Alive"]]
-actors = [Rollout.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
-          for n in alive]
-print("test driver: actors on", sorted(ray.get([a.ready.remote() for a in actors])), flush=True)
-pending = [a.generate_sequences.remote() for a in actors]
-with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as log:
-    for step in (1, 2):
-        time.sleep(1)
-        log.write(json.dumps({"step": step, "data": {"actor/pg_loss": 0.1, "sf_test/time": time.time()}}) + "\n")
-        log.flush()
-if attempt >= int(os.environ.get("SF_TEST_FINISH_AT", "99")) or in_place >= 1:
-    sys.exit(0)
-freeze_in_rollout()
-'''
+from helpers import (  # noqa: E402
+    cleanup,
+    job_state,
+    phases,
+    restarts,
+    sf,
+    status,
+    submit_driver,
+    wait_event,
+    wait_state,
+    watchdog_experiment,
+)
 
 SILENT = "exec sleep 600"
 
 
-def experiment(tmp_path: Path, name: str, nodes: int, **slurm) -> str:
-    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data["model"] = str(assets / "model")
-    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                    "validation": {"files": str(assets / "data" / "test.parquet")}}
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": nodes, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", **slurm}
-    exp = tmp_path / name
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    (exp / "frozen.py").write_text(FROZEN)
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
 
 
 def submit(exp: str, driver: str, finish_at: int = 99) -> tuple[str, Path, str]:
-    proc = sf("submit", exp, "--json", env={"SF_TEST_DRIVER": driver, "SF_TEST_FINISH_AT": str(finish_at)})
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    return out["run"], Path(out["run_dir"]), out["job_id"]
+    return submit_driver(exp, driver, SF_TEST_FINISH_AT=str(finish_at))
 
 
 def test_frozen_driver_is_found_stacks_saved_and_job_requeued(tmp_path):
-    exp = experiment(tmp_path, "frozen", nodes=2, hang_timeout_s=20, first_step_timeout_s=180, max_requeues=1)
+    exp = watchdog_experiment(tmp_path, "frozen", nodes=2, hang_timeout_s=20, first_step_timeout_s=180, max_requeues=1)
     run, run_dir, job = submit(exp, f"exec python3 {exp}/frozen.py", finish_at=1)
     try:
         hang = wait_event(run_dir, "hang", timeout=240)
@@ -134,7 +85,7 @@ def test_frozen_driver_is_found_stacks_saved_and_job_requeued(tmp_path):
 
 
 def test_frozen_driver_restarts_in_place(tmp_path):
-    exp = experiment(tmp_path, "frozeninplace", nodes=1, hang_timeout_s=15, first_step_timeout_s=180,
+    exp = watchdog_experiment(tmp_path, "frozeninplace", nodes=1, hang_timeout_s=15, first_step_timeout_s=180,
                      max_restarts_in_place=1)
     run, run_dir, job = submit(exp, f"exec python3 {exp}/frozen.py")
     try:
@@ -156,7 +107,7 @@ def test_frozen_driver_restarts_in_place(tmp_path):
 
 
 def test_driver_without_a_first_step_fails_when_it_may_not_requeue(tmp_path):
-    exp = experiment(tmp_path, "silent", nodes=1, hang_timeout_s=20, first_step_timeout_s=15, requeue=False)
+    exp = watchdog_experiment(tmp_path, "silent", nodes=1, hang_timeout_s=20, first_step_timeout_s=15, requeue=False)
     run, run_dir, job = submit(exp, SILENT)
     try:
         started = wait_event(run_dir, "driver_started", timeout=180)
