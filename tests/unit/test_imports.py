@@ -106,3 +106,24 @@ def test_a_function_over_60_lines_says_why(where):
     while above >= 0 and lines[above].lstrip().startswith("@"):  # decorators
         above -= 1
     assert lines[above].lstrip().startswith("# long:"), f"{where}: split it, or say why above it (# long: ...)"
+
+
+TEST_FILE_IMPORT = re.compile(r"\s*(from test_\w+ import|import test_\w+)")
+
+
+def test_no_test_file_imports_another():
+    """What tests share lives in tests/cluster/helpers.py, tests/unit/unit_helpers.py,
+    golden_cases.py and the conftest files: a test file imported as a library runs its
+    module-level code twice and hides the shared helpers among tests."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if TEST_FILE_IMPORT.match(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_an_import_of_a_test_file_would_be_found():
+    assert TEST_FILE_IMPORT.match("    from test_render import make_plan")
+    assert TEST_FILE_IMPORT.match("import test_bringup")
+    assert not TEST_FILE_IMPORT.match("from unit_helpers import make_plan")
