@@ -24,28 +24,6 @@ from launcher.spec.experiment import schema as load_schema
 from launcher.submit import pipeline
 from launcher.submit.live import verify
 
-_KNOB_BLOCK = {
-    "grpo": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
-             "  # policy_loss_mode: gspo   # vanilla, gspo, cispo, gmpo, clip-cov, kl-cov, gpg\n"),
-    "rloo": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
-    "reinforce-baseline": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
-    "remax": "  rollout_n: 1   # ReMax: one sampled response + the greedy baseline\n  actor_lr: 1.0e-6\n",
-    "ppo": "  actor_lr: 1.0e-6\n  critic_lr: 1.0e-5\n",
-    "dapo": ("  # Paper defaults are on: clip 0.2/0.28, token-mean, 4096-token overlong buffer, n=16, KL off.\n"
-             "  rollout_n: 16\n  max_response_length: 8192\n  actor_lr: 1.0e-6\n"),
-    "distillation": "  rollout_n: 4\n  distillation_loss_mode: k3\n",
-    "sft": "  micro_batch_size_per_gpu: 4\n  actor_lr: 1.0e-5\n  total_epochs: 1\n",
-    "grpo-one-step-off": "  rollout_n: 5\n  actor_lr: 1.0e-6\n",
-    "grpo-async": ("  rollout_n: 5\n  actor_lr: 1.0e-6\n"
-                   "  ppo_mini_batch_size: 32   # prompts a trainer step takes (x async_training.require_batches)\n"),
-}
-# Raw overrides `sf new` writes for a method (verl keys without a knob).
-_OVERRIDES = {
-    "grpo-async": ['"async_training.staleness_threshold=0.5"    # samples at most half a sync stale',
-                   '"async_training.trigger_parameter_sync_step=4"    # weights pushed every 4 trainer steps',
-                   '"rollout.total_rollout_steps=null"    # all of total_epochs (verl\'s default: 100 prompts)'],
-}
-
 
 def config_text(name: str, method: str, version: str) -> str:
     """The commented config.yaml `sf new` writes (valid against the schema)."""
@@ -63,24 +41,26 @@ def config_text(name: str, method: str, version: str) -> str:
         "#   train: {files: data/train.parquet}        # or {dataset: OWNER/NAME@VERSION, files: train.parquet}",
         "#   validation: {files: data/test.parquet}",
     ]
-    if method == "distillation":
+    recipe = get_method(version, method)
+    if recipe.teacher:
         lines += ["", "# The teacher runs on the second pool, on top of the training pool.",
                   "# teacher: {model: Qwen/Qwen2.5-7B-Instruct}"]
-    if method != "sft":
+    if not recipe.sft:
         lines += ["", "# A custom reward function (optional; by default verl picks one by data_source):",
                   "# reward:", "#   function: {path: my_reward.py, name: compute_score}"]
     lines += ["", "# Knobs (each maps to a verl key; `sf schema` lists them):", "knobs:"]
-    lines += _KNOB_BLOCK[method].rstrip("\n").split("\n")
+    lines += ["  " + line for line in recipe.new.get("knobs", "").rstrip("\n").split("\n")]
     lines += ["", "# Raw Hydra overrides for anything without a knob, e.g. \"trainer.critic_warmup=0\":"]
-    lines += ["overrides:", *(f"  - {o}" for o in _OVERRIDES[method])] if method in _OVERRIDES else ["overrides: []"]
-    if get_method(version, method).separate_rollout:
+    overrides = recipe.new.get("overrides") or []
+    lines += ["overrides:", *(f"  - {o}" for o in overrides)] if overrides else ["overrides: []"]
+    if recipe.separate_rollout:
         lines += ["", "# Rollout on a pool of its own (another series allowed): one heterogeneous job; sf fills",
                   "# trainer.* from the actor's pool and rollout.nnodes / n_gpus_per_node from the rollout's.",
                   "spec:", "  resources:", "    pools:",
                   "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
                   "      - {name: gen, nodes: 1}",
                   "    roles: {actor: train, rollout: gen}"]
-    elif method == "distillation":
+    elif recipe.teacher:
         lines += ["", "spec:", "  resources:", "    pools:",
                   "      - {name: train, nodes: 1}   # series/gpus_per_node default to the site's",
                   "      - {name: teach, nodes: 1}",
@@ -103,8 +83,7 @@ def _complete_versions(ctx, param, incomplete):
 @click.command()
 @click.argument("name")
 @click.option("--method", "method", required=True, metavar="verl/METHOD", shell_complete=_complete_methods,
-              help="verl/grpo, dapo, ppo, rloo, reinforce-baseline, remax, distillation, sft, grpo-one-step-off or "
-                   "grpo-async.")
+              help="one of the catalog's: " + ", ".join(f"verl/{m}" for m in all_methods()) + ".")
 @click.option("--framework-version", "framework_version", default="0.9.1", show_default=True,
               shell_complete=_complete_versions, help="verl version of the catalog.")
 @json_option

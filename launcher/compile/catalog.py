@@ -60,11 +60,26 @@ class Method:
     trainer: str = COLOCATED
     # role -> the verl resource pool its workers land in under this trainer (_trainers.yaml)
     verl_pools: dict = field(default_factory=dict)
+    # the method distils from a teacher on a pool of its own (distillation.* on, roles.teacher)
+    teacher: bool = False
+    # pinned key -> what to say besides "remove it" when a user sets it (the way out)
+    pin_hints: dict = field(default_factory=dict)
+    # what `sf new` writes for the method: `knobs` (commented YAML lines under knobs:) and
+    # `overrides` (raw override lines, each quoted with its comment)
+    new: dict = field(default_factory=dict)
 
     @property
     def estimator(self) -> str | None:
         """The pinned algorithm.adv_estimator (None for sft): one pin among the others."""
         return self.pins.get("algorithm.adv_estimator")
+
+    @property
+    def entry_module(self) -> str:
+        """What the entry runs: the module after `-m`, else the first script (for messages)."""
+        entry = list(self.entry)
+        if "-m" in entry[:-1]:
+            return entry[entry.index("-m") + 1]
+        return next((part for part in entry if part.endswith(".py")), entry[-1])
 
     @property
     def separate_rollout(self) -> bool:
@@ -113,6 +128,12 @@ def trainer_pools(version: str) -> dict[str, dict[str, str]]:
     """trainer family -> {role: the verl resource pool its workers land in} (_trainers.yaml)."""
     data = yaml.safe_load((methods_dir(version) / TABLES).read_text()) or {}
     return {str(family): {str(r): str(p) for r, p in (pools or {}).items()} for family, pools in data.items()}
+
+
+def named(version: str, test) -> list[str]:
+    """`verl/NAME` of every method of `version` whose recipe passes `test` (a Method -> bool):
+    messages name the methods that have a feature from their recipes, never from a list."""
+    return [f"verl/{m}" for m in methods(version) if test(get_method(version, m))]
 
 
 def check_version(version: str) -> str:
@@ -169,5 +190,8 @@ def get_method(version: str, name: str) -> Method:
         rollout_n_max=n.get("max"),
         trainer=trainer,
         verl_pools=dict(trainer_pools(version).get(trainer) or {}),
+        teacher=bool(data.get("teacher", False)),
+        pin_hints={str(k): str(v) for k, v in (data.get("pin_hints") or {}).items()},
+        new=dict(data.get("new") or {}),
     )
 

@@ -300,7 +300,7 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
     roles.setdefault("actor", first)
     for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
         roles.setdefault(role, roles["actor"])  # verl keeps them in the actor's pool: they follow it
-    if method.name == "distillation" and "teacher" not in roles and len(pools) >= 2:
+    if method.teacher and "teacher" not in roles and len(pools) >= 2:
         roles["teacher"] = pools[1].name
     with_roles = []
     for p in pools:

@@ -36,16 +36,15 @@ class Capability:
     instead: str  # the way out when it cannot be installed
 
 
-# Methods of the catalog without a critic: the way out when flash-attn cannot be installed.
-WITHOUT_CRITIC = ("verl/grpo", "verl/rloo", "verl/reinforce-baseline", "verl/remax", "verl/dapo")
-
 CAPABILITIES = {
     # verl 0.9.1's load_valuehead_model (verl/utils/model.py) passes
     # attn_implementation="flash_attention_2" whatever the attention overrides say
     "flash_attn": Capability(
         module="flash_attn", package="flash-attn",
         why="verl 0.9.1 loads the critic with flash_attention_2 hard-coded: utils/model.py load_valuehead_model",
-        instead=f"pick a method without a critic ({', '.join(WITHOUT_CRITIC)})"),
+        # which methods have a critic is their recipes' (configs/methods/, `critic: true`)
+        instead="pick a method without a critic (`sf new --help` lists the methods; those whose recipe "
+                "says `critic: true` have one)"),
     # the trained model's attention, from the composed config (compiler.runtime_needs): verl
     # 0.9.1 asks transformers for flash_attention_2 unless override_config names another
     "flash_attention_2": Capability(

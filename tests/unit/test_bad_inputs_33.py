@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
-from sfc_helpers import write_exp, write_site  # noqa: E402
+from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
 
 from launcher.cli import app  # noqa: E402
 from launcher.cli.app import COMMANDS, main  # noqa: E402
@@ -736,6 +736,24 @@ def test_healing_settings_that_work_pass(exp, extra):
     text = (GOOD.replace("verl/grpo", "verl/grpo-async") if "gen" in extra else GOOD) + extra
     r = validate_line(exp, text)
     assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("extra, code", [
+    ("", 2),  # the site's own time limit (00:30:00) under the site's own hang limit: refused
+    ("slurm: {time: '04:00:00'}\n", 0),  # a longer time limit: the watchdog can fire
+    ("slurm: {time: '00:20:00'}\n", 0),  # a short run the user picked: the user's choice
+    ("slurm: {hang_timeout_s: 1200}\n", 0),  # the user's own limit, within the site's time
+])
+def test_a_site_hang_limit_beyond_the_sites_own_time_limit(exp, extra, code):
+    """A site file whose hang_timeout_s outlasts its own slurm.time: every run that keeps the
+    site's time would have a watchdog that never fires."""
+    write_site(exp, runs_dir=str(exp / "runs"), slurm=dict(SITE_DICT["slurm"], hang_timeout_s=7200))
+    result = validate_line(exp, GOOD + extra)
+    if code:
+        refused(result, "site slurm.hang_timeout_s", "hang_timeout_s=7200 in the site file", "1800 s",
+                "set slurm.hang_timeout_s: 1800 or less, or 0 to turn the watchdog off", "ask the admins")
+    else:
+        assert result.exit_code == 0, (result.output, result.stderr)
 
 
 def test_spares_count_in_the_partitions_capacity():

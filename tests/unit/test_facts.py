@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launcher import checkpoints, states
-from launcher.compile import catalog
+from launcher.compile import catalog, knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "launcher"
@@ -107,13 +107,9 @@ def _method_facts() -> dict[str, str]:
 # Method names still written outside the recipes (2026-12-03), per file: they may only fall.
 # Entry modules have none left, and nothing in launcher/ infers a trainer from the entry.
 NAMED_METHODS_LEFT = {
-    "launcher/cli/cmd_spec.py": 14,  # `sf new`'s commented knob blocks per method (belong in the recipes)
     "launcher/compile/knobs.py": 4,  # verl's own enum values (estimators grpo, rloo, remax; reward manager dapo)
-    "launcher/compile/rules/pins.py": 2,  # dapo's own pin paths and pin message
-    "launcher/compile/rules/pools.py": 3,  # distillation's teacher pool
-    "launcher/compile/compiler.py": 1,  # distillation's teacher pool
+    "launcher/compile/rules/pools.py": 1,  # verl's `distillation` config group (a key, not the method)
     "launcher/verlcheck.py": 1,  # verl's `distillation` config group (a feature, not the method)
-    "launcher/injob/capabilities.py": 5,  # the methods without a critic, named in flash_attn's way out
     "launcher/submit/export.py": 1,  # sft's checkpoints are no actor's
 }
 
@@ -134,6 +130,34 @@ def test_method_facts_live_in_the_recipes_only():
     assert more == {}, ("what a method is belongs in configs/methods/ (launcher.compile.catalog); read it "
                         "from the Method or the Plan (Plan.trainer, Plan.verl_pools): "
                         + "; ".join(line for lines in more.values() for line in lines))
+
+
+def test_no_second_table_of_methods():
+    """A literal (tuple, list, set, dict keys) naming two or more methods is a table of them,
+    wherever it is (capabilities' WITHOUT_CRITIC, `sf new`'s knob blocks were): the recipes
+    say it (Method.critic, .teacher, .new, .pin_hints; catalog.named). verl's own enums
+    (knobs.ENUM_KEYS: an estimator may share a method's name) are verl's words."""
+    facts = _method_facts()
+    verl_enums = {frozenset(values) for values in knobs.ENUM_KEYS.values()}
+    found = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)):
+                elts = node.keys if isinstance(node, ast.Dict) else node.elts
+                words = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                named = [w for w in words if w in facts and "entry module" not in facts[w]]
+                if len(named) >= 2 and frozenset(words) not in verl_enums:
+                    found.append(f"{_where(path, node)}: {named}")
+    assert found == [], "what a method is belongs in configs/methods/: " + "; ".join(found)
+
+
+def test_the_table_check_sees_a_list_of_methods():
+    tree = ast.parse('WITHOUT_CRITIC = ("verl/grpo", "verl/rloo")\nESTIMATORS = ("gae", "grpo", "rloo")\n')
+    facts = _method_facts()
+    tables = [n for n in ast.walk(tree) if isinstance(n, ast.Tuple)
+              and sum(e.value in facts for e in n.elts) >= 2]
+    assert len(tables) == 2  # the enum is told apart only by knobs.ENUM_KEYS, above
+    assert frozenset(e.value for e in tables[1].elts) != frozenset(knobs.ADV_ESTIMATORS)
 
 
 def test_one_reader_of_the_checkpoint_tracker():
@@ -191,3 +215,29 @@ def test_one_statement_of_the_watchdog_defaults(check):
                 found.append(f"{_where(path, node)}: .get({node.args[0].value!r}, {node.args[1].value})")
     assert found == [], "the watchdog's defaults are launcher.plan's (HANG_TIMEOUT_S, FIRST_STEP_TIMEOUT_S): " \
         + "; ".join(found)
+
+
+def test_the_schemas_do_not_restate_the_watchdog_defaults():
+    """The JSON Schemas' words for hang_timeout_s / first_step_timeout_s name no number of
+    launcher/plan.py's (they said "default 1800"): a changed default would leave them wrong."""
+    import json
+
+    from launcher import plan
+
+    numbers = {str(plan.HANG_TIMEOUT_S), str(plan.FIRST_STEP_TIMEOUT_S)}
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in WATCHDOG_KEYS and isinstance(value, dict):
+                    said = json.dumps(value)
+                    found.extend(f"{where}: {key} says {n}" for n in numbers if n in said)
+                walk(value, where)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, where)
+
+    for path in sorted((ROOT / "configs" / "schema").glob("*.json")):
+        walk(json.loads(path.read_text()), path.name)
+    assert found == [], "say 'sf's default' and let launcher/plan.py hold the number: " + "; ".join(found)

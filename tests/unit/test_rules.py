@@ -388,3 +388,46 @@ def test_override_order_is_deterministic():
 
 def test_distillation_teacher_tp_must_divide_pool():
     _one(errors_of(base("distillation", knobs={"teacher_tensor_model_parallel_size": 3})), "teacher_tensor_model_parallel_size")
+
+
+# --- issue 35's messages and the rules' one order (launcher/compile/rules/__init__.py)
+def test_a_role_off_the_actors_pool_names_the_entry_module_not_a_hydra_argument():
+    """roles: {ref: gen} on verl/grpo-one-step-off: the message names the module the entry runs
+    (its recipe's entry ends with hydra.searchpath=[...]) and the verl pool the ref lands in."""
+    values = base("grpo-one-step-off")
+    values["spec"]["resources"]["roles"]["ref"] = "gen"
+    errs = errors_of(values)
+    _one(errs, "spec.resources.roles.ref", "verl.experimental.one_step_off_policy.main_ppo", "(trainer_pool)",
+         "map ref to 'train'")
+    assert not any("hydra.searchpath" in e for e in errs), errs
+
+
+@pytest.mark.parametrize("method", ["grpo", "ppo", "dapo"])
+def test_distillation_enabled_says_sf_owns_it_and_which_method_turns_it_on(method):
+    errs = errors_of(base(method, overrides=["distillation.enabled=true"]))
+    _one(errs, "distillation.enabled is set by sf", "use method: verl/distillation")
+    assert not any("comes from the pools" in e for e in errs), errs
+
+
+def test_distillation_enabled_false_on_distillation_is_sfs_too():
+    _one(errors_of(base("distillation", overrides=["distillation.enabled=false"])), "distillation.enabled is set by sf")
+
+
+def test_estimator_hint_comes_from_the_recipes():
+    from launcher.compile.rules import pins
+
+    # each estimator with the plainest method that pins it: not dapo (more pins), distillation
+    # (a teacher) or grpo-one-step-off (its own trainer)
+    pairs = dict(part.split("->") for part in pins.estimator_hint("0.9.1").split(", "))
+    assert pairs == {"grpo": "verl/grpo", "gae": "verl/ppo", "reinforce_plus_plus_baseline": "verl/reinforce-baseline",
+                     "remax": "verl/remax", "rloo": "verl/rloo"}
+
+
+def test_rules_run_in_one_order_and_each_lives_in_its_theme():
+    from launcher.compile import rules
+
+    names = [f"{r.__module__.rsplit('.', 1)[-1]}.{r.__name__}" for r in rules.BUILD + rules.JUDGES]
+    assert len(names) == len(set(names))
+    assert names[0] == "pins.rule_method_pins" and names[len(rules.BUILD)] == "pins.rule_estimator"
+    assert all(r.__module__.startswith("launcher.compile.rules.") and r.__name__.startswith("rule_")
+               for r in rules.BUILD + rules.JUDGES)

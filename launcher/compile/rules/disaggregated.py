@@ -42,7 +42,7 @@ def rule_rollout_not_colocated(ctx, train) -> None:
     if pool_name is None or pool_name == train.name:
         ctx.error("spec.resources.roles.rollout",
                   f"verl/{ctx.method.name} runs the rollout on a pool of its own (verl 0.9.1's "
-                  f"{ctx.method.entry[2]} refuses a colocated rollout); map rollout to the second pool, e.g. "
+                  f"{ctx.method.entry_module} refuses a colocated rollout); map rollout to the second pool, e.g. "
                   f"roles: {{actor: {train.name}, rollout: {ctx.pools[1].name}}}, or use verl/grpo for a colocated "
                   "rollout")
 

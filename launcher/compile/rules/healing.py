@@ -40,9 +40,12 @@ HANG_LIMITS = {"hang_timeout_s": ", or 0 to turn the watchdog off", "first_step_
 
 
 def rule_hang_limits(ctx) -> None:
-    """A hang limit the user set longer than the job's time limit: the watchdog never fires,
-    and a hang holds the nodes until Slurm ends the job. (The site's own defaults are the
-    admins' choice: not judged per run.)"""
+    """A hang limit longer than the job's time limit: the watchdog never fires, and a hang
+    holds the nodes until Slurm ends the job. Judged where one writer set both or the user set
+    the limit: a limit the user set, or one the site file writes beyond the site's own time
+    limit (every run that keeps the site's time inherits it). A short slurm.time the user
+    picks under the site's limits is the user's choice (a 20-minute run on a site whose
+    watchdog waits 30 minutes): not refused."""
     slurm = ctx.values.get("slurm") or {}
     time = slurm.get("time") or ctx.site.time
     try:
@@ -59,3 +62,20 @@ def rule_hang_limits(ctx) -> None:
         ctx.error(f"slurm.{key}", f"{key}={value} is longer than the job's time limit (slurm.time {time} = {limit} s): "
                   f"the watchdog would never fire and a hang would hold the nodes until then; set {key} to at most "
                   f"{limit}{off}, or a longer slurm.time")
+    _site_hang_limits(ctx, limit)
+
+
+def _site_hang_limits(ctx, limit: int) -> None:
+    """The site file's own hang limit beyond the site's own time limit (the run keeps both)."""
+    written = (ctx.site.raw or {}).get("slurm") or {}
+    if ctx.spec.provenance.get("slurm.time") != "site":
+        return  # the user picked the time limit
+    for key, off in HANG_LIMITS.items():
+        value = getattr(ctx.site, key)
+        if key not in written or ctx.spec.provenance.get(f"slurm.{key}") != "site" or not is_number(value) \
+                or value <= limit:
+            continue
+        ctx.error(f"site slurm.{key}", f"{key}={value} in the site file ({ctx.site.path}) is longer than the "
+                  f"site's time limit (slurm.time {ctx.site.time} = {limit} s): the watchdog would never fire and a "
+                  f"hang would hold the nodes until then; set slurm.{key}: {limit} or less{off} in config.yaml (or a "
+                  "longer slurm.time), and ask the admins to fix the site file")

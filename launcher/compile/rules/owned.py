@@ -4,15 +4,16 @@ count as the reward.* key verl 0.9.1 reads, so no spelling dodges an owner."""
 
 from __future__ import annotations
 
-from launcher.compile import resolve
+from launcher.compile import catalog, resolve
 from launcher.compile.rules import pins
 from launcher.compile.values import hydra_value
 
 TOPOLOGY_KEYS = (
     "trainer.nnodes", "trainer.n_gpus_per_node", "distillation.nnodes", "distillation.n_gpus_per_node",
     "reward.reward_model.nnodes", "reward.reward_model.n_gpus_per_node",
-    "reward.reward_model.enable_resource_pool", "distillation.enabled",
+    "reward.reward_model.enable_resource_pool",
 )
+TEACHER_SWITCH = "distillation.enabled"  # sf's: on for a method with a teacher, off for the rest
 _TOPOLOGY_HINT = "comes from the pools; use --profile SERIES:NxG or spec.resources.pools instead"
 _MODEL_HINT = "is owned by the model binding; use --model PATH_OR_HF_ID (or `model:` in config.yaml) instead"
 _TRAIN_HINT = ("is owned by the data binding; use --train-data FILE or --train-dataset OWNER/NAME@VERSION "
@@ -22,6 +23,8 @@ _VAL_HINT = "is owned by the data binding; use --validation-data FILE (or data.v
 # (in any spelling: flat, dict-valued, +key, ~key, legacy alias), with the way to set it.
 OWNED_KEYS: dict[str, str] = {
     **{k: _TOPOLOGY_HINT for k in TOPOLOGY_KEYS},
+    TEACHER_SWITCH: ("is set by sf: on for a method that distils from a teacher ({teachers}, with a teacher: "
+                     "block and the teacher's pool), off for the others; remove it, or use method: {teachers}"),
     "actor_rollout_ref.model.path": _MODEL_HINT,
     "critic.model.path": _MODEL_HINT,
     "data.train_files": _TRAIN_HINT,
@@ -76,6 +79,14 @@ def is_legacy(key: str) -> bool:
     )
 
 
+def owned_message(ctx, key: str) -> str:
+    """`KEY <who owns it and the way to set it>` for a key sf owns."""
+    hint = (SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS)[key]
+    if "{teachers}" in hint:
+        hint = hint.format(teachers=" or ".join(catalog.named(ctx.method.version, lambda m: m.teacher)))
+    return f"{key} {hint}"
+
+
 def refusal(ctx, conflict) -> str:
     """The message of a write that the owner of its key (a pin, a binding, the pools, the run)
     refuses (launcher.compile.resolve): the rule's own message where there is one."""
@@ -86,7 +97,7 @@ def refusal(ctx, conflict) -> str:
         return pins.pin_message(ctx, key, owner.value)
     owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
     if key in owned:
-        return f"{key} {owned[key]}"
+        return owned_message(ctx, key)
     if key in FIELD_KEYS:
         return (f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound.get(key, owner.origin)}); change it there and "
                 "remove this override")
@@ -98,11 +109,11 @@ def rule_owned_keys(ctx) -> None:
     flag or field that sets it, and the composed config must carry sf's value."""
     owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
     for source, key in ctx.user_keys():
-        for own, hint in owned.items():
+        for own in owned:
             if key == own or own.startswith(key + "."):
                 if source.startswith("knobs."):
                     continue
-                ctx.error(source, f"{own} {hint}")
+                ctx.error(source, owned_message(ctx, own))
     for source, key in ctx.user_keys():
         if key in FIELD_KEYS and key in ctx.bound and not source.startswith("knobs."):
             ctx.error(source, f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound[key]}); change it there and "
@@ -111,4 +122,4 @@ def rule_owned_keys(ctx) -> None:
         if key in ctx.overrides and ctx.overrides[key][1] != "~":
             set_value = ctx.overrides[key][2]
             if ctx.get(key) != set_value and ctx.effective is not None:
-                ctx.error(ctx.culprit(key), f"{key} {owned[key]}")
+                ctx.error(ctx.culprit(key), owned_message(ctx, key))

@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
+from launcher.compile import catalog
 from launcher.compile.values import hydra_value
 
 ESTIMATOR_KEY = "algorithm.adv_estimator"
 
 
-def estimator_hint() -> str:
-    return ("grpo->verl/grpo, rloo->verl/rloo, reinforce_plus_plus_baseline->verl/reinforce-baseline, "
-            "remax->verl/remax, gae->verl/ppo")
+def estimator_hint(version: str) -> str:
+    """Each estimator and the plainest method that pins it (a colocated trainer, no teacher,
+    the fewest pins), from the recipes: `grpo->verl/grpo, gae->verl/ppo, ...`."""
+    plain = {}
+    recipes = [catalog.get_method(version, name) for name in catalog.methods(version)]
+    for method in sorted(recipes, key=lambda m: (len(m.pins), m.name)):
+        if method.estimator and not method.separate_rollout and not method.teacher:
+            plain.setdefault(method.estimator, f"verl/{method.name}")
+    return ", ".join(f"{estimator}->{name}" for estimator, name in plain.items())
 
 
 def estimator_message(ctx) -> str:
     return (f"algorithm.adv_estimator is pinned by the method (verl/{ctx.method.name} -> "
             f"{ctx.method.estimator or 'none'}); it is the method's identity, not a knob: remove it and "
-            f"change the method instead ({estimator_hint()})")
+            f"change the method instead ({estimator_hint(ctx.method.version)})")
 
 
 def rule_estimator(ctx) -> None:
@@ -39,13 +46,7 @@ def rule_method_pins(ctx) -> None:
 
 
 def pin_message(ctx, key, value) -> str:
-    hint = ""
-    if ctx.method.name == "dapo" and key == "algorithm.filter_groups.enable":
-        hint = ("; for 'DAPO without dynamic sampling' use verl/grpo with clip_ratio_high=0.28 and "
-                "loss_agg_mode=token-mean")
-    if key == "data.train_batch_size" and ctx.method.config_name == "fully_async_ppo_trainer":
-        hint = ("; verl's fully async trainer takes ppo_mini_batch_size x async_training.require_batches prompts a "
-                "step: set ppo_mini_batch_size")
+    hint = f"; {ctx.method.pin_hints[key]}" if key in ctx.method.pin_hints else ""
     return f"{key} is pinned to {hydra_value(value)} by verl/{ctx.method.name}; remove it{hint}"
 
 
@@ -59,50 +60,73 @@ def rule_pins_hold(ctx) -> None:
             ctx.error(ctx.culprit(key), pin_message(ctx, key, value))
 
 
-# Paths of verl 0.9.1 that reopen a pin or ask for GPUs Slurm never allocated: key -> (what it
-# must be, why), read from verl's code. `None` as the value: unset (null).
-PIN_PATHS_DAPO = {
-    "trainer.v1.sampler.custom_sampler.path": (None, "with a custom sampler verl 0.9.1's trainer_base._build_sampler "
-                                               "skips DAPO's group filtering (filter_groups is passed only to the "
-                                               "built-in ReplayBuffer)"),
-    "trainer.v1.sampler.custom_sampler.name": (None, "with a custom sampler verl 0.9.1's trainer_base._build_sampler "
-                                               "skips DAPO's group filtering"),
-    "reward.reward_manager.source": ("register", "with source=importlib verl 0.9.1's resolve_reward_manager_cls loads "
-                                     "reward.reward_manager.module.path instead of the dapo reward manager"),
+# Paths of verl 0.9.1 that reopen a pin: the pinned key -> {key on that path: (what it must
+# be, why)}, read from verl's code; held for every method that pins the key. `None` as the
+# value: unset (null).
+PIN_PATHS = {
+    "algorithm.filter_groups.enable": {
+        "trainer.v1.sampler.custom_sampler.path": (None, "with a custom sampler verl 0.9.1's "
+                                                   "trainer_base._build_sampler skips DAPO's group filtering "
+                                                   "(filter_groups is passed only to the built-in ReplayBuffer)"),
+        "trainer.v1.sampler.custom_sampler.name": (None, "with a custom sampler verl 0.9.1's "
+                                                   "trainer_base._build_sampler skips DAPO's group filtering"),
+    },
+    "reward.reward_manager.name": {
+        "reward.reward_manager.source": ("register", "with source=importlib verl 0.9.1's resolve_reward_manager_cls "
+                                         "loads reward.reward_manager.module.path instead of the {pinned} reward "
+                                         "manager"),
+    },
 }
 
 
 def rule_pin_paths(ctx) -> None:
-    """Pins hold on every path verl 0.9.1 offers. DAPO: a custom sampler
-    (trainer.v1.sampler.custom_sampler) skips group filtering; reward.reward_manager.source
-    other than `register` replaces the dapo reward manager. critic.enable decides over the
-    estimator whether verl trains a critic (need_critic): it must say what the method says.
-    Every RL method that does not pin it: trainer.use_v1=false runs the deprecated main_ppo_v0
-    trainer (main_ppo.py:183); a standalone rollout pool (actor_rollout_ref.rollout.nnodes > 0,
-    trainer.v1.trainer_mode=separate_async) or a rollout n_gpus_per_node other than the pool's
-    asks Ray for GPUs Slurm never allocated."""
+    """Pins hold on every path verl 0.9.1 offers (PIN_PATHS). Group filtering: a custom sampler
+    (trainer.v1.sampler.custom_sampler) skips it; a pinned reward manager:
+    reward.reward_manager.source other than `register` replaces it."""
     if ctx.sft:
         return
-    if ctx.method.name == "dapo":
-        for key, (want, why) in PIN_PATHS_DAPO.items():
+    for pin, paths in PIN_PATHS.items():
+        if pin not in ctx.method.pins:
+            continue
+        for key, (want, why) in paths.items():
             value = ctx.get(key)
             if value != want and not (want is None and value in ("", None)):
-                ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: {why}; verl/dapo pins it "
+                why = why.format(pinned=ctx.method.pins[pin])
+                ctx.error(ctx.culprit(key), f"{key}={hydra_value(value)}: {why}; verl/{ctx.method.name} pins it "
                           f"({'unset' if want is None else want}): remove it")
+
+
+def rule_critic_enable(ctx) -> None:
+    """critic.enable decides over the estimator whether verl trains a critic (verl 0.9.1's
+    need_critic, trainer/ppo/utils.py:96): it must say what the method's recipe says."""
     enable = ctx.get("critic.enable")
-    if enable is not None and bool(enable) != ctx.method.critic:
-        # verl 0.9.1's need_critic (trainer/ppo/utils.py:96) obeys critic.enable before the estimator
-        ctx.error(ctx.culprit("critic.enable"), f"critic.enable={hydra_value(enable)}: "
-                  + ("verl/ppo's GAE needs its critic's values, and verl 0.9.1 would train without one"
-                     if ctx.method.critic else
-                     f"verl 0.9.1 would load and train a critic model that verl/{ctx.method.name} does not have and "
-                     "sf's pools do not place") + "; remove it (the method decides, e.g. verl/ppo has a critic)")
+    if ctx.sft or enable is None or bool(enable) == ctx.method.critic:
+        return
+    with_critic = " or ".join(catalog.named(ctx.method.version, lambda m: m.critic))
+    ctx.error(ctx.culprit("critic.enable"), f"critic.enable={hydra_value(enable)}: "
+              + (f"verl/{ctx.method.name}'s {str(ctx.method.estimator).upper()} needs its critic's values, and verl "
+                 "0.9.1 would train without one" if ctx.method.critic else
+                 f"verl 0.9.1 would load and train a critic model that verl/{ctx.method.name} does not have and "
+                 "sf's pools do not place") + f"; remove it (the method decides, e.g. {with_critic} has a critic)")
+
+
+def rule_trainer_v1(ctx) -> None:
+    """Every RL method that does not pin it: trainer.use_v1=false runs the deprecated
+    main_ppo_v0 trainer (main_ppo.py:183)."""
+    if ctx.sft:
+        return
     if "trainer.use_v1" not in ctx.method.pins and ctx.get("trainer.use_v1", True) is not True:
         # (a method that needs the v0 trainer pins it: verl/remax; the pin rules hold that)
         ctx.error(ctx.culprit("trainer.use_v1"), "trainer.use_v1=false makes verl 0.9.1's main_ppo run the "
                   "deprecated main_ppo_v0 trainer (main_ppo.py:183-192), which sf's pools, pins and checkpoints are "
                   "not built for: remove it")
-    if ctx.method.separate_rollout:
+
+
+def rule_rollout_in_training_pool(ctx) -> None:
+    """A colocated method's rollout shares the training pool: a standalone rollout pool
+    (actor_rollout_ref.rollout.nnodes > 0, trainer.v1.trainer_mode=separate_async) or a
+    rollout n_gpus_per_node other than the pool's asks Ray for GPUs Slurm never allocated."""
+    if ctx.sft or ctx.method.separate_rollout:
         return  # a rollout pool of its own is the method's design: rule_separate_rollout_pool sizes it
     if ctx.effective is None and not ctx.user_sets("actor_rollout_ref.rollout"):
         return
