@@ -25,24 +25,32 @@ VERL_MAX_COLOCATE = 3
 
 # CPUs verl 0.9.1 asks per GPU bundle of a standalone rollout server's pool (replica.py:200-204)
 VERL_ROLLOUT_COLOCATE = 2
-# verl pool name prefix -> role; first match wins, so the teacher's and reward model's own
-# rollout pools come before the policy's `rollout_pool`.
-_ROLE_OF_VERL_POOL = (("teacher_pool", "teacher"), ("rollout_pool_teacher", "teacher"),
-                      ("reward_pool", "reward"), ("rollout_pool_reward", "reward"),
-                      ("rollout_pool", "rollout"))
+# verl's name for the pool of a model's own rollout servers: `rollout_pool_<replica>`
+# (workers/rollout/replica.py:198), the teacher's and the reward model's named after their
+# role (`rollout_pool_teacher_0`), whatever the trainer family.
+SERVER_POOL = "rollout_pool_"
 
 
-def role_of(verl_pool: str) -> str:
-    """The role whose workers a verl resource pool (its name prefix) holds."""
-    return next((role for prefix, role in _ROLE_OF_VERL_POOL if (verl_pool or "").startswith(prefix)), "actor")
+def role_of(verl_pool: str, verl_pools: dict) -> str:
+    """The role whose workers a verl resource pool holds, by the Plan's `verl_pools` (role ->
+    the pool's name prefix, from the method's recipe): a role's own servers first, then the
+    longest prefix that names the pool (roles sharing one, as main_ppo's global_pool: the
+    first, the actor); the actor when none does."""
+    name = verl_pool or ""
+    for role in verl_pools:
+        if name.startswith(SERVER_POOL + role):
+            return role
+    named = [(len(prefix), -i, role) for i, (role, prefix) in enumerate(verl_pools.items())
+             if prefix and name.startswith(prefix)]
+    return max(named)[2] if named else "actor"
 
 
-def slurm_pool_for(verl_pool: str, pools: tuple[Pool, ...]) -> Pool:
+def slurm_pool_for(verl_pool: str, pools: tuple[Pool, ...], verl_pools: dict) -> Pool:
     """The Slurm pool a verl resource pool must land on:
     the pool that `roles:` gives its role, never a pool picked by its name (a training pool
     named `teach` stays a training pool). Roles without a pool of their own run with the
     actor, on het group 0."""
-    role = role_of(verl_pool)
+    role = role_of(verl_pool, verl_pools)
     target = next((p for p in pools if role in p.roles), None)
     return target or next((p for p in pools if p.het_group == 0), pools[0])
 
@@ -55,7 +63,7 @@ def role_report(pools: tuple[Pool, ...], placed: dict, verl_pools: dict) -> list
     out = []
     for pool in pools:
         for role in pool.roles:
-            target = slurm_pool_for(verl_pools.get(role) or verl_pools.get("actor", ""), pools)
+            target = slurm_pool_for(verl_pools.get(role) or verl_pools.get("actor", ""), pools, verl_pools)
             place = placed.get(target.name) or {}
             out.append({"role": role, "pool": pool.name, "placed_on_pool": target.name,
                         "nodes": list(place.get("nodes") or []),

@@ -43,13 +43,14 @@ def patch_base(module) -> None:
 
     if not os.environ.get(JOB_ENV):  # not inside an sf job: verl as it is
         return
-    pools = Job.from_env().pools
+    job = Job.from_env()
+    pools, verl_pools = job.pools, job.verl_pools
     original_pg = module.placement_group
     original_get = module.RayResourcePool.get_placement_groups
 
     def placement_group(bundles, *args, **kwargs):
         verl_pool = getattr(_local, "verl_pool", None) or kwargs.get("name") or ""
-        target = placement.slurm_pool_for(verl_pool, pools)
+        target = placement.slurm_pool_for(verl_pool, pools, verl_pools)
         return original_pg(placement.tag_bundles(list(bundles), topology.pool_resource(target.name)), *args, **kwargs)
 
     def get_placement_groups(self, *args, **kwargs):

@@ -187,13 +187,13 @@ def test_placement_of_the_disaggregated_trainers():
     from launcher.plan import Pool
 
     pools = (Pool("train", "fake", 1, 4, 0, ("actor", "ref")), Pool("gen", "fake", 1, 4, 1, ("rollout",)))
+    separate = catalog.get_method("0.9.1", "grpo-async").verl_pools  # the Plan's, from the recipe
     # verl's pool names -> the Slurm pool of their role (verl_main pins every bundle there)
-    assert placement.slurm_pool_for("trainer_pool", pools).name == "train"
-    assert placement.slurm_pool_for("rollout_pool_0", pools).name == "gen"
-    assert placement.slurm_pool_for("rollout_pool_3", pools).name == "gen"
-    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools).name == "train"  # no teacher pool
+    assert placement.slurm_pool_for("trainer_pool", pools, separate).name == "train"
+    assert placement.slurm_pool_for("rollout_pool_0", pools, separate).name == "gen"
+    assert placement.slurm_pool_for("rollout_pool_3", pools, separate).name == "gen"
+    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools, separate).name == "train"  # no teacher pool
     placed = {"train": {"nodes": ["dev1"], "ok": True}, "gen": {"nodes": ["dev7"], "ok": True}}
-    separate = catalog.get_method("0.9.1", "grpo-async").verl_pools
     report = {r["role"]: r for r in placement.role_report(pools, placed, separate)}
     assert report["rollout"]["nodes"] == ["dev7"] and report["actor"]["nodes"] == ["dev1"]
     assert all(r["ok"] for r in report.values())
@@ -287,7 +287,7 @@ def test_verl_main_pins_the_rollout_servers_to_the_rollout_pool(monkeypatch):
     from unit_helpers import job_json
 
     monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 1, 0, ("actor", "ref")),
-                                          Pool("gen", "fake", 1, 1, 1, ("rollout",))))
+                                          Pool("gen", "fake", 1, 1, 1, ("rollout",)), method="grpo-one-step-off"))
     verl_main.patch_base(mod)
     for name in ("trainer_pool", "rollout_pool_0", "rollout_pool_1"):
         RayResourcePool(name).get_placement_groups()

@@ -160,6 +160,18 @@ def test_the_table_check_sees_a_list_of_methods():
     assert frozenset(e.value for e in tables[1].elts) != frozenset(knobs.ADV_ESTIMATORS)
 
 
+def test_verl_pool_names_live_in_the_trainers_table_only():
+    """Which verl resource pool each role lands in is configs/methods/verl/<version>/_trainers.yaml's
+    (the Plan carries it as verl_pools): no string in launcher/ names one of those pools
+    (placement's old prefix -> role table did)."""
+    names = {pool for version in catalog.versions() for pools in catalog.trainer_pools(version).values()
+             for pool in pools.values()}
+    assert {"global_pool", "rollout_pool"} <= names  # the table is read
+    found = [f"{_where(path, node)}: {node.value!r}" for path, tree in _modules() for node in _strings(tree)
+             if node.value in names]
+    assert found == [], "read the role's verl pool from Plan.verl_pools (Job.verl_pools): " + "; ".join(found)
+
+
 def test_one_reader_of_the_checkpoint_tracker():
     found = []
     for path, tree in _modules():

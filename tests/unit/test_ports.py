@@ -105,22 +105,32 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
 def test_placement_pins_verl_pools_to_slurm_pools():
     from dataclasses import replace
 
+    from launcher.compile import catalog
     from launcher.injob import placement
     from launcher.plan import Pool
 
+    verl_pools = catalog.get_method("0.9.1", "distillation").verl_pools  # the Plan's, from the recipe
     pools = (Pool("train", "fake", 2, 4, 0, ("actor",)), Pool("teach", "fake", 1, 4, 1, ("teacher",)))
-    assert placement.slurm_pool_for("global_pool", pools).name == "train"
-    assert placement.slurm_pool_for("teacher_pool", pools).name == "teach"
-    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools).name == "teach"
-    assert placement.slurm_pool_for("reward_pool", pools).name == "train"  # no reward pool: train nodes
+    assert placement.slurm_pool_for("global_pool", pools, verl_pools).name == "train"
+    assert placement.slurm_pool_for("teacher_pool", pools, verl_pools).name == "teach"
+    assert placement.slurm_pool_for("rollout_pool_teacher_0", pools, verl_pools).name == "teach"
+    assert placement.slurm_pool_for("reward_pool", pools, verl_pools).name == "train"  # no reward pool: train nodes
     # roles place, never names: a training pool called `teach` keeps the actor, and the pool
     # that roles: gives the teacher gets the teacher whatever it is called
     renamed = (replace(pools[0], name="teach"), replace(pools[1], name="big"))
-    assert placement.slurm_pool_for("global_pool", renamed).name == "teach"
-    assert placement.slurm_pool_for("teacher_pool", renamed).name == "big"
+    assert placement.slurm_pool_for("global_pool", renamed, verl_pools).name == "teach"
+    assert placement.slurm_pool_for("teacher_pool", renamed, verl_pools).name == "big"
     named_reward = (replace(pools[0], name="reward"), replace(pools[1], name="rm", roles=("reward",)))
-    assert placement.slurm_pool_for("global_pool", named_reward).name == "reward"
-    assert placement.slurm_pool_for("reward_pool", named_reward).name == "rm"
+    assert placement.slurm_pool_for("global_pool", named_reward, verl_pools).name == "reward"
+    assert placement.slurm_pool_for("reward_pool", named_reward, verl_pools).name == "rm"
+    # a pool's role is the Plan's: main_ppo's global_pool holds the actor (and the roles that
+    # share it), the separate trainers' rollout_pool_N the rollout, a model's own servers its role
+    assert placement.role_of("global_pool", verl_pools) == "actor"
+    assert placement.role_of("rollout_pool_reward_0", verl_pools) == "reward"
+    separate = catalog.get_method("0.9.1", "grpo-one-step-off").verl_pools
+    assert [placement.role_of(name, separate) for name in ("trainer_pool", "rollout_pool_2", "teacher_pool")] == [
+        "actor", "rollout", "teacher"]
+    assert placement.role_of("some_new_pool", separate) == "actor"  # unknown: with the actor
     scheme = placement.pool_bundles(pools[1])
     assert scheme == [[{"CPU": 3, "GPU": 1, "sf_pool_teach": 1}] * 4]
     assert placement.fitting_cpus(pools[0], 4)[0] == 1.0 and placement.fitting_cpus(pools[0], 64) == (3, None)
@@ -164,7 +174,8 @@ def test_verl_main_patch_tags_bundles(monkeypatch):
 
     mod = types.SimpleNamespace(RayResourcePool=RayResourcePool,
                                 placement_group=lambda bundles, **kw: calls.append(bundles) or "pg")
-    monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 2, 0), Pool("teach", "fake", 1, 2, 1, ("teacher",))))
+    monkeypatch.setenv("SF_JOB", job_json(Pool("train", "fake", 1, 2, 0), Pool("teach", "fake", 1, 2, 1, ("teacher",)),
+                                          method="distillation"))
     verl_main.patch_base(mod)
     RayResourcePool("teacher_pool").get_placement_groups()
     RayResourcePool("global_pool").get_placement_groups()

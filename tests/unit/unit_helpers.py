@@ -73,12 +73,15 @@ def submitted_run(root, name, *job_ids, **fields):
     return run
 
 
-def job_json(*pools) -> str:
-    """SF_JOB of a job with these pools (one node each), as the supervisor writes it."""
+def job_json(*pools, method: str = "grpo") -> str:
+    """SF_JOB of a job with these pools (one node each), as the supervisor writes it; the
+    verl pools of `method`'s recipe (Plan.verl_pools) place its roles."""
+    from launcher.compile import catalog
     from launcher.injob.contract import Job, RaySettings
 
     ray = RaySettings("loopback", "127.0.0", None, (20000, 30000), "/tmp", 60.0, 1)
     hosts = {p.name: (f"dev{i + 1}",) for i, p in enumerate(pools)}
     return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
                hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
-               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints").to_json()
+               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints",
+               verl_pools=dict(catalog.get_method("0.9.1", method).verl_pools)).to_json()
