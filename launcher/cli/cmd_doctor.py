@@ -7,11 +7,13 @@ import sys
 
 import click
 
+from launcher.cli.options import nonblank
 from launcher.submit import doctor as dr
 
 
 @click.command("doctor")
-@click.option("--site", "site_path", default=None, metavar="FILE", help="Site file to check (default: as sf finds it).")
+@click.option("--site", "site_path", default=None, metavar="FILE", callback=nonblank("a site file"),
+              help="Site file to check (default: as sf finds it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def doctor(site_path, as_json):
     """Check the site file against the live cluster and say what to fix.

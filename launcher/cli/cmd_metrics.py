@@ -7,7 +7,7 @@ import json
 import click
 
 from launcher import runs
-from launcher.cli.options import json_option, print_json, runs_options
+from launcher.cli.options import json_option, nonblank, print_json, runs_options
 from launcher.errors import SpecError
 from launcher.monitor import metrics as m
 from launcher.monitor import timeline as timeline_mod
@@ -59,7 +59,8 @@ def metrics(run_id, as_json, site_path, runs_dir):
 
 @click.command("plot")
 @click.argument("run_id", metavar="RUN|SWEEP")
-@click.option("-o", "--output", required=True, metavar="FILE.png", help="PNG file to write.")
+@click.option("-o", "--output", required=True, metavar="FILE.png", callback=nonblank("a FILE.png to write"),
+              help="PNG file to write.")
 @click.option("--timeline", is_flag=True, help="Draw RUN's start-up per attempt (sf status RUN --timeline) instead.")
 @json_option
 @runs_options
