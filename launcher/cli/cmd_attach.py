@@ -12,7 +12,7 @@ import socket
 import click
 
 from launcher import runs
-from launcher.cli.options import complete_run_ids, json_option, print_json, runs_options
+from launcher.cli.options import complete_run_ids, json_option, nonblank, print_json, runs_options
 from launcher.errors import SpecError
 from launcher.injob import auth
 from launcher.monitor import attach as att
@@ -39,8 +39,10 @@ def _running(run_id: str, site_path, runs_dir):
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("run_id", metavar="RUN", shell_complete=complete_run_ids)
-@click.option("--node", metavar="NAME", help="A node of the job (any het group); default: the Ray head.")
-@click.option("--role", metavar="ROLE", help="head, or a role of a pool (actor, rollout, teacher, ...) or a pool name.")
+@click.option("--node", metavar="NAME", callback=nonblank("a node of the job"),
+              help="A node of the job (any het group); default: the Ray head.")
+@click.option("--role", metavar="ROLE", callback=nonblank("head, a role or a pool name"),
+              help="head, or a role of a pool (actor, rollout, teacher, ...) or a pool name.")
 @click.option("--print", "print_only", is_flag=True, help="Print the srun command instead of running it.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ...]")
 @json_option

@@ -140,6 +140,8 @@ def exp(env):
     (["status", ""], ["RUN|SWEEP", "is empty"]),
     (["logs", "x", "--node", ""], ["--node", "is empty"]),
     (["logs", "x", "--role", ""], ["--role", "is empty"]),
+    (["attach", "x", "--node", ""], ["--node", "is empty"]),  # '' attached to the head
+    (["attach", "x", "--role", ""], ["--role", "is empty"]),
     (["doctor", "--site", ""], ["--site", "is empty", "pass a site file"]),  # it fell back to the default site
     (["plot", "x", "-o", ""], ["--output", "is empty", "FILE.png"]),  # it said "-o: . must end in .png"
 ])
