@@ -20,7 +20,7 @@ from typing import Any
 
 from launcher import sbatch_values
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
-from launcher.compile.rules.owned import is_legacy, legacy_rewrite, refusal
+from launcher.compile.rules.owned import refusal
 from launcher.compile.slurm_time import check_signal_lead, time_seconds
 from launcher.compile.values import hydra_value, parse_value
 from launcher.errors import SpecError, SpecErrors
@@ -52,7 +52,6 @@ class Ctx:
         self._resolution: resolve.Resolution | None = None
         self._item = 0
         self.effective = None  # verlcheck.Effective once composed
-        self.knob_values: dict[str, Any] = {}
         self.entry: tuple[str, ...] = tuple(method.entry)
         self.pools: list[Pool] = []
         self.roles: dict[str, str] = {}
@@ -60,23 +59,8 @@ class Ctx:
         self.recipe_defaults: dict = dict(method.defaults)
         # Knobs from configs/defaults.yaml count as defaults (below the method's), not user values.
         self.base_knobs = dict(next((k for layer, k in self.knob_layers if layer == "default:sf"), {}))
-        self.user_knobs = {}
-        for layer, knobs in self.knob_layers:
-            if layer != "default:sf":
-                self.user_knobs.update(knobs)
-        self.raw: list[tuple[str, str, str, str]] = []
-        labels = list(spec.override_sources)
-        for i, text in enumerate(self.values.get("overrides") or []):
-            source = labels[i] if i < len(labels) else f"overrides[{i}]"
-            try:
-                prefix, key, value = split_override(str(text))
-            except ValueError:
-                if str(text).startswith("~") and "=" not in str(text):
-                    self.raw.append((source, "~", str(text).lstrip("~"), ""))
-                    continue
-                self.error(source, f"{text!r} is not a Hydra override KEY=VALUE (e.g. trainer.val_before_train=False)")
-                continue
-            self.raw.append((source, prefix, key, value))
+        # (source, prefix, key, value) of each raw override of config.yaml, --set and the sweep point
+        self.raw: list[tuple[str, str, str, str]] = raw_overrides(spec, self.errors)
 
     # --- recording
     def error(self, field: str, message: str) -> None:
@@ -104,41 +88,11 @@ class Ctx:
             value = None
         elif raw_value is not None:
             value = parse_value(raw_value)
-        layer = layer or self._layer(stage, source)
-        self.write(resolve.Write(key, value, layer, source or key, origin or self._origin(stage, source, layer),
+        if layer is None:
+            spec_layer = self.layer((source or "").strip()) if stage == "knob" else ""
+            layer = write_layer(stage, source, self.recipe_defaults, spec_layer)
+        self.write(resolve.Write(key, value, layer, source or key, origin or origin_label(stage, layer, self.method),
                                  op, raw_value if prefix == "~" or raw_value is not None else None, item=item))
-
-    def _layer(self, stage: str, source: str | None) -> str:
-        if stage in ("pin", "binding", "topology"):
-            return stage
-        if stage == "checkpoint":
-            return "run"
-        if stage == "runtime":
-            return "runtime"
-        if stage == "default":
-            if source and source.startswith("method default "):
-                return "method" if source.removeprefix("method default ") in self.recipe_defaults else "default:sf"
-            return "sf"
-        if stage == "raw":
-            return raw_layer(source or "")
-        if stage == "knob":
-            layer = self.layer((source or "").strip())
-            return layer if layer in resolve.RANK else "config.yaml"
-        return "sf"
-
-    def _origin(self, stage: str, source: str | None, layer: str) -> str:
-        """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the
-        layer of a knob (config.yaml, --set, site, sweep), a binding's flag, topology, run."""
-        method = f"verl/{self.method.name}"
-        if stage == "pin":
-            return f"pin:{method}"
-        if layer == "method":
-            return f"default:{method}"
-        if layer in ("default:sf", "sf"):
-            return "default:sf"
-        if stage == "checkpoint":
-            return "run"
-        return layer if stage != "binding" else stage
 
     def layer(self, dotted: str) -> str:
         """The spec layer a value came from: config.yaml, --set, --model, site, default:sf."""
@@ -200,18 +154,7 @@ class Ctx:
         key = key.lstrip("+")
         return any(w.key == key or key.startswith(w.key + ".") for w in self.user_writes())
 
-    def check_types(self) -> None:
-        """A user value typed otherwise than verl reads the key (launcher.compile.typed)."""
-        for field, message in typed.problems(self):
-            self.error(field, message)
-
     # --- what the user set, for the pinning rules
-    @staticmethod
-    def effective_key(key: str) -> str:
-        """The key a raw override really sets: legacy reward keys count as their reward.*
-        rewrite, so a pin or a rule cannot be dodged through the old name."""
-        return (legacy_rewrite(key) or key).lstrip("+") if is_legacy(key) else key
-
     def user_keys(self):
         for w in self.user_writes():
             yield w.field, w.key
@@ -225,6 +168,58 @@ class Ctx:
 
     def override_list(self) -> tuple[str, ...]:
         return tuple(text for text, _origin in self.resolution.overrides(hydra_value))
+
+
+def raw_overrides(spec: MergedSpec, errors: list[SpecError]) -> list[tuple[str, str, str, str]]:
+    """(source, prefix, key, value) of each raw override (config.yaml's, --set's, the sweep
+    point's), labelled with its field; `~key` deletes; one that is no KEY=VALUE is an error."""
+    raw = []
+    labels = list(spec.override_sources)
+    for i, text in enumerate(spec.values.get("overrides") or []):
+        source = labels[i] if i < len(labels) else f"overrides[{i}]"
+        try:
+            prefix, key, value = split_override(str(text))
+        except ValueError:
+            if str(text).startswith("~") and "=" not in str(text):
+                raw.append((source, "~", str(text).lstrip("~"), ""))
+                continue
+            errors.append(SpecError(source, f"{text!r} is not a Hydra override KEY=VALUE "
+                                    "(e.g. trainer.val_before_train=False)"))
+            continue
+        raw.append((source, prefix, key, value))
+    return raw
+
+
+def write_layer(stage: str, source: str | None, recipe_defaults: dict, spec_layer: str) -> str:
+    """The resolve layer of a write from the rule stage that makes it (a knob's: the spec layer
+    it came from, `spec_layer`)."""
+    if stage in ("pin", "binding", "topology", "runtime"):
+        return stage
+    if stage == "checkpoint":
+        return "run"
+    if stage == "default":
+        if source and source.startswith("method default "):
+            return "method" if source.removeprefix("method default ") in recipe_defaults else "default:sf"
+        return "sf"
+    if stage == "raw":
+        return raw_layer(source or "")
+    if stage == "knob":
+        return spec_layer if spec_layer in resolve.RANK else "config.yaml"
+    return "sf"
+
+
+def origin_label(stage: str, layer: str, method: catalog.Method) -> str:
+    """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the
+    layer of a knob (config.yaml, --set, site, sweep), a binding's flag, topology, run."""
+    if stage == "pin":
+        return f"pin:verl/{method.name}"
+    if layer == "method":
+        return f"default:verl/{method.name}"
+    if layer in ("default:sf", "sf"):
+        return "default:sf"
+    if stage == "checkpoint":
+        return "run"
+    return layer if stage != "binding" else stage
 
 
 def raw_layer(source: str) -> str:

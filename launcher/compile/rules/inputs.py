@@ -81,7 +81,6 @@ def rule_knobs(ctx) -> None:
                 continue
             if name == "policy_loss_mode" and value is not None:
                 value = POLICY_LOSS_MODES[value]  # gmpo -> geo_mean, clip-cov -> clip_cov, ...
-            ctx.knob_values[name] = value
             if layer in ("default:sf", "method"):  # configs/defaults.yaml, then the recipe's defaults
                 ctx.set(key, value, "default", source=f"method default {name}", layer=layer)
             elif value is None:  # null: verl's own default, whatever a lower layer set

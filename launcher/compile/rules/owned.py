@@ -73,6 +73,12 @@ def legacy_rewrite(key: str) -> str | None:
     return None
 
 
+def effective_key(key: str) -> str:
+    """The key a raw override really sets: legacy reward keys count as their reward.*
+    rewrite, so a pin or a rule cannot be dodged through the old name."""
+    return (legacy_rewrite(key) or key).lstrip("+") if is_legacy(key) else key
+
+
 def is_legacy(key: str) -> bool:
     return key.startswith(("reward_model.", "custom_reward_function.", "sandbox_fusion.")) or key in (
         "reward_model", "custom_reward_function", "sandbox_fusion"

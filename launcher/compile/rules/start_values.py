@@ -4,7 +4,9 @@ another way than written, a command line too long to exec."""
 
 from __future__ import annotations
 
+from launcher.compile import typed
 from launcher.compile.knobs import ACTOR, ENUM_KEYS, KNOBS, ROLLOUT, coerce_knob
+from launcher.compile.rules.owned import effective_key
 from launcher.compile.values import HYDRA_NUMBERISH, is_number
 from launcher.errors import SpecError
 
@@ -91,7 +93,7 @@ def rule_value_types(ctx) -> None:
     for source, prefix, key, text in ctx.raw:
         if prefix == "~":
             continue
-        key = ctx.effective_key(key)
+        key = effective_key(key)
         bare = text.strip()
         if "${" in bare:  # an interpolation: its text is no number; its composed value is typed and judged
             continue
@@ -112,7 +114,8 @@ def rule_value_types(ctx) -> None:
                 and HYDRA_NUMBERISH.fullmatch(bare):
             ctx.error(source, f"{key}={bare}: Hydra reads this as the number {bare.replace('_', '')}, not LOW_HIGH; "
                       f"use the knob {name}: {bare} or quote it: {key}='{bare}'")
-    ctx.check_types()
+    for field, message in typed.problems(ctx):  # a user value typed otherwise than verl reads the key
+        ctx.error(field, message)
     if ctx.pools:
         for p in ctx.pools:
             if p.nodes < 1 or p.gpus_per_node < 1:
