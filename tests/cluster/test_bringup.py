@@ -110,5 +110,9 @@ def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
     ports = [o["preflight"]["head"] for o in outs]
     assert ports[0] != ports[1]
     starts = [[e for e in phases(Path("/var/lib/sfdev/runs") / o["run"]) if e["phase"] == "node_started"] for o in outs]
+    # every try of `ray start` (a loaded host retries some) had a temp dir of its own, and the
+    # last tries were 4: 2 jobs x 2 nodes
     temp_dirs = [e["temp_dir"] for s in starts for e in s]
-    assert len(set(temp_dirs)) == 4
+    assert len(set(temp_dirs)) == len(temp_dirs), temp_dirs
+    last_tries = {(o["run"], e["node"]): e["temp_dir"] for o, s in zip(outs, starts, strict=True) for e in s}
+    assert len(last_tries) == 4, last_tries

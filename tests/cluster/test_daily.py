@@ -213,17 +213,16 @@ def test_attach_reaches_every_het_group_through_a_real_step(tmp_path):
                                env={**os.environ, "SF_TEST_DRIVER": SLEEPER}, check=True,
                                timeout=30).stdout.strip().split(";")[0].split("+")[0]
         try:
-            time.sleep(5)
-            info = slurm.show_job(again)
+            # once the scheduler has looked at it: pending, for its dependency (the singleton)
+            info = wait_until(lambda: (i := slurm.show_job(again)).get("Reason") not in (None, "None") and i, 30,
+                              f"job {again} was never looked at by the scheduler")
             assert info["JobState"] == "PENDING" and info["Reason"] == "Dependency", info
         finally:
             cleanup(again)
         print(f"\nsf attach: shells on {train_node} (het group 0) and {teach_node} (het group 1) of job {job}")
     finally:
         cleanup(job)
-    deadline = time.monotonic() + 60
-    while job_state(job) not in ("CANCELLED", "COMPLETED", "FAILED", "UNKNOWN") and time.monotonic() < deadline:
-        time.sleep(1)
+    wait_state(job, {"CANCELLED", "COMPLETED", "FAILED", "UNKNOWN"}, timeout=60)
     ended = sf("attach", run, "--print")
     assert ended.returncode == 2 and f"run {run} is not running" in ended.stderr, ended.stderr
 

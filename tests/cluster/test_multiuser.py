@@ -45,7 +45,9 @@ NOBODY = pwd.getpwnam("nobody")
 STATE = Path("/var/lib/sfdev")
 PY = "/usr/bin/python3"  # a python `nobody` can run (the repo's venv may sit in a folder it cannot read)
 SLOT = 128  # launcher.injob.ports.SLOT_SIZE
-RANGE = (30000, 31023)  # exactly one block of 8 slots, below the kernel's ephemeral range
+# exactly one block of 8 slots, below the kernel's ephemeral range (32768-) and the dev site's
+# range (20000-59999) that the jobs of tests running beside this one use, above slurmd's ports
+RANGE = (18000, 19023)
 # each kind of port a slot holds (launcher.injob.ports.OFFSETS): the GCS, the raylet's node
 # manager, the dashboard agent's listen port, the head's dashboard metrics, a worker port
 KINDS = (0, 1, 4, 10, 100)
