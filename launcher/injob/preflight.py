@@ -195,7 +195,7 @@ def health_gpu_text(gpu: dict) -> str:
 
 
 # The words of sf's compile-time warnings (launcher/compile/rules/: disaggregated.rule_separate_cpus,
-# pitfalls.rule_pitfalls' batch-size warnings) that say the real job would stop or
+# pitfalls.rule_batch_sizes' and rule_micro_batch_sizes' warnings) that say the real job would stop or
 # never start training; a preflight fails on them, with the warning as its reason.
 STOPS_THE_JOB = ("would wait for CPUs forever", "asserts at start-up", "refuses it at start-up")
 

@@ -87,9 +87,9 @@ def rule_rollout_correction(ctx) -> None:
 
 
 def rule_rollout_correction_inputs(ctx) -> None:
-    """Rollout correction needs rollout-side log probs, and thresholds verl 0.9.1 can parse:
-    rollout_is_threshold a number > 0 (TIS) or 'LOW_HIGH' (IcePop, 0 < LOW < HIGH);
-    rollout_rs_threshold one entry or one per rollout_rs option, LOW_HIGH for k1 modes only."""
+    """Rollout correction needs rollout-side log probs, and an importance-sampling threshold
+    verl 0.9.1 can parse: rollout_is_threshold a number > 0 (TIS) or 'LOW_HIGH' (IcePop,
+    0 < LOW < HIGH)."""
     if ctx.sft:
         return
     rc = "algorithm.rollout_correction."
@@ -107,7 +107,14 @@ def rule_rollout_correction_inputs(ctx) -> None:
             parse_threshold(ctx.get(rc + "rollout_is_threshold", 2.0), src)
         except SpecError as exc:
             ctx.errors.append(exc)
-    if not rs_on:
+
+
+def rule_rollout_rs_threshold(ctx) -> None:
+    """Rejection sampling (rollout_rs) needs rollout_rs_threshold: one entry or one per
+    rollout_rs option, LOW_HIGH for k1 modes only."""
+    rc = "algorithm.rollout_correction."
+    rs_modes = ctx.get(rc + "rollout_rs")
+    if ctx.sft or rs_modes in (None, "null"):
         return
     threshold = ctx.get(rc + "rollout_rs_threshold")
     src = ctx.culprit(rc + "rollout_rs_threshold", "knobs.rollout_rs_threshold")

@@ -146,6 +146,7 @@ def rule_other_trainers_keys(ctx) -> None:
 
 
 ASYNC = "async_training."
+FULLY_ASYNC = "fully-async"  # the recipe's trainer family (catalog.TRAINERS) these rules are for
 
 
 # The fully async trainer's own numbers: key -> (least value, what verl needs, an example).
@@ -166,14 +167,9 @@ ASYNC_NUMBERS = {
 }
 
 
-def rule_async_training(ctx) -> None:
-    """verl/grpo-async: the fully async trainer's own checks, before anything queues: its
-    numbers (ASYNC_NUMBERS); a reward model needs its own pool (asserted,
-    fully_async_rollouter.py:361-365: the rollouter never pauses); test_freq 0 divides by
-    zero at the end (fully_async_trainer.py:529). The run's length is
-    rollout.total_rollout_steps prompts (verl's default 100), not trainer.total_training_steps
-    (fully_async_rollouter.py:405-407, :493-500): rule_async_run_length."""
-    if ctx.sft or ctx.method.config_name != "fully_async_ppo_trainer":
+def rule_async_numbers(ctx) -> None:
+    """The fully async trainer's own numbers (ASYNC_NUMBERS), as verl asserts them."""
+    if ctx.sft or ctx.method.trainer != FULLY_ASYNC:
         return
     for key, (low, kind, example) in ASYNC_NUMBERS.items():
         value = ctx.get(ASYNC + key)
@@ -183,9 +179,20 @@ def rule_async_training(ctx) -> None:
         if not (math.isfinite(value) and value >= low):
             ctx.error(ctx.culprit(ASYNC + key), f"{ASYNC}{key}={hydra_value(value)}: verl 0.9.1's fully async "
                       f"trainer needs {kind}; e.g. {ASYNC}{key}={example}")
+
+
+def rule_async_training(ctx) -> None:
+    """The fully async trainer's (verl/grpo-async) own checks, before anything queues, beside
+    its numbers (rule_async_numbers): a reward model needs its own pool (asserted,
+    fully_async_rollouter.py:361-365: the rollouter never pauses); test_freq 0 divides by
+    zero at the end (fully_async_trainer.py:529). The run's length is
+    rollout.total_rollout_steps prompts (verl's default 100), not trainer.total_training_steps
+    (fully_async_rollouter.py:405-407, :493-500): rule_async_run_length."""
+    if ctx.sft or ctx.method.trainer != FULLY_ASYNC:
+        return
     rm = "reward.reward_model."
     if ctx.get(rm + "enable") is True and ctx.get(rm + "enable_resource_pool") is not True:
-        ctx.error("reward.model", "verl/grpo-async needs the reward model on a pool of its own (verl 0.9.1's "
+        ctx.error("reward.model", f"verl/{ctx.method.name} needs the reward model on a pool of its own (verl 0.9.1's "
                   "rollouter asserts it: it never pauses to free GPUs); add a pool and roles: {reward: <pool>}, or "
                   "use a rule-based reward function")
     for source, key, _value in ctx.user_values():
@@ -203,7 +210,7 @@ def rule_async_training(ctx) -> None:
         default, step = ctx.get("rollout.total_rollout_steps"), _async_step_prompts(ctx)
         none = (f", fewer than the {step} a trainer step takes (ppo_mini_batch_size x require_batches): the run "
                 "would end without a trainer step") if default < step else ""
-        ctx.warn(f"verl/grpo-async ends after rollout.total_rollout_steps={default} prompts (verl 0.9.1's "
+        ctx.warn(f"verl/{ctx.method.name} ends after rollout.total_rollout_steps={default} prompts (verl 0.9.1's "
                  f"default){none}; set rollout.total_rollout_steps=N, or =null for total_epochs over the whole dataset")
 
 
@@ -220,7 +227,7 @@ def rule_async_run_length(ctx) -> None:
     a trainer step waits for ppo_mini_batch_size x require_batches of them
     (fully_async_trainer.py:159, :428-430): fewer, and the run ends without a trainer step
     (zero or a negative value included). null: every prompt of total_epochs."""
-    if ctx.sft or ctx.method.config_name != "fully_async_ppo_trainer":
+    if ctx.sft or ctx.method.trainer != FULLY_ASYNC:
         return
     key = "rollout.total_rollout_steps"
     value = ctx.get(key)

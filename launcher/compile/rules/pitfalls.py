@@ -30,16 +30,22 @@ def rule_pitfalls(ctx) -> None:
             and (g("actor_rollout_ref.actor.kl_loss_coef") or 0) > 0:
         ctx.warn("kl_loss_coef is set but use_kl_loss is off: the coefficient does nothing; set use_kl_loss: true")
     gpn = g("trainer.n_gpus_per_node")
-    nodes = g("trainer.nnodes")
     tp = g("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)
     if isinstance(tp, int) and isinstance(gpn, int) and tp > gpn:
         ctx.warn(f"tensor_model_parallel_size={tp} is larger than the {gpn} GPUs per node; set "
                  f"tensor_model_parallel_size: {gpn} or fewer")
+
+
+def rule_batch_sizes(ctx) -> None:
+    """The batch sizes verl.trainer.main_ppo's validate_config refuses at start (without
+    dynamic batch sizes; the divisibility for FSDP, Megatron's is by its data-parallel size):
+    errors where verl's own main_ppo runs, warnings for the other entries."""
+    if ctx.sft:
+        return
+    g = ctx.get
+    gpn, nodes = g("trainer.n_gpus_per_node"), g("trainer.nnodes")
     bs = g("data.train_batch_size", 1024)
     n = g("actor_rollout_ref.rollout.n", 1)
-    # verl.trainer.main_ppo's validate_config refuses these at start (without dynamic batch
-    # sizes; the divisibility for FSDP, Megatron's is by its data-parallel size): errors there,
-    # warnings for the other entries
     checked = not ctx.method.separate_rollout and tuple(ctx.entry) == ctx.method.entry \
         and g("actor_rollout_ref.actor.use_dynamic_bsz") is not True
     say = ctx.error if checked else (lambda _field, message: ctx.warn(message))
@@ -58,6 +64,13 @@ def rule_pitfalls(ctx) -> None:
             else ctx.culprit(mini_key, "knobs.ppo_mini_batch_size")
         say(blame, f"ppo_mini_batch_size={mini} is larger than train_batch_size={bs} (verl refuses it at start-up); "
             f"set ppo_mini_batch_size <= {bs} or train_batch_size >= {mini}")
+
+
+def rule_micro_batch_sizes(ctx) -> None:
+    """Without dynamic batch sizes verl asserts each micro batch size is set: warned."""
+    if ctx.sft:
+        return
+    g = ctx.get
     if g("actor_rollout_ref.actor.use_dynamic_bsz") is not True:
         for key, knob in (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
                           ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",

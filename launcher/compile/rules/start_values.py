@@ -73,9 +73,8 @@ def rule_start_values(ctx) -> None:
                   f"{key}={value}: {who} refuses it at start; set {name or key} to {allowed}")
 
 
-def rule_value_types(ctx) -> None:
-    """Values that compose but verl rejects at run time (enums, numbers), checked on the composed
-    config; numbers Hydra would read another way than written (`0.5_5` is 0.55 to Hydra)."""
+def rule_enum_values(ctx) -> None:
+    """Enums verl checks only at run time (knobs.ENUM_KEYS), checked on the composed config."""
     for key, choices in ENUM_KEYS.items():
         if key not in ctx.overrides and ctx.effective is None:
             continue
@@ -88,14 +87,21 @@ def rule_value_types(ctx) -> None:
         if str(value) not in choices:
             ctx.error(ctx.culprit(key),
                       f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
+
+
+# verl key -> the knob that types it, for the knob types a raw override's text is judged by
+_TYPED_KNOB_TYPES = ("int", "float", "bool", "threshold", "rs_threshold", "rs_list")
+
+
+def rule_raw_number_spelling(ctx) -> None:
+    """A raw override's number as Hydra reads it: `_` is a digit separator to Hydra (`0.5_5` is
+    0.55), so a number written with one, or IcePop's LOW_HIGH unquoted, is refused; a knob's
+    key is typed as the knob (coerce_knob)."""
     knob_of = {knob.key.lstrip("+"): name for name, knob in KNOBS.items()
-               if knob.key and knob.type in ("int", "float", "bool", "threshold", "rs_threshold", "rs_list")}
+               if knob.key and knob.type in _TYPED_KNOB_TYPES}
     for source, prefix, key, text in ctx.raw:
-        if prefix == "~":
-            continue
-        key = effective_key(key)
-        bare = text.strip()
-        if "${" in bare:  # an interpolation: its text is no number; its composed value is typed and judged
+        key, bare = effective_key(key), text.strip()
+        if prefix == "~" or "${" in bare:  # an interpolation: its composed value is typed and judged
             continue
         if "_" in bare and HYDRA_NUMBERISH.fullmatch(bare) and key not in knob_of:
             ctx.error(source, f"{key}={bare}: Hydra reads '_' as a digit separator ({bare} -> "
@@ -104,22 +110,31 @@ def rule_value_types(ctx) -> None:
         name = knob_of.get(key)
         if name is None or (KNOBS[name].type in ("int", "float", "bool") and "_" not in bare):
             continue  # numbers and bools: typed on the composed value (launcher.compile.typed)
-        quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
-        try:
-            coerce_knob(name, bare[1:-1] if quoted else text)
-        except SpecError as exc:
-            ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
-            continue
-        if KNOBS[name].type in ("threshold", "rs_threshold") and "_" in bare and bare[:1] not in "'\"" \
-                and HYDRA_NUMBERISH.fullmatch(bare):
-            ctx.error(source, f"{key}={bare}: Hydra reads this as the number {bare.replace('_', '')}, not LOW_HIGH; "
-                      f"use the knob {name}: {bare} or quote it: {key}='{bare}'")
-    for field, message in typed.problems(ctx):  # a user value typed otherwise than verl reads the key
+        _raw_knob_value(ctx, source, key, name, text)
+
+
+def _raw_knob_value(ctx, source: str, key: str, name: str, text: str) -> None:
+    bare = text.strip()
+    quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "'\""
+    try:
+        coerce_knob(name, bare[1:-1] if quoted else text)
+    except SpecError as exc:
+        ctx.error(source, exc.message if key in source else f"{key}: {exc.message}")
+        return
+    if KNOBS[name].type in ("threshold", "rs_threshold") and "_" in bare and not quoted \
+            and HYDRA_NUMBERISH.fullmatch(bare):
+        ctx.error(source, f"{key}={bare}: Hydra reads this as the number {bare.replace('_', '')}, not LOW_HIGH; "
+                  f"use the knob {name}: {bare} or quote it: {key}='{bare}'")
+
+
+def rule_value_types(ctx) -> None:
+    """A user value typed otherwise than verl reads the key (launcher.compile.typed); pool
+    sizes below 1."""
+    for field, message in typed.problems(ctx):
         ctx.error(field, message)
-    if ctx.pools:
-        for p in ctx.pools:
-            if p.nodes < 1 or p.gpus_per_node < 1:
-                ctx.error(f"spec.resources.pools.{p.name}", "nodes and gpus_per_node must be >= 1")
+    for p in ctx.pools:
+        if p.nodes < 1 or p.gpus_per_node < 1:
+            ctx.error(f"spec.resources.pools.{p.name}", "nodes and gpus_per_node must be >= 1")
 
 
 # Linux's limit on one argument of exec (MAX_ARG_STRLEN = 32 pages, the terminating NUL
