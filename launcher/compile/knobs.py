@@ -165,14 +165,13 @@ def knob_key(name: str, sft: bool) -> str | None:
     return knob.sft_key if sft else knob.key
 
 
-# long: one branch per knob type, read top to bottom; issue 20 types knobs from verl
 def coerce_knob(name: str, value: Any) -> Any:
     """Check and convert a knob value to its type. Raises SpecError("knobs.NAME", ...).
 
     Typed, never guessed: `_` is never a digit separator (`0.5_5` is IcePop's LOW_HIGH pair
     for a threshold and an error for a number), booleans are true/false/yes/no/on/off only,
     an int given as a float must be whole (1024.0, 1e3), and a number is emitted in one form
-    whatever its spelling (1e-6, 1e-06, 1.0e-6)."""
+    whatever its spelling (1e-6, 1e-06, 1.0e-6). One function per knob type (_COERCE)."""
     knob = KNOBS[name]
     field = f"knobs.{name}"
     t = knob.type
@@ -190,49 +189,59 @@ def coerce_knob(name: str, value: Any) -> Any:
             value = None
     if value is None:
         return None
-    if t == "int":
-        fractional = isinstance(value, float) and not value.is_integer()
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or fractional:
-            raise SpecError(field, f"{value!r} is not a whole number; write e.g. {name}: 4")
-        return int(value)
-    if t == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise SpecError(field, f"{value!r} is not a number; write e.g. {name}: 1.0e-6")
-        return float(value)
-    if t == "bool":
-        if not isinstance(value, bool):
-            raise SpecError(field, f"{value!r} is not true/false; write {name}: true or {name}: false")
-        return value
-    if t == "enum":
-        if isinstance(value, bool):
-            raise SpecError(field, f"{value!r} is a boolean, not one of {', '.join(knob.choices)}")
-        text = str(value)
-        if text not in knob.choices:
-            raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}")
-        return text
-    if t == "list":
-        if isinstance(value, str):
-            if "," not in value and not value.startswith("["):
-                return value.strip()  # verl takes one backend name as a string too
-            value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SpecError(field, f"{value!r} is not a list of names; write e.g. {name}: [console, wandb]")
-        return value
-    if t == "str":
-        if isinstance(value, (dict, list, bool)):
-            raise SpecError(field, f"{value!r} is not a plain string; quote it, e.g. {name}: \"{value}\"")
-        return str(value)
-    if t == "threshold":
-        return parse_threshold(value, field)
-    if t == "rs_threshold":
-        return parse_rs_threshold(value, field)
-    if t == "rs_list":
-        text = ",".join(value) if isinstance(value, list) else str(value)
-        bad = [p for p in text.split(",") if p.strip() not in ROLLOUT_RS]
-        if bad:
-            raise SpecError(field, f"{', '.join(bad)} not in {', '.join(ROLLOUT_RS)} (comma-separated)")
-        return text
-    raise AssertionError(t)
+    return _COERCE[t](value, knob, name, field)
+
+
+def _as_int(value, _knob, name, field):
+    fractional = isinstance(value, float) and not value.is_integer()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or fractional:
+        raise SpecError(field, f"{value!r} is not a whole number; write e.g. {name}: 4")
+    return int(value)
+
+
+def _as_float(value, _knob, name, field):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(field, f"{value!r} is not a number; write e.g. {name}: 1.0e-6")
+    return float(value)
+
+
+def _as_bool(value, _knob, name, field):
+    if not isinstance(value, bool):
+        raise SpecError(field, f"{value!r} is not true/false; write {name}: true or {name}: false")
+    return value
+
+
+def _as_enum(value, knob, _name, field):
+    if isinstance(value, bool):
+        raise SpecError(field, f"{value!r} is a boolean, not one of {', '.join(knob.choices)}")
+    text = str(value)
+    if text not in knob.choices:
+        raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}")
+    return text
+
+
+def _as_list(value, _knob, name, field):
+    if isinstance(value, str):
+        if "," not in value and not value.startswith("["):
+            return value.strip()  # verl takes one backend name as a string too
+        value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(field, f"{value!r} is not a list of names; write e.g. {name}: [console, wandb]")
+    return value
+
+
+def _as_str(value, _knob, name, field):
+    if isinstance(value, (dict, list, bool)):
+        raise SpecError(field, f"{value!r} is not a plain string; quote it, e.g. {name}: \"{value}\"")
+    return str(value)
+
+
+def _as_rs_list(value, _knob, _name, field):
+    text = ",".join(value) if isinstance(value, list) else str(value)
+    bad = [p for p in text.split(",") if p.strip() not in ROLLOUT_RS]
+    if bad:
+        raise SpecError(field, f"{', '.join(bad)} not in {', '.join(ROLLOUT_RS)} (comma-separated)")
+    return text
 
 
 def _positive(text: str) -> float | None:
@@ -297,3 +306,12 @@ def parse_rs_threshold(value: Any, field: str) -> float | str:
     if len(out) == 1:
         return out[0]
     return ",".join(p if isinstance(p, str) else repr(p) for p in out)
+
+
+# knob type -> its checker (value, knob, name, field) -> the typed value
+_COERCE = {
+    "int": _as_int, "float": _as_float, "bool": _as_bool, "enum": _as_enum, "list": _as_list, "str": _as_str,
+    "threshold": lambda value, _knob, _name, field: parse_threshold(value, field),
+    "rs_threshold": lambda value, _knob, _name, field: parse_rs_threshold(value, field),
+    "rs_list": _as_rs_list,
+}

@@ -431,3 +431,13 @@ def test_rules_run_in_one_order_and_each_lives_in_its_theme():
     assert names[0] == "pins.rule_method_pins" and names[len(rules.BUILD)] == "pins.rule_estimator"
     assert all(r.__module__.startswith("launcher.compile.rules.") and r.__name__.startswith("rule_")
                for r in rules.BUILD + rules.JUDGES)
+
+
+def test_every_knob_type_has_its_checker():
+    """coerce_knob dispatches on the knob's type (knobs._COERCE): a type without a checker
+    would fail at the first value of that knob."""
+    from launcher.compile import knobs
+
+    assert {knob.type for knob in KNOBS.values()} <= set(knobs._COERCE)
+    assert knobs.coerce_knob("rollout_n", "8") == 8 and knobs.coerce_knob("use_kl_loss", "off") is False
+    assert knobs.coerce_knob("logger", "console,file") == ["console", "file"]
