@@ -247,13 +247,10 @@ def knob_layers(spec: MergedSpec) -> list[tuple[str, dict]]:
 
 def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
                 errors: list[SpecError]) -> tuple[list[Pool], dict]:
-    """spec.resources.pools (or one pool of the site's default series), reshaped by --profile."""
+    """spec.resources.pools (or one pool of the site's default series), reshaped by --profile,
+    each with the roles that run on it."""
     resources = ((spec.values.get("spec") or {}).get("resources") or {})
-    declared = list(resources.get("pools") or [])
-    roles = dict(resources.get("roles") or {})
-    default_series = site.default_series or (next(iter(site.series)) if len(site.series) == 1 else None)
-    if not declared:
-        declared = [{"name": "train"}]
+    declared = list(resources.get("pools") or []) or [{"name": "train"}]
     profile = spec.values.get("profile")
     if profile:
         try:
@@ -261,47 +258,60 @@ def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
             declared[0] = {**declared[0], "series": series, "nodes": nodes, "gpus_per_node": gpn}
         except SpecError as exc:
             errors.append(exc)
+    default_series = site.default_series or (next(iter(site.series)) if len(site.series) == 1 else None)
     pools: list[Pool] = []
     seen = set()
     for i, entry in enumerate(declared):
         name = entry.get("name") or f"pool{i}"
-        field = f"spec.resources.pools[{i}]"
         if name in seen:
-            errors.append(SpecError(field, f"pool name {name!r} is used twice; give each pool its own name"))
+            errors.append(SpecError(f"spec.resources.pools[{i}]", f"pool name {name!r} is used twice; give each "
+                                    "pool its own name"))
         seen.add(name)
-        series_name = entry.get("series") or default_series
-        if not series_name:
-            errors.append(SpecError(field + ".series", f"no series and site {site.name} has no default_series; "
-                                    f"pick one of {', '.join(site.series)} or use --profile SERIES:G"))
-            continue
-        series = site.series.get(series_name)
-        if series is None:
-            errors.append(SpecError(field + ".series", f"unknown GPU series {series_name!r} in site {site.name}; "
-                                    f"known: {', '.join(sorted(site.series)) or 'none'}"))
-            continue
-        gpn = int(entry.get("gpus_per_node") or series.gpus_per_node)
-        nodes = int(entry.get("nodes") or 1)
-        if gpn > series.gpus_per_node:
-            errors.append(SpecError(field + ".gpus_per_node", f"{series_name} nodes have {series.gpus_per_node} GPUs, "
-                                    f"the pool asks for {gpn}; lower gpus_per_node or add nodes"))
-            gpn = series.gpus_per_node
-        pools.append(Pool(name=name, series=series_name, nodes=nodes, gpus_per_node=gpn, het_group=i,
-                          spare_nodes=int(entry.get("spare_nodes") or 0)))
+        pool = _pool(i, name, entry, entry.get("series") or default_series, site, errors)
+        if pool is not None:
+            pools.append(pool)
     if not pools:
-        return [], roles
-    first = pools[0].name
-    if method.separate_rollout and "rollout" not in roles and len(pools) >= 2:
-        roles["rollout"] = pools[1].name  # these trainers' rollout runs on a pool of its own
-    roles.setdefault("actor", first)
-    for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
-        roles.setdefault(role, roles["actor"])  # verl keeps them in the actor's pool: they follow it
-    if method.teacher and "teacher" not in roles and len(pools) >= 2:
-        roles["teacher"] = pools[1].name
+        return [], dict(resources.get("roles") or {})
+    roles = _roles(method, pools, dict(resources.get("roles") or {}))
     with_roles = []
     for p in pools:
         mine = tuple(r for r in ("actor", "rollout", "ref", "critic", "teacher", "reward") if roles.get(r) == p.name)
         with_roles.append(Pool(p.name, p.series, p.nodes, p.gpus_per_node, p.het_group, mine, p.spare_nodes))
     return with_roles, roles
+
+
+def _pool(i: int, name: str, entry: dict, series_name: str | None, site: Site, errors: list[SpecError]) -> Pool | None:
+    """One declared pool on its series (None, with the error, when the series is unknown)."""
+    field = f"spec.resources.pools[{i}]"
+    if not series_name:
+        errors.append(SpecError(field + ".series", f"no series and site {site.name} has no default_series; "
+                                f"pick one of {', '.join(site.series)} or use --profile SERIES:G"))
+        return None
+    series = site.series.get(series_name)
+    if series is None:
+        errors.append(SpecError(field + ".series", f"unknown GPU series {series_name!r} in site {site.name}; "
+                                f"known: {', '.join(sorted(site.series)) or 'none'}"))
+        return None
+    gpn = int(entry.get("gpus_per_node") or series.gpus_per_node)
+    if gpn > series.gpus_per_node:
+        errors.append(SpecError(field + ".gpus_per_node", f"{series_name} nodes have {series.gpus_per_node} GPUs, "
+                                f"the pool asks for {gpn}; lower gpus_per_node or add nodes"))
+        gpn = series.gpus_per_node
+    return Pool(name=name, series=series_name, nodes=int(entry.get("nodes") or 1), gpus_per_node=gpn, het_group=i,
+                spare_nodes=int(entry.get("spare_nodes") or 0))
+
+
+def _roles(method: catalog.Method, pools: list[Pool], roles: dict) -> dict:
+    """roles: with the method's defaults filled in: the actor on the first pool, rollout, ref
+    (and the critic) with it, a separate trainer's rollout and a teacher on the second pool."""
+    if method.separate_rollout and "rollout" not in roles and len(pools) >= 2:
+        roles["rollout"] = pools[1].name  # these trainers' rollout runs on a pool of its own
+    roles.setdefault("actor", pools[0].name)
+    for role in DEFAULT_ROLES + (("critic",) if method.critic else ()):
+        roles.setdefault(role, roles["actor"])  # verl keeps them in the actor's pool: they follow it
+    if method.teacher and "teacher" not in roles and len(pools) >= 2:
+        roles["teacher"] = pools[1].name
+    return roles
 
 
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
