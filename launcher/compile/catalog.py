@@ -31,6 +31,9 @@ FRAMEWORK = "verl"
 # rollout runs on a pool of its own
 COLOCATED = "colocated"
 TRAINERS = (COLOCATED, "one-step-off", "fully-async")
+# verl's config of its SFT trainer: a method (and a run's plan.json) with it is supervised
+# fine-tuning, whatever the method is called
+SFT_CONFIG_NAME = "sft_trainer_engine"
 TABLES = "_trainers.yaml"  # files starting with `_` in a version's folder are the catalog's own tables
 REFUSED_VERSIONS = {
     "0.8": "verl 0.8's main_ppo_sync was removed upstream; the catalog keeps no old runtimes. Use 0.9.0 or 0.9.1",
@@ -87,7 +90,7 @@ class Method:
 
     @property
     def sft(self) -> bool:
-        return self.config_name == "sft_trainer_engine"
+        return self.config_name == SFT_CONFIG_NAME
 
 
 @lru_cache(maxsize=None)

@@ -32,6 +32,7 @@ from launcher.checkpoints import (
     find_actor_dir,
     merge_argv,
 )
+from launcher.compile.catalog import SFT_CONFIG_NAME
 from launcher.compile.scheduler_options import DEPENDENCY
 from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
@@ -368,7 +369,7 @@ def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data
         raise SpecError("--gpus", f"{gpus!r} is not a number of GPUs; pass 0 or more")
     check_time(time_limit)
     plan = plan_of(run)
-    if plan and plan.get("method") not in (None, "sft"):
+    if plan and plan.get("config_name", SFT_CONFIG_NAME) != SFT_CONFIG_NAME:
         raise SpecError("RUN", f"run {run.id} is a {plan.get('method')} run; sf eval is for SFT runs "
                         "(RL runs log validation rewards: sf metrics RUN)")
     data = data or _first_file(_override(plan, "data.val_files"))

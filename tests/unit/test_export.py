@@ -237,7 +237,7 @@ def test_eval_render(env):
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     # an RL run is refused
     rl = runs.create_run(env["root"], "my-grpo")
-    rl.write_json("plan.json", {"method": "grpo", "overrides": []})
+    rl.write_json("plan.json", {"method": "grpo", "config_name": "ppo_trainer", "overrides": []})
     res = CliRunner().invoke(main, ["eval", rl.id, "--validation-data", str(val), "--dry-run"])
     assert res.exit_code == 2 and "sf eval is for SFT runs" in res.output
 
