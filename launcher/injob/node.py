@@ -362,8 +362,9 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, ray_exit=rc)
             print(f"[sf node {node}] the job is done: Ray stopped ({rc})", flush=True)
             return 0
+        refused = arguments_refused(output.last_lines())
         if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
-                and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
+                and not refused and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
             kill_group(child)
@@ -380,12 +381,14 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
     keep_ray_logs(temp, run_dir, job_id, node)
     # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
     # Ray ending after it ran is a node or a process dying (look at the node's logs first);
-    # a port another process took between the check and Ray's bind is a port collision.
+    # a port another process took between the check and Ray's bind is a port collision;
+    # `ray start` refusing its arguments fails the same way every time.
     error = None if output.started else (fatal or output.last_lines())
     collision = bool(error and PORT_IN_USE.search(error))
     signum = state["signal"]
     runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, role=role, rc=rc,
-                      started=output.started, retry_helps=not output.started and not collision,
+                      started=output.started,
+                      retry_helps=not output.started and not collision and not refused,
                       port_collision=collision or None,
                       signal=signal.Signals(signum).name if signum else None,
                       error=("port collision: " + error) if collision else error)
@@ -395,6 +398,14 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
 
 
 PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(already )?in use", re.I)
+# `ray start` refusing the arguments it was given (Ray's parameter checks raise ValueError or
+# TypeError, its CLI a usage error): not load, so neither retried nor "submitting again helps".
+ARGUMENTS_REFUSED = re.compile(r"(^|\| )(ValueError|TypeError): |Error: (No such option|Invalid value|Got unexpected)")
+
+
+def arguments_refused(output: str) -> bool:
+    """Whether `ray start`'s last lines say it refused its arguments."""
+    return bool(ARGUMENTS_REFUSED.search(output))
 
 
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it

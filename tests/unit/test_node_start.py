@@ -52,3 +52,15 @@ def test_a_start_whose_raylet_aborted_ends_at_once(tmp_path):
 def test_a_start_that_ends_by_itself_keeps_its_exit_code(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     assert node.wait_for_start(child, NotStarted(), str(tmp_path)) == (3, None)
+
+
+def test_ray_start_refusing_its_arguments_is_not_load():
+    """The line Ray 2.60 printed for a --ray-client-server-port of 0 (seen on the dev cluster):
+    the same on every try, so the node neither retries nor says submitting again helps."""
+    seen = ('File ".../ray/_private/parameter.py", line 409, in _check_usage |     raise ValueError( | '
+            "ValueError: ray_client_server_port must be an integer between 1024 and 65535.")
+    assert node.arguments_refused(seen)
+    assert node.arguments_refused("Usage: ray start [OPTIONS] | Error: No such option: --no-such-flag")
+    assert node.arguments_refused("Error: Invalid value for '--num-cpus': 'x' is not a valid integer.")
+    assert not node.arguments_refused("Timed out waiting for file /tmp/x/dashboard_agent_listen_port")
+    assert not node.arguments_refused("ConnectionError: GCS at 127.0.0.11:20000 did not answer")
