@@ -35,7 +35,19 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import FROZEN, REPO, job_state, phases, sf, wait_event, wait_state, wait_until, watchdog_experiment  # noqa: E402
+from helpers import (  # noqa: E402
+    FROZEN,
+    REPO,
+    job_state,
+    phases,
+    sf,
+    wait_event,
+    wait_json,
+    wait_state,
+    wait_steps,
+    wait_until,
+    watchdog_experiment,
+)
 
 STATE = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
 REGISTRY = STATE / "runtimes-container.yaml"
@@ -335,19 +347,13 @@ def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
     out = json.loads(proc.stdout)
     run_dir, job = Path(out["run_dir"]), out["job_id"]
     try:
-        deadline = time.monotonic() + 150
-        while not (run_dir / "driver-0.json").exists():
-            assert time.monotonic() < deadline, phases(run_dir)[-5:]
-            time.sleep(0.3)
-        time.sleep(1.5)  # its steps logged, and the watchdog's next look at them
-        first = json.loads((run_dir / "driver-0.json").read_text())
+        first = wait_json(run_dir / "driver-0.json", timeout=150)
+        # its two steps logged: a restart is worth it (the supervisor reads them to the end)
+        wait_steps(run_dir, "attempt-0.jsonl", 2)
         assert first["python"].startswith("/opt/sf/runtime/bin/python") and first["container"], first
         os.kill(first["pid"], 9)  # host PIDs: the container shares the host's PID namespace
         wait_event(run_dir, "restarted_in_place", restart=0, timeout=150)
-        deadline = time.monotonic() + 150
-        while not (run_dir / "driver-1.json").exists():
-            assert time.monotonic() < deadline, phases(run_dir)[-5:]
-            time.sleep(0.3)
+        wait_json(run_dir / "driver-1.json", timeout=150)
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
         joined = [e for e in phases(run_dir) if e["phase"] == "all_joined"]
         assert len(joined) == 2 and {e["job_id"] for e in joined} == {job}  # Ray up again, same job
