@@ -13,9 +13,19 @@ import os
 from pathlib import Path
 
 
+def ray_step_name(role: str, pool_name: str) -> str:
+    """The srun step that starts Ray nodes: "ray-head", or "ray-<pool>" for a pool's workers."""
+    return "ray-head" if role == "head" else f"ray-{pool_name}"
+
+
+def step_log_name(job_id: str, step_name: str, node: str) -> str:
+    """The file name of the log a node of Ray node step `step_name` writes (under <run>/logs)."""
+    return f"{job_id}-{step_name}-{node}.log"
+
+
 def node_log_name(job_id: str, role: str, pool_name: str, node: str) -> str:
     """The file name of one node's log (under <run>/logs): the head's, or a worker's of its pool."""
-    return f"{job_id}-ray-{'head' if role == 'head' else pool_name}-{node}.log"
+    return step_log_name(job_id, ray_step_name(role, pool_name), node)
 
 
 def job_output_name(job_id: str, environ=None) -> str:
@@ -36,7 +46,7 @@ def node_logs_text(run_dir: str, job_id: str, step_name: str, nodes: list[str], 
     logs = Path(run_dir) / "logs"
     written, silent = [], []
     for node in nodes:
-        name = f"{job_id}-{step_name}-{node}.log"
+        name = step_log_name(job_id, step_name, node)
         try:
             fresh = (logs / name).stat().st_mtime >= since
         except OSError:

@@ -62,7 +62,7 @@ from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import watchdog as watchdog_mod
 from launcher.injob.contract import Contract, Job, child_env
-from launcher.injob.node_logs import node_logs_text
+from launcher.injob.node_logs import node_logs_text, ray_step_name
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
@@ -636,14 +636,15 @@ class Supervisor:
         node_cmd = [py, "-m", "launcher.injob", "node"]
         self.logs.mkdir(parents=True, exist_ok=True)
         head = self.job.head_node
-        self.srun("ray-head", [*node_cmd, "--role", "head"], kind="node", pool=self.plan.pools[0].name,
+        self.srun(ray_step_name("head", self.plan.pools[0].name), [*node_cmd, "--role", "head"], kind="node",
+                  pool=self.plan.pools[0].name,
                   hosts=[head], het_group=0 if self.hetjob else None,
                   nodes=1, ntasks=1, nodelist=head, overlap=True, kill_on_bad_exit=True)
         for pool in self.plan.pools:
             workers = [h for h in self.job.hosts[pool.name] if h != head]
             if not workers:
                 continue
-            self.srun(f"ray-{pool.name}", [*node_cmd, "--role", "worker"], kind="node", pool=pool.name,
+            self.srun(ray_step_name("worker", pool.name), [*node_cmd, "--role", "worker"], kind="node", pool=pool.name,
                       hosts=workers,
                       het_group=pool.het_group if self.hetjob else None,
                       nodes=len(workers), ntasks=len(workers), ntasks_per_node=1, nodelist=workers,
@@ -771,7 +772,7 @@ class Supervisor:
     def requeue_without(self, bad: list[str], reason: str) -> int:
         """--exclude-bad-nodes: requeue the job with `bad` added to its excluded nodes (each
         het component its own), within max_requeues; the next attempt starts elsewhere."""
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        restarts = self.restart
         if restarts >= int(self.contract.max_requeues or 0):
             return self.fail(f"{reason}; not requeued without them: already requeued {restarts} times "
                              f"(max_requeues={self.contract.max_requeues})", rc=1)
