@@ -10,7 +10,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
-RUNS = Path("/var/lib/sfdev/runs")
 ASSETS = REPO / "examples" / "assets"
 
 

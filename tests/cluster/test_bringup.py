@@ -17,7 +17,18 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, SF, job_state, phase, phases, sf, shared_series_site, submit_preflight, wait_terminal  # noqa: E402, F401
+from helpers import (  # noqa: E402, F401
+    REPO,
+    RUNS,
+    SF,
+    job_state,
+    phase,
+    phases,
+    sf,
+    shared_series_site,
+    submit_preflight,
+    wait_terminal,
+)
 
 
 def bringup_seconds(run_dir) -> float:
@@ -33,8 +44,8 @@ def test_grpo_preflight_two_nodes():
     assert len(pool["joined"]) == 2 and all(j["gpus"] == 4 for j in pool["joined"].values())
     assert report["overrides"]["ok"] and len(report["paths"]) == 2
     assert {b["node"] for b in report["placement"]["train"]["bundles"]} == set(pool["joined"])
-    run_dir = Path(json.loads((Path("/var/lib/sfdev/runs") / out["run"] / "record.json").read_text())["id"]).name
-    names = [e["phase"] for e in phases(Path("/var/lib/sfdev/runs") / run_dir)]
+    run_dir = Path(json.loads((RUNS / out["run"] / "record.json").read_text())["id"]).name
+    names = [e["phase"] for e in phases(RUNS / run_dir)]
     for p in ("allocated", "head_up", "all_joined", "driver_started", "ended"):
         assert p in names
     print(f"\nbring-up 2 nodes: {bringup_seconds(Path('/var/lib/sfdev/runs') / run_dir):.1f}s")
@@ -105,11 +116,11 @@ def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
         outs.append(out)
     hosts = [set(o["preflight"]["pools"]["train"]["joined"]) for o in outs]
     assert hosts[0] == hosts[1] == {"dev7", "dev8"}  # the same two nodes, at the same time
-    heads = [phase(Path("/var/lib/sfdev/runs") / o["run"], "all_joined") for o in outs]
+    heads = [phase(RUNS / o["run"], "all_joined") for o in outs]
     assert all(heads)
     ports = [o["preflight"]["head"] for o in outs]
     assert ports[0] != ports[1]
-    starts = [[e for e in phases(Path("/var/lib/sfdev/runs") / o["run"]) if e["phase"] == "node_started"] for o in outs]
+    starts = [[e for e in phases(RUNS / o["run"]) if e["phase"] == "node_started"] for o in outs]
     # every try of `ray start` (a loaded host retries some) had a temp dir of its own, and the
     # last tries were 4: 2 jobs x 2 nodes
     temp_dirs = [e["temp_dir"] for s in starts for e in s]

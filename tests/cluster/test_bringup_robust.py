@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import RUNS
 
 from launcher import runs
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
-RUNS = Path("/var/lib/sfdev/runs")
 
 
 def submit(*args, env=None, timeout=400) -> dict:

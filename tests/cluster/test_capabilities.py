@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import phases, sf, submit_preflight  # noqa: E402
+from helpers import (  # noqa: E402
+    RUNS,
+    phases,
+    sf,
+    submit_preflight,
+)
 
-RUNS = Path("/var/lib/sfdev/runs")
 FIX = ("runtime capability flash_attn missing", "verl/ppo", "install flash-attn in the runtime",
        "pick a method without a critic")
 

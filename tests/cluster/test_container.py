@@ -38,9 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402
     FROZEN,
     REPO,
+    experiment,
     job_state,
     phases,
     sf,
+    submit_driver,
     wait_event,
     wait_json,
     wait_state,
@@ -176,26 +178,15 @@ exec sleep 600
 """
 
 
-def one_node_experiment(tmp_path: Path) -> str:
-    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data["model"] = str(assets / "model")
-    data["data"] = {"train": {"files": str(assets / "data" / "train.parquet")},
-                    "validation": {"files": str(assets / "data" / "test.parquet")}}
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00", "max_requeues": 3}
-    exp = tmp_path / "ct1"
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
+def one_node_experiment(tmp_path: Path, **slurm) -> str:
+    """A one-node GRPO experiment, requeued up to 3 times."""
+    return experiment(tmp_path, "ct1", max_requeues=3, **slurm)
 
 
-def submit_driver(exp: str, finish_at: int) -> tuple[Path, str]:
-    proc = sf("submit", exp, "--json", env=ct_env(SF_TEST_DRIVER=DRIVER, SF_TEST_FINISH_AT=str(finish_at)))
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    return Path(out["run_dir"]), out["job_id"]
+def submit_ct_driver(exp: str, finish_at: int) -> tuple[Path, str]:
+    """EXP on the container runtime with DRIVER: its run dir and job id."""
+    _run, run_dir, job = submit_driver(exp, DRIVER, **ct_env(SF_TEST_FINISH_AT=str(finish_at)))
+    return run_dir, job
 
 
 def containers_of(job: str) -> list[str]:
@@ -211,7 +202,7 @@ def wait_driver_file(run_dir: Path, attempt: int, timeout: float = 30) -> str:
 
 
 def test_requeue_of_a_containerised_job(bundle, tmp_path):
-    run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=1)
+    run_dir, job = submit_ct_driver(one_node_experiment(tmp_path), finish_at=1)
     try:
         wait_event(run_dir, "driver_started", restart=0)
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
@@ -231,7 +222,7 @@ def test_requeue_of_a_containerised_job(bundle, tmp_path):
 
 
 def test_cancel_of_a_containerised_job_leaves_no_container(bundle, tmp_path):
-    run_dir, job = submit_driver(one_node_experiment(tmp_path), finish_at=99)
+    run_dir, job = submit_ct_driver(one_node_experiment(tmp_path), finish_at=99)
     try:
         wait_event(run_dir, "driver_started", restart=0)
         assert "sf container: verl 0.9.1" in wait_driver_file(run_dir, 0)
@@ -337,10 +328,7 @@ time.sleep(600)
 def test_killed_driver_restarts_in_place_in_the_container(bundle, tmp_path):
     """Restart in place on an oci runtime: the driver (a container step; `python3` there is
     the container's) killed, Ray and the driver come up again in the same job, in containers."""
-    exp = one_node_experiment(tmp_path)
-    data = yaml.safe_load(Path(exp, "config.yaml").read_text())
-    data["slurm"]["max_restarts_in_place"] = 1
-    Path(exp, "config.yaml").write_text(yaml.safe_dump(data))
+    exp = one_node_experiment(tmp_path, max_restarts_in_place=1)
     Path(exp, "trainer.py").write_text(TRAINER)
     proc = sf("submit", exp, "--json", env=ct_env(SF_TEST_DRIVER=f'exec python3 {exp}/trainer.py "$@"'))
     assert proc.returncode == 0, proc.stderr

@@ -23,9 +23,17 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import REPO, cleanup, phases, status, submit_preflight, touch_until, wait_state  # noqa: E402
+from helpers import (  # noqa: E402
+    REPO,
+    RUNS,
+    cleanup,
+    phases,
+    status,
+    submit_preflight,
+    touch_until,
+    wait_state,
+)
 
-RUNS = Path("/var/lib/sfdev/runs")
 GEN_NODES = ("dev7", "dev8")  # partition teach
 
 

@@ -36,7 +36,7 @@ from helpers import (  # noqa: E402
     REPO,
     SF,
     phases,
-    requeue_experiment,  # noqa: E402
+    requeue_experiment,
     sf,
 )
 from helpers import wait_terminal as wait_done  # noqa: E402

@@ -16,11 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import RUNS
+
 from launcher import runs
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
-RUNS = Path("/var/lib/sfdev/runs")
 
 PROBE = r"""
 import json, os, subprocess, sys

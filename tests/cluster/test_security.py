@@ -28,14 +28,14 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import (  # noqa: E402  # noqa: E402
-    hetjob_experiment,  # noqa: E402
+from helpers import (  # noqa: E402
+    hetjob_experiment,
     job_state,
     phases,
     render_job,
     sbatch_file,
     sf,
-    shared_series_site,  # noqa: E402
+    shared_series_site,
     status,
     wait_event,
     wait_state,

@@ -15,7 +15,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402
     cleanup,
-    hetjob_experiment,  # noqa: E402
+    hetjob_experiment,
     sf,
     wait_event,
     wait_terminal,
