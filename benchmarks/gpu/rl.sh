@@ -58,6 +58,7 @@ pack() {  # what came back so far, into $OUT (at most 8 files)
   cp "$L/results-heal.json" "$OUT/results-heal.json" 2>/dev/null
   cp "$L/results-learn.json" "$OUT/results-learn.json" 2>/dev/null
   cp "$L/hang-stacks.txt" "$OUT/hang-stacks.txt" 2>/dev/null
+  cp "$L/ct-lane.log" "$OUT/ct-lane.log" 2>/dev/null
   cp "$L/scale.json" "$OUT/scale.json" 2>/dev/null
   cp "$L"/*.png "$OUT/" 2>/dev/null
   { find "$L" -type f ! -name '*.png' -size -8M; find "$W/runs" -type f \( -path '*/logs/*' -o -name '*.json*' \
@@ -532,6 +533,87 @@ if want disagg1; then
   $PY "$HERE/disagg_steps.py" --logs "$L" --runs "$W/runs" --out "$L/results-disagg.json" \
     --tags "$(IFS=,; echo "${tags[*]}")" 2>&1 | tail -20
 fi
+# -- issue 32 on the H200: GRPO with the runtime in a container, through Slurm's own OCI path
+# (oci.conf + runc, scripts/sf-oci-run as RunTimeRun: what the dev cluster runs in CI). From
+# the start, beside the issue 34 lanes (n3 alone: partition box):
+#   GPU_SHARE=3 bash benchmarks/gpu/rl.sh start install slurm assets container hang learn
+# The image: this machine's own system (Ubuntu 24.04, its Python 3.12 and torch 2.11: no
+# registry here, and torch's 4+ GB cannot travel) copied into a tree, the RL bundle put inside
+# it at /opt/sf/site; scripts/build-container --rootfs makes the OCI bundle from it. The GPU
+# the way NVIDIA's container toolkit gives it: the device nodes (/dev, as enroot binds it) and
+# the host driver's libraries (/usr/local/nvidia, its own mount here) bound in read-only; the
+# step's GPU index comes from sf-oci-run (Slurm 22.05 leaves CUDA_VISIBLE_DEVICES out of
+# container steps). CT_STEPS steps; CT_REQUEUE_AT=N also requeues the run after step N.
+CT_STEPS=${CT_STEPS:-5}
+container_lane() {
+  local CT=$W/ct IMG=$W/ct/image s0 d
+  s0=$(date +%s)
+  rm -rf "$CT" && mkdir -p "$IMG"
+  # the system tree, one filesystem (the driver's /usr/local/nvidia mount stays out: bound
+  # at run time); bin, lib, sbin are links into usr on Ubuntu 24.04 and copy as links
+  for d in usr etc bin sbin lib lib32 lib64 libx32; do
+    [[ -e /$d ]] && cp -a --one-file-system "/$d" "$IMG/"
+  done
+  # the interpreter's packages where they live outside /usr (a venv or /opt prefix)
+  for d in $($PY -c 'import sys; print(" ".join(p for p in sys.path if p.startswith("/") and not p.startswith(("/usr", "/tmp")) and __import__("os").path.isdir(p)))'); do
+    mkdir -p "$IMG$(dirname "$d")" && cp -a --one-file-system "$d" "$IMG$d"
+  done
+  rm -rf "$IMG/etc/munge" "$IMG/etc/slurm"  # this host's munge key and Slurm: never in an image
+  mkdir -p "$IMG"/{proc,dev,sys,tmp,root,run,var/tmp,home,opt/sf}
+  cp -al "$BUNDLE" "$IMG/opt/sf/site"
+  echo "image tree: $(du -sh --apparent-size "$IMG" | cut -f1) in $(( $(date +%s) - s0 )) s; python $PY"
+  bash "$REPO/scripts/build-container" --rootfs "$IMG" --python "$PY" --no-default-mounts \
+    --mount /usr/local/nvidia:ro --out "$CT/verl-0.9.1" 0.9.1 || { note "container: build-container failed"; return 1; }
+  # Slurm's OCI runtime: oci.conf beside slurm.conf, read by slurmstepd at every step
+  install -m 755 "$REPO/scripts/sf-oci-run" /etc/slurm/sf-oci-run
+  local runc=$W/slurm/usr/sbin/runc cid='%n.%u.%j.%s.%t'
+  cat >/etc/slurm/oci.conf <<OCI
+RunTimeQuery="$runc --root=/run/sfkit-runc/%u state $cid"
+RunTimeKill="$runc --root=/run/sfkit-runc/%u kill -a $cid"
+RunTimeDelete="$runc --root=/run/sfkit-runc/%u delete --force $cid"
+RunTimeRun="exec /usr/bin/python3 /etc/slurm/sf-oci-run %b %n %j -- $runc --root=/run/sfkit-runc/%u run $cid -b %b"
+OCI
+  "$runc" --version | head -1
+  sed -e "s#@BUNDLE@#$CT/verl-0.9.1#; s#@PY@#$PY#" "$HERE/rl-runtimes-oci.yaml" >"$W/runtimes-ct.yaml"
+  # the container's own packages: the login shell's PYTHONPATH (the host's bundle) stays out
+  sed -e "s#^runtime_registry: .*#runtime_registry: $W/runtimes-ct.yaml#" \
+      -e "s#pass_login_env: \[PYTHONPATH, LD_LIBRARY_PATH\]#pass_login_env: [LD_LIBRARY_PATH]#" "$SITE" >"$W/site-ct.yaml"
+  grep -E '^runtime_registry|pass_login_env' "$W/site-ct.yaml"
+  # one step first: what the container sees (its system, python, packages, the GPU)
+  timeout 180 srun -p box -N1 --gres=gpu:1 --container="$CT/verl-0.9.1" --export=ALL,PYTHONPATH=/opt/sf/site \
+    "$PY" -c 'import os, sys, torch, ray, verl, vllm
+print("in container:", open("/etc/sf-container").read().splitlines()[0], "| os:", open("/etc/os-release").read().split("PRETTY_NAME=")[1].splitlines()[0])
+print("python", sys.executable, sys.version.split()[0], "| torch", torch.__version__, "ray", ray.__version__, "verl", verl.__version__, "vllm", vllm.__version__, "from", os.path.dirname(vllm.__file__))
+print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"), "| cuda:", torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
+print("mount ns", os.readlink("/proc/self/ns/mnt"), "(host: " + os.environ.get("SF_KIT_HOST_MNT", "?") + ")")' 2>&1 | tail -8
+  echo "probe exited ${PIPESTATUS[0]}"
+  rm -rf "$EXP/experiments/tiny-ct" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/tiny-ct"
+  ( export SF_SITE=$W/site-ct.yaml REQUEUE_AT=${CT_REQUEUE_AT:-}
+    sf_submit ct tiny-ct --profile h200-box:1 --set total_training_steps="$CT_STEPS" --set gpu_memory_utilization=0.15 ) &
+  local SFPID=$!
+  # the containers while it runs: runc's own list (one per Ray node step, the driver's)
+  for _ in $(seq 600); do
+    d=$(cat "$L/ct-run-dir.txt" 2>/dev/null)
+    [[ -n "$d" ]] && grep -q '"step":1,' "$d"/metrics/attempt-0.jsonl 2>/dev/null && break
+    kill -0 $SFPID 2>/dev/null || break; sleep 1
+  done
+  "$runc" --root=/run/sfkit-runc/root list 2>&1 | tee "$L/ct-runc-list.txt"
+  wait $SFPID; echo "container: submit to end $(( $(date +%s) - s0 )) s"
+  d=$(cat "$L/ct-run-dir.txt" 2>/dev/null)
+  [[ -n "$d" ]] || return 1
+  ls "$d/checkpoints" 2>&1 | tr '\n' ' '; echo
+  grep -h '"step"' "$d"/metrics/attempt-*.jsonl 2>/dev/null | $PY -c 'import json, sys
+for line in sys.stdin:
+    r = json.loads(line); print("step", r.get("step"), "reward", r.get("critic/rewards/mean"), "timing_s/step", r.get("timing_s/step"))'
+  $PY -c 'import json, sys; print("plan runtime:", json.load(open(sys.argv[1]))["job"]["runtime"])' "$d/plan.json" 2>&1 | cut -c1-400
+  (cd "$EXP" && SF_SITE=$W/site-ct.yaml sf status "$(basename "$d")" --timeline 2>&1 | tail -30)
+}
+if want container; then
+  stage "container: GRPO on n3 in Slurm's OCI container (image of this machine + the RL bundle), $CT_STEPS steps (lane log: ct-lane.log)"
+  export SF_KIT_HOST_MNT; SF_KIT_HOST_MNT=$(readlink /proc/self/ns/mnt)
+  container_lane >"$L/ct-lane.log" 2>&1 &
+  CT_PID=$!
+fi
 # -- issue 34 on ONE H200 (RESULTS.md part 10): a run that learns through sf's own commands,
 # and the stacks of a real hang. From the start, with three Slurm nodes on the one card:
 #   GPU_SHARE=3 bash benchmarks/gpu/rl.sh start install slurm assets hang learn
@@ -639,6 +721,10 @@ if want learn; then
     for m in "$W"/runs/tiny-lr-*/; do grep -H 'actor.optim.lr' "$m/overrides.txt" 2>/dev/null; done
   fi
   $PY "$HERE/learn_summary.py" --logs "$L" --out "$L/results-learn.json" 2>&1 | tail -40
+fi
+if [[ -n "${CT_PID:-}" ]]; then
+  stage "container (lane): waiting for it"
+  wait "$CT_PID"; echo "container lane exited $?"; tail -n 80 "$L/ct-lane.log"
 fi
 if [[ -n "${HANG_PID:-}" ]]; then
   stage "hang (lane): waiting for it"

@@ -79,7 +79,9 @@ done
 echo "PartitionName=train Nodes=n1 Default=YES MaxTime=INFINITE State=UP"
 [[ $NODES == 1 ]] || { echo "PartitionName=teach Nodes=n2 MaxTime=INFINITE State=UP"
 echo "PartitionName=pair Nodes=n[1-2] MaxTime=INFINITE State=UP"; }
-[[ $NODES == "1 2 3" ]] && echo "PartitionName=sweep Nodes=n[2-3] MaxTime=INFINITE State=UP"
+[[ $NODES == "1 2 3" ]] && { echo "PartitionName=sweep Nodes=n[2-3] MaxTime=INFINITE State=UP"
+# n3 alone: the container lane's run (rl.sh stage container) beside the hang lane on n2
+echo "PartitionName=box Nodes=n3 MaxTime=INFINITE State=UP"; }
 } >/etc/slurm/slurm.conf
 # nvidia_gpu_env: only CUDA_VISIBLE_DEVICES in the steps (sf drops ROCR_VISIBLE_DEVICES anyway).
 printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=/dev/nvidia0 Flags=nvidia_gpu_env\nNodeName=n2 Name=gpu File=%s Flags=nvidia_gpu_env\n' "$GPU1" >/etc/slurm/gres.conf

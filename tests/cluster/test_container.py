@@ -133,6 +133,37 @@ def test_examples_preflight_in_containers(bundle, example, count):
           f"preflight {report['seconds']}s")
 
 
+def test_a_bundle_built_from_a_sites_own_image_runs_the_job(bundle, tmp_path):
+    """scripts/build-container --rootfs: a site's own image (here the published bundle's
+    rootfs, as `podman export | tar -x` would give it) with its own python, no venv put in:
+    the whole preflight runs in it."""
+    image_bundle = STATE / "containers" / f"image-{tmp_path.name}"
+    try:
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "build-container"), "--rootfs", str(bundle / "rootfs"),
+                               "--python", CT_PYTHON, "--out", str(image_bundle), "0.9.1"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        marker = (image_bundle / "rootfs" / MARKER.lstrip("/")).read_text()
+        assert f"packages from: the image {bundle / 'rootfs'}" in marker, marker
+        # the image tree itself is untouched (hard links, the marker replaced, not written through)
+        assert "packages from: the image" not in (bundle / "rootfs" / MARKER.lstrip("/")).read_text()
+        config = json.loads((image_bundle / "config.json").read_text())
+        assert config["annotations"]["org.sf.python"] == CT_PYTHON
+        entry = yaml.safe_load(REGISTRY.read_text())["verl"]["0.9.1"]
+        registry = tmp_path / "runtimes.yaml"
+        registry.write_text(yaml.safe_dump({"verl": {"0.9.1": {**entry, "bundle": str(image_bundle)}}}))
+        out = submit_wait("examples/grpo", "--preflight", env={"FORGE_RUNTIME_REGISTRY_FILE": str(registry)})
+        assert out["rc"] == 0, out["stderr"][-3000:]
+        report = json.loads((Path(out["run_dir"]) / "preflight.json").read_text())
+        assert report["ok"] and report["ray_nodes"] == 2, report["failures"]
+        for w in [report["runtime"]["driver"], *report["runtime"]["nodes"].values()]:
+            assert w["container"] == "sf container: verl 0.9.1" and w["python"] == CT_PYTHON, w
+        plan = json.loads((Path(out["run_dir"]) / "plan.json").read_text())
+        assert plan["job"]["runtime"]["image"] == str(image_bundle)
+    finally:
+        shutil.rmtree(image_bundle, ignore_errors=True)
+
+
 def test_preflight_names_a_path_the_container_cannot_see(bundle, tmp_path):
     outside = STATE / "ct-unmounted" / tmp_path.name
     try:
