@@ -122,7 +122,10 @@ if want install; then
     want_sha=$(cut -d' ' -f1 "$W/kit/bundle.sha256"); got=$(sha256sum /tmp/bundle.tar.xz | cut -d' ' -f1)
     echo "sha256 want=$want_sha got=$got"
     [[ "$want_sha" == "$got" ]] || { note "bundle sha256 mismatch (parts: $(ls /tmp/chunks | tr '\n' ' '))"; exit 3; }
-    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && tar -C "$BUNDLE" -xf /tmp/bundle.tar.xz || { note "untar failed"; exit 3; }
+    # tar reads gzip or xz; without an xz binary there, Python's lzma module does it
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE" && { tar -C "$BUNDLE" -xf /tmp/bundle.tar.xz ||
+      $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' /tmp/bundle.tar.xz "$BUNDLE"; } ||
+      { note "untar failed"; exit 3; }
     rm -f /tmp/bundle.tar.xz
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$BUNDLE" "$W"/kit/transferqueue-*.whl 2>&1 | grep -v WARNING
     touch "$BUNDLE"/.sf-bundle-done

@@ -2,7 +2,7 @@
 # Build what rl.sh carries to the GPU machine, on a machine with PyPI and Debian 12's apt
 # (never on the GPU machine, which has no network). From the repository root:
 #
-#   bash benchmarks/gpu/rl_prepare.sh        # ~6 min on 2 cores; ~230 MB in ignored folders
+#   bash benchmarks/gpu/rl_prepare.sh        # ~8 min on 2 cores; ~300 MB in ignored folders
 #
 # .rlb0-.rlb3: the RL bundle (vLLM 0.24.0 + verl 0.9.1 + Ray 2.60 + their import closure for
 #   Python 3.12 / torch 2.11.0+cu130, rl-bundle-requirements.txt), installed with --target,
@@ -33,17 +33,27 @@ rm -rf "$WORK/site" && "$PY312" -m pip install -q --no-deps --no-compile --no-in
 # 3. trim what the H200 run never loads: vLLM's FA2 library (Hopper uses FA3), its Rust
 #    frontend, Ray's Java jar, a static library, deep_gemm builds for other Pythons
 (cd "$WORK/site" && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so vllm/vllm-rs ray/jars/ray_dist.jar \
-  xgrammar/lib/libxgrammar.a vllm/third_party/deep_gemm/_C.cpython-31{0,1,3,4}-x86_64-linux-gnu.so)
+  xgrammar/lib/libxgrammar.a vllm/third_party/deep_gemm/_C.cpython-31{0,1,3,4}-x86_64-linux-gnu.so &&
+  rm -rf ray/rllib ray/llm)  # Ray's RL library and its LLM serving: neither verl nor Ray's core imports them
 du -sh "$WORK/site"
-# 4. one tarball, parts of at most 52 MiB (each part plus the repository stays under the 64 MiB
-#    a device call carries). gzip -1 by default (about 30 s on one core, more parts);
-#    BUNDLE_XZ=1 for xz -3 (about 4 minutes on 2 cores, 4 parts). rl.sh's untar reads either.
-if [[ "${BUNDLE_XZ:-0}" == 1 ]]; then
+# 4. one tarball in parts, each part plus the repository under the 64 MiB a device call
+#    carries. xz -3 by default (about 3 minutes on 2 cores, 220 MB: 4 calls, the first one
+#    also carrying .rlk and .sfsnap, so its part is smaller: FIRST_PART bytes); BUNDLE_XZ=0 for
+#    gzip -1 (about 30 s on one core, 290 MB: 6 calls of 52 MB). rl.sh's untar reads either.
+if [[ "${BUNDLE_XZ:-1}" == 1 ]]; then
   (cd "$WORK/site" && tar cf - . | xz -3 -T2 >"$WORK/bundle.tar.xz")
 else
   (cd "$WORK/site" && tar cf - . | gzip -1 >"$WORK/bundle.tar.xz")  # name kept: rl.sh looks for it
 fi
-rm -rf .rlb[0-9]* && split -b 52M -d -a 2 "$WORK/bundle.tar.xz" "$WORK/bundle.part."
+rm -rf .rlb[0-9]* "$WORK"/bundle.part.*
+if [[ "${BUNDLE_XZ:-1}" == 1 ]]; then
+  # the first part leaves room for .rlk (~12.5 MB) and .sfsnap (~1 MB); the rest in three
+  size=$(stat -c %s "$WORK/bundle.tar.xz"); first=${FIRST_PART:-45500000}; each=$(( (size - first + 2) / 3 ))
+  head -c "$first" "$WORK/bundle.tar.xz" >"$WORK/bundle.part.00"
+  tail -c +$((first + 1)) "$WORK/bundle.tar.xz" | split -b "$each" -a 2 --numeric-suffixes=1 - "$WORK/bundle.part."
+else
+  split -b 52M -d -a 2 "$WORK/bundle.tar.xz" "$WORK/bundle.part."
+fi
 i=0; for part in "$WORK"/bundle.part.*; do mkdir -p ".rlb$i" && mv "$part" ".rlb$i/"; i=$((i + 1)); done
 sha256sum "$WORK/bundle.tar.xz" | sed 's#  .*#  /tmp/bundle.tar.xz#' >.rlk/bundle.sha256
 # 5. TransferQueue, py-spy, cupy and Slurm. cupy: verl 0.9.1's nccl checkpoint engine (the
@@ -54,7 +64,8 @@ whl=$(ls "$WORK"/cupy/cupy_cuda13x-*.whl); basename "$whl" >.rlk/cupy.name
 sha256sum "$whl" | cut -d' ' -f1 >.rlk/cupy.sha256
 rm -rf .rlc0 .rlc1 && split -b 35M -d -a 2 "$whl" "$WORK/cupy/cupy.part."
 mkdir -p .rlc0 .rlc1 && mv "$WORK/cupy/cupy.part.00" .rlc0/ && mv "$WORK/cupy/cupy.part.01" .rlc1/
-(cd .rlk/debs && apt-get download slurmd slurmctld slurm-client slurm-wlm-basic-plugins libslurm38 munge \
+# runc and libseccomp2: Slurm's OCI containers (rl.sh stage container, issue 32)
+(cd .rlk/debs && apt-get download runc libseccomp2 slurmd slurmctld slurm-client slurm-wlm-basic-plugins libslurm38 munge \
   libmunge2 libjson-c5 libyaml-0-2 libjwt0 libhttp-parser2.9 libpmix2 libnuma1 libhwloc15 libdbus-1-3 \
   liblz4-1 libevent-core-2.1-7 libevent-pthreads-2.1-7 liblua5.1-0 libreadline8 libgcrypt20)
 du -sh .rlk .rlb* .rlc*
