@@ -558,7 +558,9 @@ container_lane() {
     [[ -e /$d ]] && cp -a --one-file-system "/$d" "$IMG/"
   done
   # the interpreter's packages where they live outside /usr (a venv or /opt prefix)
-  for d in $($PY -c 'import sys; print(" ".join(p for p in sys.path if p.startswith("/") and not p.startswith(("/usr", "/tmp")) and __import__("os").path.isdir(p)))'); do
+  # (the GPU machine's torch lives in a venv, /opt/torch/.venv: its whole prefix comes along)
+  for d in $($PY -c 'import os, sys; print(" ".join(p for p in {sys.prefix, sys.base_prefix, *sys.path} if p.startswith("/") and not p.startswith(("/usr", "/tmp")) and os.path.isdir(p)))'); do
+    [[ -e "$IMG$d" ]] && continue
     mkdir -p "$IMG$(dirname "$d")" && cp -a --one-file-system "$d" "$IMG$d"
   done
   rm -rf "$IMG/etc/munge" "$IMG/etc/slurm"  # this host's munge key and Slurm: never in an image
