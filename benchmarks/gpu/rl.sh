@@ -559,8 +559,10 @@ container_lane() {
   done
   # the interpreter's packages where they live outside /usr (a venv or /opt prefix)
   # (the GPU machine's torch lives in a venv, /opt/torch/.venv: its whole prefix comes along)
-  for d in $($PY -c 'import os, sys; print(" ".join(p for p in {sys.prefix, sys.base_prefix, *sys.path} if p.startswith("/") and not p.startswith(("/usr", "/tmp")) and os.path.isdir(p)))'); do
-    [[ -e "$IMG$d" ]] && continue
+  # (outermost folders only: a site-packages folder copied before its venv would leave out bin/)
+  for d in $($PY -c 'import os, sys
+ps = sorted(p for p in {sys.prefix, sys.base_prefix, *sys.path} if p.startswith("/") and not p.startswith(("/usr", "/tmp")) and os.path.isdir(p))
+print(" ".join(p for p in ps if not any(p.startswith(q + "/") for q in ps)))'); do
     mkdir -p "$IMG$(dirname "$d")" && cp -a --one-file-system "$d" "$IMG$d"
   done
   rm -rf "$IMG/etc/munge" "$IMG/etc/slurm"  # this host's munge key and Slurm: never in an image
@@ -584,14 +586,16 @@ OCI
   sed -e "s#^runtime_registry: .*#runtime_registry: $W/runtimes-ct.yaml#" \
       -e "s#pass_login_env: \[PYTHONPATH, LD_LIBRARY_PATH\]#pass_login_env: [LD_LIBRARY_PATH]#" "$SITE" >"$W/site-ct.yaml"
   grep -E '^runtime_registry|pass_login_env' "$W/site-ct.yaml"
-  # one step first: what the container sees (its system, python, packages, the GPU)
-  timeout 180 srun -p box -N1 --gres=gpu:1 --container="$CT/verl-0.9.1" --export=ALL,PYTHONPATH=/opt/sf/site \
+  # one step beside the run: what the container sees (its system, python, packages, the GPU),
+  # on n2 (partition teach), so the run on n3 starts at the same time
+  ( timeout 180 srun -p teach -N1 --gres=gpu:1 --container="$CT/verl-0.9.1" --export=ALL,PYTHONPATH=/opt/sf/site \
     "$PY" -c 'import os, sys, torch, ray, verl, vllm
 print("in container:", open("/etc/sf-container").read().splitlines()[0], "| os:", open("/etc/os-release").read().split("PRETTY_NAME=")[1].splitlines()[0])
 print("python", sys.executable, sys.version.split()[0], "| torch", torch.__version__, "ray", ray.__version__, "verl", verl.__version__, "vllm", vllm.__version__, "from", os.path.dirname(vllm.__file__))
 print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"), "| cuda:", torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 print("mount ns", os.readlink("/proc/self/ns/mnt"), "(host: " + os.environ.get("SF_KIT_HOST_MNT", "?") + ")")' 2>&1 | tail -8
   echo "probe exited ${PIPESTATUS[0]}"
+  ) &
   rm -rf "$EXP/experiments/tiny-ct" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/tiny-ct"
   ( export SF_SITE=$W/site-ct.yaml REQUEUE_AT=${CT_REQUEUE_AT:-}
     sf_submit ct tiny-ct --profile h200-box:1 --set total_training_steps="$CT_STEPS" --set gpu_memory_utilization=0.15 ) &
