@@ -5,11 +5,11 @@ Reads the job (SF_JOB: launcher.injob.contract.Job), finds its Slurm node name
 ports, temp dir and address, then runs
 `ray start --block` as a child with the CPUs and GPUs Slurm gave this step, tagged with
 its pool and its node name. Ray is started through this very interpreter (the runtime's
-python, `python -m ray.scripts.scripts`), never a `ray` script found on PATH, whose
-shebang may name another Python. It records node_started (with the ray start pid and
-the UUIDs of the GPUs the step sees) and node_exit phases, and exits non-zero when Ray
-ends on its own: a Ray node ending while the job lives is a failure, and srun
---kill-on-bad-exit then ends the group's step.
+python, `python -m launcher.injob.ray_start`: Ray's CLI without the two head processes sf
+never uses), never a `ray` script found on PATH, whose shebang may name another Python.
+It records node_started (with the ray start pid and the UUIDs of the GPUs the step sees)
+and node_exit phases, and exits non-zero when Ray ends on its own: a Ray node ending while
+the job lives is a failure, and srun --kill-on-bad-exit then ends the group's step.
 
 SIGUSR2 is the supervisor's "the job is done" (srun forwards it to the task): Ray is
 stopped and the wrapper exits 0, so a completed job's steps end cleanly instead of being
@@ -105,8 +105,9 @@ def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
 
 def ray_command() -> list[str]:
     """Ray's CLI through this interpreter: the wrapper runs with the runtime's python, so
-    Ray is the runtime's whatever PATH holds (a bundle on PYTHONPATH has no usable bin/)."""
-    return [sys.executable, "-m", "ray.scripts.scripts"]
+    Ray is the runtime's whatever PATH holds (a bundle on PYTHONPATH has no usable bin/).
+    launcher.injob.ray_start is Ray's CLI less the head's client server and idle dashboard."""
+    return [sys.executable, "-m", "launcher.injob.ray_start"]
 
 
 def ignore_usr2() -> None:

@@ -84,8 +84,8 @@ def test_ray_versions_with_tokens():
 
 
 def test_ray_starts_through_this_interpreter_never_a_ray_on_path():
-    assert ray_command() == [sys.executable, "-m", "ray.scripts.scripts"]
+    assert ray_command() == [sys.executable, "-m", "launcher.injob.ray_start"]
     ports = block_ports(0, 0, (20000, 59999))
     argv = ray_start_argv(role="worker", node="n1", pool="train", address="127.0.0.11", head="127.0.0.10:1",
                           ports=ports, temp="/tmp/x", cpus=2, gpus=1)
-    assert argv[:4] == [sys.executable, "-m", "ray.scripts.scripts", "start"] and "--block" in argv
+    assert argv[:4] == [sys.executable, "-m", "launcher.injob.ray_start", "start"] and "--block" in argv

@@ -149,6 +149,7 @@ def test_a_failed_driver_is_read_to_its_end(tmp_path):
     (["/rt/bin/python", "-m", "launcher.injob", "supervise", "--run-dir", "x"], False),
     (["/rt/bin/python", "-m", "launcher.injob", "node", "--role", "head"], False),
     (["/rt/bin/python", "-m", "ray.scripts.scripts", "start", "--block"], False),
+    (["/rt/bin/python", "-m", "launcher.injob.ray_start", "start", "--block"], False),
     (["/rt/bin/python", "-m", "ray.util.client.server", "--address=x"], False),
     (["/rt/bin/python", "/rt/lib/python3.11/site-packages/ray/_private/log_monitor.py"], False),
     (["python3", "/exp/main.py"], True),
