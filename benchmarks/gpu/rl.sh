@@ -618,7 +618,8 @@ print("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH"))' 2>&1 | tail -8
   ls "$d/checkpoints" 2>&1 | tr '\n' ' '; echo
   grep -h '"step"' "$d"/metrics/attempt-*.jsonl 2>/dev/null | $PY -c 'import json, sys
 for line in sys.stdin:
-    r = json.loads(line); print("step", r.get("step"), "reward", r.get("critic/rewards/mean"), "timing_s/step", r.get("timing_s/step"))'
+    r = json.loads(line); m = r.get("data", r)  # sf metrics lines: {"step": N, "data": {...}}
+    print("step", r.get("step"), "reward", m.get("critic/rewards/mean"), "timing_s/step", m.get("timing_s/step"))'
   $PY -c 'import json, sys; print("plan runtime:", json.load(open(sys.argv[1]))["job"]["runtime"])' "$d/plan.json" 2>&1 | cut -c1-400
   (cd "$EXP" && SF_SITE=$W/site-ct.yaml sf status "$(basename "$d")" --timeline 2>&1 | tail -30)
 }
