@@ -109,16 +109,19 @@ def test_the_reason_carries_the_first_failing_line():
 BATCH_400 = ("--set", "train_batch_size=320")
 
 
-def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size():
+def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size(tmp_path):
     for args in (["submit", "examples/grpo", "--profile", "fake:100x4", *BATCH_400],
                  ["validate", "examples/grpo", "--profile", "fake:100x4", *BATCH_400, "--live"]):
         proc = subprocess.run([SF, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "100 nodes x 4 GPUs can never run in partition train: it has 6 nodes" in proc.stderr, proc.stderr
-    before = set(p.name for p in RUNS.iterdir())
+    # nothing written: a runs folder of its own (the shared one fills with other tests' runs meanwhile)
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
     proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4", *BATCH_400], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
-    assert proc.returncode == 2 and set(p.name for p in RUNS.iterdir()) == before  # nothing written
+                          text=True, cwd=REPO, timeout=120, env={**os.environ, "SF_RUNS_DIR": str(runs)})
+    assert proc.returncode == 2 and "can never run in partition train" in proc.stderr, proc.stderr
+    assert list(runs.iterdir()) == []
 
 
 def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
