@@ -586,10 +586,13 @@ OCI
   sed -e "s#^runtime_registry: .*#runtime_registry: $W/runtimes-ct.yaml#" \
       -e "s#pass_login_env: \[PYTHONPATH, LD_LIBRARY_PATH\]#pass_login_env: [LD_LIBRARY_PATH]#" "$SITE" >"$W/site-ct.yaml"
   grep -E '^runtime_registry|pass_login_env' "$W/site-ct.yaml"
+  # the driver's libraries where the container sees them (bound read-only from the host), for
+  # the probe and the run: the login side's LD_LIBRARY_PATH reaches the job (pass_login_env);
+  # the lane runs in a subshell of its own, so this stays out of the other lanes
+  [[ -d /usr/local/nvidia/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   # one step beside the run: what the container sees (its system, python, packages, the GPU),
   # on n2 (partition teach), so the run on n3 starts at the same time
-  ( [[ -d /usr/local/nvidia/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    timeout 180 srun -p teach -N1 --gres=gpu:1 --container="$CT/verl-0.9.1" --export=ALL,PYTHONPATH=/opt/sf/site \
+  ( timeout 180 srun -p teach -N1 --gres=gpu:1 --container="$CT/verl-0.9.1" --export=ALL,PYTHONPATH=/opt/sf/site \
     "$PY" -c 'import os, sys, torch, ray, verl, vllm
 print("in container:", open("/etc/sf-container").read().splitlines()[0], "| os:", open("/etc/os-release").read().split("PRETTY_NAME=")[1].splitlines()[0])
 print("python", sys.executable, sys.version.split()[0], "| torch", torch.__version__, "ray", ray.__version__, "verl", verl.__version__, "vllm", vllm.__version__, "from", os.path.dirname(vllm.__file__))
@@ -599,10 +602,7 @@ print("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH"))' 2>&1 | tail -8
   echo "probe exited ${PIPESTATUS[0]}"
   ) &
   rm -rf "$EXP/experiments/tiny-ct" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/tiny-ct"
-  # the driver's libraries where the container sees them (bound read-only from the host):
-  # the login side's LD_LIBRARY_PATH reaches the job (the site's pass_login_env)
   ( export SF_SITE=$W/site-ct.yaml REQUEUE_AT=${CT_REQUEUE_AT:-}
-    [[ -d /usr/local/nvidia/lib64 ]] && export LD_LIBRARY_PATH=/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     sf_submit ct tiny-ct --profile h200-box:1 --set total_training_steps="$CT_STEPS" --set gpu_memory_utilization=0.15 ) &
   local SFPID=$!
   # the containers while it runs: runc's own list (one per Ray node step, the driver's)
