@@ -33,7 +33,7 @@ from pathlib import Path
 
 from launcher import runs, states
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, private, ray_tuning, topology
+from launcher.injob import auth, private, ray_start, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Job
@@ -107,7 +107,7 @@ def ray_command() -> list[str]:
     """Ray's CLI through this interpreter: the wrapper runs with the runtime's python, so
     Ray is the runtime's whatever PATH holds (a bundle on PYTHONPATH has no usable bin/).
     launcher.injob.ray_start is Ray's CLI less the head's client server and idle dashboard."""
-    return [sys.executable, "-m", "launcher.injob.ray_start"]
+    return [sys.executable, "-m", ray_start.MODULE]
 
 
 def ignore_usr2() -> None:
@@ -148,7 +148,7 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
         if dashboard:
             argv += ["--include-dashboard=true", f"--dashboard-host={address}", f"--dashboard-port={ports.dashboard}"]
         else:
-            argv += ["--include-dashboard=false"]
+            argv += [ray_start.DASHBOARD_OFF]
     else:
         argv += [f"--address={head}"]
     return argv

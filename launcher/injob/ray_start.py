@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import sys
 
+MODULE = "launcher.injob.ray_start"  # what `python -m` runs (here __name__ is "__main__")
+DASHBOARD_OFF = "--include-dashboard=false"  # launcher.injob.node passes it unless the site wants the dashboard
+
 
 def skip_unused_head_processes(node_class, argv: list[str]) -> list[str]:
     """Replace, on Ray's Node class, the start of the processes above that `argv` leaves
@@ -29,7 +32,7 @@ def skip_unused_head_processes(node_class, argv: list[str]) -> list[str]:
     if hasattr(node_class, "start_ray_client_server"):
         node_class.start_ray_client_server = lambda self: None
         skipped.append("start_ray_client_server")
-    if "--include-dashboard=false" in argv and hasattr(node_class, "start_api_server"):
+    if DASHBOARD_OFF in argv and hasattr(node_class, "start_api_server"):
         node_class.start_api_server = lambda self, **_: None
         skipped.append("start_api_server")
     return skipped

@@ -40,6 +40,8 @@ STACKS_DIR = "stacks"
 # Ray's own Python processes: no user frames in them, and several a node (`ray start
 # --block` itself, the dashboard and its agent, the log monitor, the client server, the
 # runtime-env agent, idle pool workers). Left out so the file shows verl's processes.
+# (launcher.injob.ray_start is ray_start.MODULE, written out: sf doctor runs this file alone
+# in a runtime, with no sf to import)
 RAY_OWN_ARGS = ("ray.scripts.scripts", "launcher.injob.ray_start", "ray.util.client", "/ray/dashboard/",
                 "/ray/_private/", "/ray/autoscaler/", "/ray/util/client/")
 RAY_OWN_WORKERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")

@@ -35,3 +35,12 @@ def test_a_ray_without_those_methods_starts_as_it_is():
 
     assert skip_unused_head_processes(Node, ["ray", "start", "--include-dashboard=false"]) == []
     assert not hasattr(Node, "start_api_server")
+
+
+def test_the_module_name_is_one_fact():
+    """node.py runs `python -m ray_start.MODULE`; the stacks dump (a file run alone, without sf)
+    writes the same name out to leave that process out."""
+    from launcher.injob import ray_start, stacks
+
+    assert ray_start.MODULE == ray_start.__name__
+    assert ray_start.MODULE in stacks.RAY_OWN_ARGS
