@@ -365,7 +365,8 @@ def watchdog_experiment(tmp_path: Path, name: str, nodes: int, **slurm) -> str:
 # --- sweeps --------------------------------------------------------------------------------------
 
 # A sweep point's driver: writes its overrides into the point's run dir; fails once where
-# SF_TEST_FAIL_ONCE names its rollout.n; sleeps SF_TEST_SLEEP (4) seconds.
+# SF_TEST_FAIL_ONCE names its rollout.n; sleeps SF_TEST_SLEEP (4) seconds, or waits until the
+# file SF_TEST_UNTIL exists when that is set.
 SWEEP_DRIVER = r"""
 printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args.txt"
 for a in "$@"; do
@@ -377,7 +378,11 @@ case " ${SF_TEST_FAIL_ONCE:-} " in
   *" $n "*) if [ ! -e "$FORGE_CLUSTER_RUN_DIR/failed-once" ]; then
               touch "$FORGE_CLUSTER_RUN_DIR/failed-once"; echo "test driver: failing once"; exit 1; fi ;;
 esac
-sleep "${SF_TEST_SLEEP:-4}"
+if [ -n "${SF_TEST_UNTIL:-}" ]; then  # until the test creates this file (at most 120 s)
+  i=0; while [ ! -e "$SF_TEST_UNTIL" ] && [ "$i" -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+else
+  sleep "${SF_TEST_SLEEP:-4}"
+fi
 echo "test driver: done (rollout.n=$n)"
 """
 

@@ -76,7 +76,8 @@ def sacct_running(array_id: str, count: int) -> bool:
 
 def test_status_survives_slurmctld_restart(tmp_path):
     exp = experiment(tmp_path, "ctld", pools=ONE_NODE)
-    out = sweep(exp, "--grid", "rollout_n=2,4", "--max-parallel", "2", env={"SF_TEST_SLEEP": "35"})
+    release = tmp_path / "release"  # the points' drivers run until it exists: through the restart
+    out = sweep(exp, "--grid", "rollout_n=2,4", "--max-parallel", "2", env={"SF_TEST_UNTIL": str(release)})
     sweep_id, (array_id,) = out["sweep"], out["job_ids"]
     stopped = False
     try:
@@ -107,11 +108,13 @@ def test_status_survives_slurmctld_restart(tmp_path):
         down_s = time.monotonic() - t0
         proc = sf("status", sweep_id)
         assert proc.returncode == 0 and "running" in proc.stdout, proc.stdout + proc.stderr
+        release.touch()
         status, _ = poll_until_done(sweep_id, timeout=120)
         assert [p["state"] for p in status.points] == ["completed", "completed"], status.points
         print(f"\nslurmctld down and back in {down_s:.1f}s; sf status answered from sacct meanwhile; "
               f"both points completed\n{sf('status', sweep_id).stdout}")
     finally:
+        release.touch()
         if stopped or ctld_pid() is None:
             start_ctld()
         deadline = time.monotonic() + 60
