@@ -44,3 +44,38 @@ def test_the_module_name_is_one_fact():
 
     assert ray_start.MODULE == ray_start.__name__
     assert ray_start.MODULE in stacks.RAY_OWN_ARGS
+
+
+def fake_ray(root, scripts_py: str):
+    """A stand-in `ray` package under root: its CLI module (scripts_py) and one CLI group."""
+    for package in ("ray", "ray/scripts", "ray/util", "ray/util/state"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "ray/util/state/state_cli.py").write_text("ray_list = 'the list group'\n")
+    (root / "ray/scripts/scripts.py").write_text(scripts_py)
+
+
+def cli_groups(root) -> tuple[list, bool]:
+    """(the groups the stand-in CLI took, whether the group's module was imported), in a fresh
+    interpreter as `python -m launcher.injob.ray_start` has it."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from launcher.injob.ray_start import import_ray_cli; "
+            "cli = import_ray_cli(); "
+            "print(json.dumps([cli.groups, sys.modules.get('ray.util.state.state_cli') is not None]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return tuple(json.loads(proc.stdout))
+
+
+def test_the_cli_groups_ray_imports_optionally_are_left_out(tmp_path):
+    fake_ray(tmp_path, "groups = []\ntry:\n    from ray.util.state.state_cli import ray_list\n"
+                       "    groups.append(ray_list)\nexcept ImportError:\n    pass\n")
+    assert cli_groups(tmp_path) == ([], False)
+
+
+def test_a_ray_cli_that_needs_a_group_is_imported_in_full(tmp_path):
+    fake_ray(tmp_path, "from ray.util.state.state_cli import ray_list\ngroups = [ray_list]\n")
+    assert cli_groups(tmp_path) == (["the list group"], True)
