@@ -161,11 +161,15 @@ TRAIN_AND_TEACH = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_nod
 
 
 def experiment(tmp_path: Path, name: str, *, example: str = "grpo", nodes: int = 1, pools: list | None = None,
-               roles: dict | None = None, files: dict | None = None, **slurm) -> str:
+               roles: dict | None = None, files: dict | None = None, method: str | None = None,
+               **slurm) -> str:
     """tmp_path/name: the example's config.yaml on the example assets, with these pools (one
     `train` pool of `nodes` fake nodes unless given), roles when given, `slurm:` of a 10-minute
-    time limit and **slurm, and `files` (name -> text) beside it."""
+    time limit and **slurm, and `files` (name -> text) beside it. `method` replaces the
+    example's method (and drops its knobs, which belong to that method)."""
     data = yaml.safe_load((REPO / "examples" / example / "config.yaml").read_text())
+    if method:
+        data.update(method=method, knobs={})
     assets = REPO / "examples" / "assets"
     data["model"] = str(assets / "model")
     if "teacher" in data:

@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402
-    REPO,
     REQUEUE_DRIVER,
     cleanup,
+    experiment,
     hetjob_experiment,
     job_state,
     phases,
@@ -261,24 +261,6 @@ def test_after_waits_for_success_across_a_requeue(tmp_path):
 
 # --- chains: SFT -> GRPO with the export made on the fly (issue 12 item 3, second part) ----------
 
-def sft_experiment(tmp_path: Path) -> str:
-    """A one-node SFT experiment (verl/sft under torchrun) on the example's assets."""
-    import yaml
-
-    data = yaml.safe_load((REPO / "examples" / "grpo" / "config.yaml").read_text())
-    assets = REPO / "examples" / "assets"
-    data.update(method="verl/sft", model=str(assets / "model"), knobs={},
-                data={"train": {"files": str(assets / "data" / "train.parquet")},
-                      "validation": {"files": str(assets / "data" / "test.parquet")}})
-    data["spec"]["resources"]["pools"] = [{"name": "train", "series": "fake", "nodes": 1, "gpus_per_node": 4}]
-    data["slurm"] = {"time": "00:10:00"}
-    exp = tmp_path / "chainsft"
-    exp.mkdir()
-    (exp / "config.yaml").write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    return str(exp)
-
-
 def _sacct_times(job: str) -> tuple[str, str, str]:
     out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,Start,End"], capture_output=True,
                          text=True, check=True).stdout.strip().splitlines()
@@ -291,7 +273,8 @@ def _sacct_times(job: str) -> tuple[str, str, str]:
 def _pending_sft(tmp_path) -> tuple[str, str, str]:
     """An SFT preflight held back 20 s (surely still queued when the next command chains on
     it) and a GRPO experiment to chain: (GRPO experiment, SFT run id, SFT job id)."""
-    sft_exp, grpo_exp = sft_experiment(tmp_path), requeue_experiment(tmp_path, max_requeues=1)
+    sft_exp = experiment(tmp_path, "chainsft", method="verl/sft")  # one node, verl/sft under torchrun
+    grpo_exp = requeue_experiment(tmp_path, max_requeues=1)
     proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
