@@ -1,8 +1,8 @@
 # Python package installs for the dev set-up scripts (scripts/install, scripts/build-runtime);
 # sourced, not run. uv installs when the login venv has it (scripts/install puts it there
-# first): on a fresh 2-core machine a runtime's packages took 17.5 s with uv against 69.5 s
-# with pip, the login venv 12.1 s against 37.6 s (both with no cache, bytecode compiled as pip
-# does, 2026-12-03). pip installs when uv is missing or fails (a site whose index only pip's
+# first): cold (no cache, bytecode compiled as pip does) on the 2-core dev host, a runtime's
+# packages took 17.5 s with uv against 69.5 s with pip, the login venv 12.1 s against 37.6 s
+# (2026-12-03). pip installs when uv is missing or fails (a site whose index only pip's
 # configuration knows: uv reads no pip.conf), so nothing depends on uv.
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 UV="${UV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/uv}"
