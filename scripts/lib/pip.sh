@@ -5,7 +5,7 @@
 # (2026-12-03). pip installs when uv is missing or fails (a site whose index only pip's
 # configuration knows: uv reads no pip.conf), so nothing depends on uv.
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-UV="${UV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/uv}"
+UV_BIN="${UV_BIN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/uv}"
 
 # pip's "Location ... is ignored" warnings (a site index setting) are noise: drop them.
 pipq() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2; }
@@ -13,8 +13,8 @@ pipq() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory
 # py_install PYTHON ARGS...: `pip install ARGS` into the environment of PYTHON (a venv's python).
 py_install() {
   local py=$1; shift
-  if [[ -x "$UV" ]]; then
-    pipq "$UV" pip install -q --compile-bytecode --python "$py" "$@" && return 0
+  if [[ -x "$UV_BIN" ]]; then
+    pipq "$UV_BIN" pip install -q --compile-bytecode --python "$py" "$@" && return 0
     echo "[pip.sh] uv could not install $* into $py: pip tries" >&2
   fi
   pipq "$py" -m pip install -q "$@"

@@ -9,10 +9,12 @@ ok() { "$DIR/bin/python" -c 'import torch, transformers, tensordict, accelerate,
 if [[ -x "$DIR/bin/python" ]] && ok; then echo "$DIR"; exit 0; fi
 mkdir -p "$(dirname "$DIR")"
 [[ -x "$DIR/bin/python" ]] || python3.11 -m venv "$DIR" 2>/dev/null || python3 -m venv "$DIR"
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/scripts/lib/pip.sh"  # py_install: uv, else pip
+# torch through pip: the machine's pip configuration may hold a CPU wheel of it that uv does
+# not see (uv would fetch PyPI's CUDA build); the rest through py_install, torch pinned there
 "$DIR/bin/pip" install -q torch==2.13.0 >&2
-"$DIR/bin/pip" install -q 'transformers>=5.5.3,<5.11,!=5.6.0' accelerate 'tensordict>=0.8.0,<=0.10.0,!=0.9.0' \
-  numpy tqdm packaging omegaconf ray pandas pyarrow >&2
-"$DIR/bin/pip" install -q --no-deps verl==0.9.1 >&2
+py_install "$DIR/bin/python" torch==2.13.0 'transformers>=5.5.3,<5.11,!=5.6.0' accelerate \
+  'tensordict>=0.8.0,<=0.10.0,!=0.9.0' numpy tqdm packaging omegaconf ray pandas pyarrow
+py_install "$DIR/bin/python" --no-deps verl==0.9.1
 ok || { echo "export test venv $DIR is incomplete" >&2; exit 1; }
 echo "$DIR"
