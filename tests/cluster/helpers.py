@@ -200,17 +200,24 @@ def hetjob_experiment(tmp_path: Path, name: str, **slurm) -> str:
     return experiment(tmp_path, name, example="distill", pools=TRAIN_AND_TEACH, **slurm)
 
 
-def shared_series_site(tmp_path, **ray) -> str:
-    """A copy of the dev site with a `shared` series: 2 CPUs + 2 GPUs of the teach nodes,
-    so two 2-node jobs must share dev7 and dev8; `ray:` settings updated with **ray."""
+def dev_site(tmp_path, *, series: dict | None = None, **ray) -> str:
+    """tmp_path/site.yaml: a copy of the dev site with `series` added and its `ray:` settings
+    updated with **ray (tmp_path readable by the job)."""
     data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
-    data["series"]["shared"] = {"partition": "teach", "gpus_per_node": 4, "gpu_directive": "gres",
-                                "cpus_per_node": 2, "mem_per_node": "1G"}
+    data["series"].update(series or {})
     data["ray"].update(ray)
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
     os.chmod(tmp_path, 0o755)
     return str(path)
+
+
+def shared_series_site(tmp_path, **ray) -> str:
+    """A copy of the dev site with a `shared` series: 2 CPUs + 2 GPUs of the teach nodes,
+    so two 2-node jobs must share dev7 and dev8; `ray:` settings updated with **ray."""
+    shared = {"partition": "teach", "gpus_per_node": 4, "gpu_directive": "gres", "cpus_per_node": 2,
+              "mem_per_node": "1G"}
+    return dev_site(tmp_path, series={"shared": shared}, **ray)
 
 
 # --- submitting -------------------------------------------------------------------------------

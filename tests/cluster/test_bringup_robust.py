@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import RUNS
+from helpers import RUNS, dev_site
 
 from launcher import runs
 
@@ -108,17 +107,14 @@ def bringup_story(run: str) -> str:
 # dev site's 120 s, which a CI host's stolen time once used up (stop 38: a worker never joined).
 @pytest.mark.serial
 def test_preflights_pass_on_a_host_oversubscribed_3x(tmp_path):
-    site = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
-    site["ray"]["barrier_timeout_s"] = 300
-    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
-    os.chmod(tmp_path, 0o755)
+    site = dev_site(tmp_path, barrier_timeout_s=300)
     burn = "import time\nend = time.time() + 400\nwhile time.time() < end: pass\n"
     burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(round(3 * usable_cores()))]
     try:
         time.sleep(1)
         results = []
         for example in ("examples/distill", "examples/grpo"):
-            out = submit(example, "--site", str(tmp_path / "site.yaml"), timeout=400)
+            out = submit(example, "--site", site, timeout=400)
             results.append((example, out["rc"], out.get("reason"), out["run"]))
     finally:
         for proc in burners:
@@ -159,12 +155,12 @@ def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size(tm
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "100 nodes x 4 GPUs can never run in partition train: it has 6 nodes" in proc.stderr, proc.stderr
     # nothing written: a runs folder of its own (the shared one fills with other tests' runs meanwhile)
-    runs = tmp_path / "runs"
-    runs.mkdir(mode=0o700)
+    own_runs = tmp_path / "runs"
+    own_runs.mkdir(mode=0o700)
     proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:100x4", *BATCH_400], capture_output=True,
-                          text=True, cwd=REPO, timeout=120, env={**os.environ, "SF_RUNS_DIR": str(runs)})
+                          text=True, cwd=REPO, timeout=120, env={**os.environ, "SF_RUNS_DIR": str(own_runs)})
     assert proc.returncode == 2 and "can never run in partition train" in proc.stderr, proc.stderr
-    assert list(runs.iterdir()) == []
+    assert list(own_runs.iterdir()) == []
 
 
 def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
@@ -176,14 +172,8 @@ def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
 
 
 def test_site_health_check_always_runs_before_the_driver(tmp_path):
-    import yaml
-
-    data = yaml.safe_load((REPO / "site" / "dev.yaml").read_text())
-    data["ray"]["health_check"] = "always"
-    site = tmp_path / "site.yaml"
-    site.write_text(yaml.safe_dump(data))
-    os.chmod(tmp_path, 0o755)
-    proc = subprocess.run([SF, "submit", "examples/grpo", "--site", str(site), "--wait", "--json"],
+    site = dev_site(tmp_path, health_check="always")
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--site", site, "--wait", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=REPO,
                           env={**os.environ, "SF_TEST_DRIVER": "exit 0"})
     assert proc.returncode == 0, proc.stderr
