@@ -440,9 +440,10 @@ fi
 # verl's training worker SIGKILLed after step HKILL, its trainer loop SIGSTOPped after step
 # HSTOP, then (HREQUEUE > 0) today's requeue path by USR1 after step HREQUEUE as the baseline.
 HSTEPS=${HSTEPS:-12}; HKILL=${HKILL:-3}; HSTOP=${HSTOP:-6}; HREQUEUE=${HREQUEUE:-9}
-if want heal; then
-  stage "heal: GRPO $HSTEPS steps; SIGKILL WorkerDict after step $HKILL, SIGSTOP TaskRunner after $HSTOP, USR1 after $HREQUEUE"
-  exp=tiny-heal
+# HEAL_BESIDE=1: the heal run as a lane in the background (its log heal-lane.log), so the
+# container lane (started later in the chain) runs beside it on its own node
+heal_lane() {
+  local exp=tiny-heal s0 SFPID D WPID d
   rm -rf "$EXP/experiments/$exp" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/$exp"
   sed -i -e 's#^slurm: .*#slurm: {time: "00:40:00", max_requeues: 2, hang_timeout_s: 60, first_step_timeout_s: 900, max_restarts_in_place: 2}#' \
     "$EXP/experiments/$exp/config.yaml"
@@ -459,7 +460,12 @@ if want heal; then
   wait $SFPID; echo "heal: submit to end $(( $(date +%s) - s0 )) s"
   wait $WPID
   [[ -n "$D" ]] && { ls -la "$D/stacks" "$D"/stacks/* 2>&1 | head -20; (cd "$EXP" && sf logs "$(basename "$D")" --stacks 2>&1 | head -60) >"$L/heal-stacks.txt";
-    (cd "$EXP" && sf status "$(basename "$D")" 2>&1 | tail -20); (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -16); }
+    (cd "$EXP" && sf status "$(basename "$D")" 2>&1 | tail -20); (cd "$EXP" && sf metrics "$(basename "$D")" 2>&1 | tail -16)
+    (cd "$EXP" && sf status "$(basename "$D")" --timeline 2>&1 | tail -40); }
+}
+if want heal; then
+  stage "heal: GRPO $HSTEPS steps; SIGKILL WorkerDict after step $HKILL, SIGSTOP TaskRunner after $HSTOP, USR1 after $HREQUEUE"
+  if [[ -n "${HEAL_BESIDE:-}" ]]; then heal_lane >"$L/heal-lane.log" 2>&1 & HEAL_LANE_PID=$!; else heal_lane; fi
 fi
 if want remax; then
   stage "remax: verl/remax (trainer.use_v1 pinned false), $MSTEPS steps on n1"
@@ -740,6 +746,10 @@ fi
 if [[ -n "${CT_PID:-}" ]]; then
   stage "container (lane): waiting for it"
   wait "$CT_PID"; echo "container lane exited $?"; tail -n 80 "$L/ct-lane.log"
+fi
+if [[ -n "${HEAL_LANE_PID:-}" ]]; then
+  stage "heal (lane): waiting for it"
+  wait "$HEAL_LANE_PID"; echo "heal lane exited $?"; tail -n 80 "$L/heal-lane.log"
 fi
 if [[ -n "${HANG_PID:-}" ]]; then
   stage "hang (lane): waiting for it"
