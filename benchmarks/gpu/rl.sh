@@ -571,6 +571,13 @@ ps = sorted(p for p in {sys.prefix, sys.base_prefix, *sys.path} if p.startswith(
 print(" ".join(p for p in ps if not any(p.startswith(q + "/") for q in ps)))'); do
     mkdir -p "$IMG$(dirname "$d")" && cp -a --one-file-system "$d" "$IMG$d"
   done
+  # the C compiler the environment names (CC; this machine's is /opt/gcc/bin/gcc): triton
+  # builds its CUDA helper with $CC when vLLM first asks for the GPU, and the job's environment
+  # (CC included) reaches the container, so an image without it fails there (RESULTS part 12)
+  if [[ "${CC:-}" == /* && "$CC" != /usr/* ]]; then
+    d=$(dirname "$(dirname "$CC")")
+    mkdir -p "$IMG$(dirname "$d")" && cp -a --one-file-system "$d" "$IMG$d" && echo "compiler: $CC ($d, $(du -sh "$d" | cut -f1))"
+  fi
   rm -rf "$IMG/etc/munge" "$IMG/etc/slurm"  # this host's munge key and Slurm: never in an image
   mkdir -p "$IMG"/{proc,dev,sys,tmp,root,run,var/tmp,home,opt/sf}
   cp -al "$BUNDLE" "$IMG/opt/sf/site"
@@ -604,7 +611,8 @@ print("in container:", open("/etc/sf-container").read().splitlines()[0], "| os:"
 print("python", sys.executable, sys.version.split()[0], "| torch", torch.__version__, "ray", ray.__version__, "verl", verl.__version__, "vllm", vllm.__version__, "from", os.path.dirname(vllm.__file__))
 print("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"), "| cuda:", torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
 print("mount ns", os.readlink("/proc/self/ns/mnt"), "(host: " + os.environ.get("SF_KIT_HOST_MNT", "?") + ")")
-print("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH"))' 2>&1 | tail -8
+print("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH"))
+import subprocess; cc = os.environ.get("CC", "gcc"); print("CC", cc, "->", subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1])' 2>&1 | tail -9
   echo "probe exited ${PIPESTATUS[0]}"
   ) &
   rm -rf "$EXP/experiments/tiny-ct" && cp -r "$EXP/experiments/tiny-grpo" "$EXP/experiments/tiny-ct"
