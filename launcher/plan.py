@@ -13,6 +13,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
+# plan.json's layout (written by launcher.render.script.plan_json as "plan_format"). The job
+# side reads no other (launcher.injob.contract): a run requeued after sf was upgraded in place
+# must not run on fields its plan lacks (a plan from before `verl_pools` would place a
+# teacher's rollout servers with the actor). Raise it when the job side reads plan.json anew.
+PLAN_FORMAT = 2
+
 # The progress watchdog's defaults (launcher/injob/watchdog.py), stated here once: the site
 # file, the spec, the Plan and the job's contract all fall back to these.
 HANG_TIMEOUT_S = 1800  # NeMo-RL's heartbeat is 450 s; RL steps with long rollouts take minutes

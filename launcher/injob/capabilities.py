@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 
 from launcher import states
-from launcher.injob.contract import Contract
+from launcher.injob.contract import Contract, UnreadableContract
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def preflight(run_dir: str, python: str) -> tuple[dict, list[str]]:
     """The preflight's check (it runs in the runtime's python already): (report, failures)."""
     try:
         contract = Contract.read(run_dir)
-    except (OSError, ValueError, KeyError):  # a run rendered by an older sf: nothing is known to be needed
+    except UnreadableContract:  # no plan.json, or one of an older sf: nothing is known to be needed
         return {}, []
     method, runtime, needs = needs_of(contract)
     result = check([python], needs)

@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S, Plan, Pool
+from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S, PLAN_FORMAT, Plan, Pool
 
 JOB_ENV = "SF_JOB"  # the Job, JSON: every process of the job reads it (Job.from_env)
 
@@ -69,6 +69,10 @@ class HealSettings:
                    max_restarts_in_place=int(data.get("max_restarts_in_place", 0)))
 
 
+class UnreadableContract(Exception):
+    """plan.json missing, damaged or of another plan format: the job cannot start from it."""
+
+
 @dataclass(frozen=True)
 class Contract:
     """What the login side decided for this job, as the job reads it: plan.json, once."""
@@ -82,7 +86,23 @@ class Contract:
 
     @classmethod
     def read(cls, run_dir: str) -> Contract:
-        return cls.from_dict(json.loads((Path(run_dir) / "plan.json").read_text()))
+        """plan.json of `run_dir`; UnreadableContract (one line: the file, why, what to do) when
+        it is missing, damaged or of another plan format."""
+        path = Path(run_dir) / "plan.json"
+        try:
+            data = json.loads(path.read_text())
+            found = data.get("plan_format", 1)  # plans written before the format was stated: 1
+            if found != PLAN_FORMAT:
+                raise UnreadableContract(
+                    f"{path} is of plan format {found} and this sf's job side reads format {PLAN_FORMAT} "
+                    "(sf was changed since the run was submitted): submit the run again with this sf")
+            return cls.from_dict(data)
+        except UnreadableContract:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            why = f"no key {exc}" if isinstance(exc, KeyError) else f"{exc.__class__.__name__}: {exc}"
+            raise UnreadableContract(f"{path} cannot be read by the job ({why}): it is damaged or was "
+                                     "not written by sf; submit the run again") from None
 
     @classmethod
     def from_dict(cls, data: dict) -> Contract:

@@ -61,7 +61,7 @@ from launcher.injob import auth, capabilities, heal, mounts, private, ray_tuning
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import watchdog as watchdog_mod
-from launcher.injob.contract import Contract, Job, child_env
+from launcher.injob.contract import Contract, Job, UnreadableContract, child_env
 from launcher.injob.node_logs import node_logs_text, ray_step_name
 from launcher.runtime import Runtime
 
@@ -1142,6 +1142,18 @@ def own_run_dir(run_dir: str) -> str | None:
     return None
 
 
+def refuse_contract(run_dir: str, reason: str) -> int:
+    """End a job whose plan.json it cannot run from: the reason and an `ended` event in the
+    run (so `sf status` says why), no traceback; nothing was started."""
+    log("FAILED: " + reason)
+    try:
+        runs.Run(run_dir).write_text(runs.REASON, reason + "\n")
+        runs.record_phase(run_dir, states.ENDED, rc=2, reason=reason, seconds=0.0)
+    except (OSError, SpecError) as exc:
+        log(f"warning: cannot record the ending: {exc}")
+    return 2
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     unsafe = own_run_dir(args.run_dir)
@@ -1159,7 +1171,11 @@ def main(argv: list[str]) -> int:
     except (OSError, SpecError) as exc:
         log(f"refusing to run: {exc}")
         return 2
-    sup = Supervisor(read_contract(args), args.run_dir, preflight=args.preflight)
+    try:
+        contract = read_contract(args)
+    except UnreadableContract as exc:
+        return refuse_contract(args.run_dir, str(exc))
+    sup = Supervisor(contract, args.run_dir, preflight=args.preflight)
 
     def on_term(signum, _frame):
         if sup.ended:

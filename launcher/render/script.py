@@ -22,7 +22,7 @@ import launcher
 from launcher import sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
-from launcher.plan import Plan
+from launcher.plan import PLAN_FORMAT, Plan
 from launcher.render import logger_env, sbatch_template
 from launcher.render.sbatch_template import Sbatch, Shell, quote
 from launcher.runtime import Runtime
@@ -199,7 +199,8 @@ def job_contract(plan: Plan, site, runtime: Runtime) -> dict:
 
 def plan_json(plan: Plan, site, runtime: Runtime) -> str:
     """The run's plan.json: the Plan (Plan.from_dict reads it back) and the job contract."""
-    return json.dumps({**plan.to_dict(), "job": job_contract(plan, site, runtime)}, indent=2, default=str) + "\n"
+    return json.dumps({**plan.to_dict(), "plan_format": PLAN_FORMAT, "job": job_contract(plan, site, runtime)},
+                      indent=2, default=str) + "\n"
 
 
 def _supervise_args(plan: Plan, site, runtime: Runtime, array: dict | None = None) -> list[str]:
