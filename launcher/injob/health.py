@@ -69,10 +69,16 @@ def summary(results: dict[tuple[str, str], float | str], tried: list[tuple[str, 
 class NodeProbe:
     """One per node (a Ray actor pinned to it, no CPU reserved). One actor a node means one
     Ray worker process a node: a task per pair made Ray start a worker per task, and at N=8
-    the 56 pairs' worker start-ups cost 24-25 s on the 2-core dev host."""
+    the 56 pairs' worker start-ups cost 24-25 s on the 2-core dev host. The preflight's path
+    check runs on it too (`run`): as a task of its own it started a second worker on every
+    node, which Ray kept idle beside the actor's (about 1 CPU-s a node)."""
 
     def __init__(self, fail: bool):
         self.fail = fail  # the test hook's node: every transfer through it fails
+
+    def run(self, fn, *args):
+        """`fn(*args)` here (a module-level function: Ray sends it by reference)."""
+        return fn(*args)
 
     def make(self, size: int) -> bytes:
         if self.fail:
@@ -91,13 +97,32 @@ class NodeProbe:
         return time.perf_counter() - start
 
 
-def object_transfer(ray, nodes: list[str], broken: str | None = None) -> dict:
-    """Every pair's transfer time (or error), summarised. `broken`: the test hook's node."""
+def probe_nodes(job: Job) -> list[str]:
+    """The nodes the health check probes: every node of the job in Ray."""
+    return sorted(job.gpus_by_host())
+
+
+def broken_node(nodes: list[str]) -> str | None:
+    """The test hook's node (TEST_FAIL_ENV in this attempt): the last one, else None."""
+    if nodes and os.environ.get(TEST_FAIL_ENV, "") == os.environ.get("SLURM_RESTART_COUNT", "0"):
+        return nodes[-1]
+    return None
+
+
+def node_probes(ray, nodes: list[str]) -> dict:
+    """A NodeProbe on each of `nodes` (the test hook's node plays broken); the caller kills them."""
+    probe = ray.remote(num_cpus=0)(NodeProbe)
+    broken = broken_node(nodes)
+    return {n: probe.options(resources={topology.node_resource(n): 1}).remote(n == broken) for n in nodes}
+
+
+def object_transfer(ray, nodes: list[str], probes: dict | None = None) -> dict:
+    """Every pair's transfer time (or error), summarised; through `probes` (node_probes of
+    `nodes`, kept) or probes of its own (killed after)."""
     tried = pairs(nodes)
     if not tried:
         return summary({}, tried)
-    probe = ray.remote(num_cpus=0)(NodeProbe)
-    actors = {n: probe.options(resources={topology.node_resource(n): 1}).remote(n == broken) for n in nodes}
+    actors = probes if probes is not None else node_probes(ray, nodes)
     try:
         objects = {n: actor.make.remote(PAYLOAD_BYTES) for n, actor in actors.items()}
         # boxed in a list so the receiving actor, not Ray's argument resolution, pulls the object
@@ -111,8 +136,13 @@ def object_transfer(ray, nodes: list[str], broken: str | None = None) -> dict:
                 results[pair] = _error(exc)
         return summary(results, tried)
     finally:
-        for actor in actors.values():
-            ray.kill(actor)
+        if probes is None:
+            kill_probes(ray, actors)
+
+
+def kill_probes(ray, probes: dict) -> None:
+    for actor in probes.values():
+        ray.kill(actor)
 
 
 def _error(exc: BaseException) -> str:
@@ -277,14 +307,11 @@ def gpu_checks(ray, gpus_by_node: dict[str, int]) -> dict | None:
             ray.kill(actor)
 
 
-def check(ray, job: Job) -> dict:
-    """Objects between the job's nodes, then its GPUs: one report, `ok` only if both are."""
+def check(ray, job: Job, probes: dict | None = None) -> dict:
+    """Objects between the job's nodes, then its GPUs: one report, `ok` only if both are.
+    `probes`: node_probes of probe_nodes(job) that the caller made (and kills)."""
     gpus_by_node = job.gpus_by_host()
-    nodes = sorted(gpus_by_node)
-    broken = None
-    if os.environ.get(TEST_FAIL_ENV, "") == os.environ.get("SLURM_RESTART_COUNT", "0") and nodes:
-        broken = nodes[-1]
-    result = object_transfer(ray, nodes, broken)
+    result = object_transfer(ray, probe_nodes(job), probes)
     gpu = gpu_checks(ray, gpus_by_node)
     if gpu is not None:
         result["gpu"] = gpu

@@ -137,23 +137,23 @@ def ray_checks(job: Job) -> tuple[dict, dict, dict]:
         except Exception as exc:
             place[pool.name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
 
-    path_report, node_where = {}, {}
-    if paths:
-        @ray.remote(num_cpus=0)
-        def check_on_node(paths_, writable_):
-            from launcher.injob.preflight import check_node_here as chk
-
-            return chk(paths_, tuple(writable_))
-
-        refs = {name: check_on_node.options(resources={topology.node_resource(name): 1}).remote(paths, writable)
-                for name in by_name}
-        for name, ref in refs.items():
-            try:
-                answer = ray.get(ref, timeout=60)
-                path_report[name], node_where[name] = answer["paths"], answer["where"]
-            except Exception as exc:
-                path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
-    pool_report["_health"] = health.check(ray, job)
+    # one probe actor (one Ray worker) a node for the path check and the health check both
+    # (objects move between two nodes or more)
+    probed = set(health.probe_nodes(job)) if len(health.probe_nodes(job)) > 1 else set()
+    probes = health.node_probes(ray, sorted(probed | (set(by_name) if paths else set())))
+    try:
+        path_report, node_where = {}, {}
+        if paths:
+            refs = {name: probes[name].run.remote(check_node_here, paths, tuple(writable)) for name in by_name}
+            for name, ref in refs.items():
+                try:
+                    answer = ray.get(ref, timeout=60)
+                    path_report[name], node_where[name] = answer["paths"], answer["where"]
+                except Exception as exc:
+                    path_report[name] = {"_error": f"{exc.__class__.__name__}: {exc}"}
+        pool_report["_health"] = health.check(ray, job, probes)
+    finally:
+        health.kill_probes(ray, probes)
     pool_report["_where"] = node_where
     return pool_report, place, path_report
 
