@@ -13,6 +13,14 @@ arguments), less two head processes that a job sf starts never uses:
 Each costs about 1.2 CPU-s at every start of a head (and about 100 MiB while it runs); on a
 busy login-node-sized host that is a good part of what a small job's bring-up costs.
 
+On every node, Ray's test of whether the dashboard's optional packages are installed (`ray`
+against `ray[default]`: the dashboard agent then runs with `--minimal` or not) looks for
+them instead of importing them all: Ray imports `ray.dashboard.optional_deps` (aiohttp, grpc,
+opentelemetry, prometheus_client, pydantic, ...) in `ray start` only to decide that one flag,
+about 0.6 CPU-s of every node's start, and the agent imports them again itself. The packages
+are those that module imports (read from its source, so a Ray version's own list counts); a
+package present but broken at import would now reach the agent, which fails on it by name.
+
 On every node it also leaves out the import of Ray's CLI groups that `ray start` never runs
 (`ray list/get/summary/logs`, `ray job`, `ray serve`): Ray's CLI imports each inside a
 try/except, as a minimal Ray install lacks them, so an import that a None in sys.modules
@@ -45,6 +53,41 @@ def skip_unused_head_processes(node_class, argv: list[str]) -> list[str]:
     return skipped
 
 
+def dashboard_deps_found() -> ImportError | None:
+    """Ray's get_dashboard_dependency_error by presence: an ImportError naming the first
+    top-level package that `ray.dashboard.optional_deps` imports and this python cannot find,
+    else None. Ray's own test (importing the module) when its source cannot be read."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray.dashboard.optional_deps")
+    try:
+        tree = ast.parse(open(spec.origin).read())  # type: ignore[union-attr]
+    except (AttributeError, OSError, SyntaxError, TypeError):
+        return _ray_dependency_test()
+    names = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+    missing = sorted(name for name in names if importlib.util.find_spec(name) is None)
+    return ImportError(f"No module named '{missing[0]}'") if missing else None
+
+
+def _ray_dependency_test() -> ImportError | None:
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401, PLC0415 (the runtime's Ray)
+    except ImportError as exc:
+        return exc
+    return None
+
+
+def look_for_dashboard_deps(utils_module) -> bool:
+    """Put dashboard_deps_found in place of Ray's test on `utils_module` (ray._private.utils,
+    where Ray's start looks it up); False where a Ray version has no such test."""
+    if not hasattr(utils_module, "get_dashboard_dependency_error"):
+        return False
+    utils_module.get_dashboard_dependency_error = dashboard_deps_found
+    return True
+
+
 # the modules of the CLI groups above; Ray's CLI catches the ImportError of each
 UNUSED_CLI_GROUPS = ("ray.util.state.state_cli", "ray.dashboard.modules.job.cli", "ray.serve.scripts")
 
@@ -71,9 +114,11 @@ def import_ray_cli():
 
 def main() -> int:
     from ray._private import node as ray_node  # the runtime's Ray, on the job's nodes
+    from ray._private import utils as ray_utils
 
     scripts = import_ray_cli()
     skip_unused_head_processes(ray_node.Node, sys.argv)
+    look_for_dashboard_deps(ray_utils)
     sys.argv[0] = "ray"
     return scripts.main()
 

@@ -14,10 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402, F401
+    QUEUE_WAIT_S,
     REPO,
     RUNS,
     SF,
@@ -103,24 +105,43 @@ def test_placement_follows_roles_not_pool_names(tmp_path):
     assert all(r["ok"] for r in roles.values())
 
 
+# The driver of each job: mark this job as up, then wait (120 s at most) for the other job's
+# mark. Both jobs then hold dev7 and dev8 with their Ray clusters up at the same time, however
+# the queue (other tests' jobs on the teach nodes) lets them start; unmet, the job fails.
+MEET_DRIVER = ('touch "$SF_TEST_MEET/$SLURM_JOB_ID"; for _ in $(seq 240); do '
+               '[ "$(ls "$SF_TEST_MEET" | wc -l)" -ge 2 ] && exit 0; sleep 0.5; done; '
+               'echo "the other job never started beside this one" >&2; exit 1')
+
+
+# serial: both jobs must hold dev7 and dev8 at once; beside other tests' jobs on the teach
+# nodes the queue started them one after the other, which proved nothing (and their random
+# port blocks then met one time in 12)
+@pytest.mark.serial
 def test_two_jobs_on_shared_nodes_no_port_clash(tmp_path):
     site = shared_series_site(tmp_path)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    env = {**os.environ, "SF_TEST_DRIVER": MEET_DRIVER, "SF_TEST_MEET": str(meet)}
     procs = [subprocess.Popen([SF, "submit", "examples/grpo", "--site", site, "--profile", "shared:2x2",
-                               "--preflight", "--wait", "--json"], cwd=REPO, stdout=subprocess.PIPE,
+                               "--wait", "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = []
     for proc in procs:
-        stdout, stderr = proc.communicate(timeout=240)
+        stdout, stderr = proc.communicate(timeout=240 + QUEUE_WAIT_S)
         out = json.loads(stdout[stdout.index("{"):])
         assert proc.returncode == 0, stderr + str(out.get("reason"))
         outs.append(out)
-    hosts = [set(o["preflight"]["pools"]["train"]["joined"]) for o in outs]
-    assert hosts[0] == hosts[1] == {"dev7", "dev8"}  # the same two nodes, at the same time
-    heads = [phase(RUNS / o["run"], "all_joined") for o in outs]
-    assert all(heads)
-    ports = [o["preflight"]["head"] for o in outs]
-    assert ports[0] != ports[1]
+    assert len(list(meet.iterdir())) == 2  # both drivers ran, each while the other's job was up
     starts = [[e for e in phases(RUNS / o["run"]) if e["phase"] == "node_started"] for o in outs]
+    hosts = [{e["node"] for e in s} for s in starts]
+    assert hosts[0] == hosts[1] == {"dev7", "dev8"}  # the same two nodes, at the same time
+    assert all(phase(RUNS / o["run"], "all_joined") for o in outs)
+    heads = [[e for e in s if e["role"] == "head"][-1] for s in starts]
+    assert heads[0]["gcs_port"] != heads[1]["gcs_port"], heads
+    # on one host the two jobs' port ranges (each node's last try) do not overlap at all
+    spans = sorted({o["run"]: (e["port_base"], e["port_last"]) for o, s in zip(outs, starts, strict=True)
+                    for e in s if e["node"] == "dev7"}.values())
+    assert len(spans) == 2 and spans[0][1] < spans[1][0], spans
     # every try of `ray start` (a loaded host retries some) had a temp dir of its own, and the
     # last tries were 4: 2 jobs x 2 nodes
     temp_dirs = [e["temp_dir"] for s in starts for e in s]

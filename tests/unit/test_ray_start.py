@@ -79,3 +79,55 @@ def test_the_cli_groups_ray_imports_optionally_are_left_out(tmp_path):
 def test_a_ray_cli_that_needs_a_group_is_imported_in_full(tmp_path):
     fake_ray(tmp_path, "from ray.util.state.state_cli import ray_list\ngroups = [ray_list]\n")
     assert cli_groups(tmp_path) == (["the list group"], True)
+
+
+def dashboard_deps(root, optional_deps_py: str, installed: tuple[str, ...]):
+    """(dashboard_deps_found's answer, Ray's own test's answer, which packages got imported) in a
+    fresh interpreter, over a stand-in Ray whose ray.dashboard.optional_deps is
+    optional_deps_py and with the stand-in packages `installed` (each records its import)."""
+    import json
+    import subprocess
+    import sys
+
+    for package in ("ray", "ray/dashboard"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "ray/dashboard/optional_deps.py").write_text(optional_deps_py)
+    for name in installed:
+        (root / name).mkdir()
+        (root / name / "__init__.py").write_text("import sys\nsys.imported_deps = getattr(sys, 'imported_deps', []) + "
+                                                 f"[{name!r}]\n")
+        (root / name / "web.py").write_text("")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
+            "from launcher.injob.ray_start import dashboard_deps_found, _ray_dependency_test; "
+            "found = dashboard_deps_found(); imported = list(getattr(sys, 'imported_deps', [])); "
+            "ray_own = _ray_dependency_test(); "
+            "print(json.dumps([found and str(found), ray_own and str(ray_own), imported]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return tuple(json.loads(proc.stdout))
+
+
+DEPS_PY = "import depa  # noqa\nimport depa.web  # noqa\nfrom depb import x  # noqa\n"
+
+
+def test_the_dashboard_packages_are_looked_for_not_imported(tmp_path):
+    found, ray_own, imported = dashboard_deps(tmp_path, DEPS_PY.replace("from depb import x", "import depb"),
+                                              ("depa", "depb"))
+    assert found is None and ray_own is None  # the same answer as Ray's: installed
+    assert imported == []  # and none of them imported to give it
+
+
+def test_a_missing_dashboard_package_gives_rays_answer(tmp_path):
+    found, ray_own, _ = dashboard_deps(tmp_path, DEPS_PY, ("depa",))
+    assert found == "No module named 'depb'" and ray_own == "No module named 'depb'"
+
+
+def test_rays_test_is_replaced_where_it_exists():
+    from types import SimpleNamespace
+
+    from launcher.injob.ray_start import dashboard_deps_found, look_for_dashboard_deps
+
+    utils = SimpleNamespace(get_dashboard_dependency_error=lambda: "imports everything")
+    assert look_for_dashboard_deps(utils) is True and utils.get_dashboard_dependency_error is dashboard_deps_found
+    assert look_for_dashboard_deps(SimpleNamespace()) is False
