@@ -182,8 +182,13 @@ def _exception_line(text: str) -> bool:
 
 
 def log(msg: str) -> None:
+    """A line of the batch log, in one write: with PYTHONUNBUFFERED (the job has it) print()
+    writes the text and its newline apart, and the driver, which writes to the same log, landed
+    between them once ("...for the first stepValueError: ..."), so its error was not a line of
+    its own and driver_failure missed it."""
     stamp = datetime.now().strftime("%H:%M:%S")
-    print(f"[sf {stamp}] {msg}", flush=True)
+    sys.stdout.write(f"[sf {stamp}] {msg}\n")
+    sys.stdout.flush()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

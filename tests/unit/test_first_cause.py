@@ -98,3 +98,29 @@ def test_a_ray_task_error_without_the_original_keeps_its_header():
              "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)",
              "[sf 10:00:00] phase ended rc=1"]
     assert first_cause(lines) == "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)"
+
+
+def test_a_supervisor_line_is_one_write(monkeypatch):
+    """The driver shares the batch log: a supervisor line written in two parts (text, then its
+    newline, as print() does unbuffered) let the driver's error land in the middle of it, and
+    first_cause then found no error line (seen in CI)."""
+    import sys
+
+    from launcher.injob import supervise
+
+    class Recorder:
+        def __init__(self):
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    out = Recorder()
+    monkeypatch.setattr(sys, "stdout", out)
+    supervise.log("watchdog: following metrics/attempt-0.jsonl")
+    [line] = out.writes
+    assert line.startswith("[sf ") and line.endswith("watchdog: following metrics/attempt-0.jsonl\n")
