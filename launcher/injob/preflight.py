@@ -139,8 +139,8 @@ def ray_checks(job: Job) -> tuple[dict, dict, dict]:
 
     # one probe actor (one Ray worker) a node for the path check and the health check both
     # (objects move between two nodes or more)
-    probed = set(health.probe_nodes(job)) if len(health.probe_nodes(job)) > 1 else set()
-    probes = health.node_probes(ray, sorted(probed | (set(by_name) if paths else set())))
+    probed = health.probe_nodes(job)
+    probes = health.node_probes(ray, sorted(set(probed if len(probed) > 1 else ()) | set(by_name if paths else ())))
     try:
         path_report, node_where = {}, {}
         if paths:

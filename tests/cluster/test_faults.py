@@ -1,7 +1,7 @@
 """Faults on the real dev cluster: a Ray worker killed mid-run, a node that never joins, a
 plan.json the job cannot run from.
 
-Both use `sf render` and then edit the standalone script as a user could (pin the nodes,
+All use `sf render` and then edit the standalone script as a user could (pin the nodes,
 replace the verl command by a sleep, set the SF_TEST_SKIP_NODE test hook), then sbatch.
 """
 from __future__ import annotations
