@@ -117,7 +117,8 @@ def test_preflights_pass_on_a_host_oversubscribed_3x(tmp_path):
         examples = ("examples/distill", "examples/grpo")
         with ThreadPoolExecutor(len(examples)) as pool:
             outs = list(pool.map(lambda example: submit(example, "--site", site, timeout=400), examples))
-        results = [(example, out["rc"], out.get("reason"), out["run"]) for example, out in zip(examples, outs)]
+        results = [(example, out["rc"], out.get("reason"), out["run"])
+                   for example, out in zip(examples, outs, strict=True)]
     finally:
         for proc in burners:
             proc.kill()

@@ -16,7 +16,11 @@ from launcher.cli.app import main
 from launcher.submit.export import LayoutError, find_actor_dir
 
 FIXTURES = Path(__file__).parent / "fixtures_extra"
-EXPORT_VENV = Path(os.environ.get("SF_EXPORT_TEST_VENV", "/var/lib/sfdev/export-test-venv"))
+EXPORT_VENV = Path(os.environ.get("SF_EXPORT_TEST_VENV",
+                                  Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev")) / "export-test-venv"))
+# the export test venv (its real merge, and the runtime the other tests' registry names) is
+# built by scripts/test while the other unit tests run
+pytestmark = pytest.mark.built
 
 
 def fsdp_layout(root: Path, step: int = 5, world: int = 2, tracker: bool = True) -> Path:

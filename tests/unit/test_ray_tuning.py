@@ -3,6 +3,7 @@ Ray 2.60's real names, never below Ray's defaults, the render step's large-job v
 nodes and more, and the site's own values always winning."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -18,7 +19,8 @@ SIZES = (1, 2, 4, 8, 16, 32, 63, 64, 128, 256, 1000, 4096)
 
 
 def raylet_so() -> Path | None:
-    for root in (Path("/var/lib/sfdev/runtimes/verl-0.9.1"), Path(".venv")):
+    state = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev"))
+    for root in (state / "runtimes" / "verl-0.9.1", Path(".venv")):
         found = sorted(root.glob("lib/python3*/site-packages/ray/_raylet.so"))
         if found:
             return found[0]
@@ -39,6 +41,7 @@ def test_every_name_is_a_ray_config_and_no_value_is_below_rays_default(nodes):
                 assert int(value) >= max(1, cpus // 4)
 
 
+@pytest.mark.built  # the dev runtime's Ray
 def test_the_names_are_in_the_runtimes_ray():
     so = raylet_so()
     if so is None:
