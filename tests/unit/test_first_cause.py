@@ -103,7 +103,7 @@ def test_a_ray_task_error_without_the_original_keeps_its_header():
 def test_a_supervisor_line_is_one_write(monkeypatch):
     """The driver shares the batch log: a supervisor line written in two parts (text, then its
     newline, as print() does unbuffered) let the driver's error land in the middle of it, and
-    first_cause then found no error line (seen in CI)."""
+    first_cause then found no error line (seen in CI). The node wrapper's lines too."""
     import sys
 
     from launcher.injob import supervise
@@ -124,3 +124,12 @@ def test_a_supervisor_line_is_one_write(monkeypatch):
     supervise.log("watchdog: following metrics/attempt-0.jsonl")
     [line] = out.writes
     assert line.startswith("[sf ") and line.endswith("watchdog: following metrics/attempt-0.jsonl\n")
+    # the node wrapper's lines share its node log with `ray start`'s processes in the same way
+    from launcher.injob import node
+
+    err = Recorder()
+    monkeypatch.setattr(sys, "stderr", err)
+    node.say("[sf node dev1] ray start exited with 1")
+    node.say("[sf node dev1] cannot keep Ray's logs", err=True)
+    assert out.writes[1:] == ["[sf node dev1] ray start exited with 1\n"]
+    assert err.writes == ["[sf node dev1] cannot keep Ray's logs\n"]
