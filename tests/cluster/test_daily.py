@@ -271,14 +271,19 @@ def _sacct_times(job: str) -> tuple[str, str, str]:
 
 
 def _pending_sft(tmp_path) -> tuple[str, str, str]:
-    """An SFT preflight held back 20 s (surely still queued when the next command chains on
-    it) and a GRPO experiment to chain: (GRPO experiment, SFT run id, SFT job id)."""
+    """An SFT preflight held back (a begin time an hour away: surely still queued when the
+    next command chains on it; _release lets it start) and a GRPO experiment to chain:
+    (GRPO experiment, SFT run id, SFT job id)."""
     sft_exp = experiment(tmp_path, "chainsft", method="verl/sft")  # one node, verl/sft under torchrun
     grpo_exp = requeue_experiment(tmp_path, max_requeues=1)
-    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+20")
+    proc = sf("submit", sft_exp, "--preflight", "--json", "--sbatch", "begin=now+1hour")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     return grpo_exp, out["run"], out["job_id"]
+
+
+def _release(job: str) -> None:
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
 
 
 def _sacct_times_when_done(jobs: list[str], timeout: float = 420) -> dict[str, tuple[str, str, str]]:
@@ -322,6 +327,7 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
         assert target == f"{grpo.dir.parent / sft_run}/exports/{export['id']}"
         assert grpo.record()["model_from"]["export_job"] == export_job
         assert f"actor_rollout_ref.model.path={target}\n" in (grpo.dir / "overrides.txt").read_text()
+        _release(sft_job)
         times = _sacct_times_when_done(jobs)
         states = {job: t[0] for job, t in times.items()}
         print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
@@ -348,7 +354,7 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
 
 
 def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
-    """sf submit SFT --preflight (held back 20 s), then at once sf sweep GRPO --preflight
+    """sf submit SFT --preflight (held back until released), then at once sf sweep GRPO --preflight
     --model run:SFT --grid rollout_n=2,4: ONE export of SFT (afterok:<SFT job>) and the
     sweep's array waiting on afterok:<export job>; every point completes after the export."""
     grpo_exp, sft_run, sft_job = _pending_sft(tmp_path)
@@ -368,6 +374,7 @@ def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
 
         assert len(runs.open_run("/var/lib/sfdev/runs", sft_run).record()["exports"]) == 1
         tasks = [f"{array_job}_0", f"{array_job}_1"]
+        _release(sft_job)
         times = _sacct_times_when_done([sft_job, export_job, *tasks])
         print("\n".join(f"{job}: {state} start {start} end {end}" for job, (state, start, end) in times.items()))
         assert {job: t[0] for job, t in times.items()} == dict.fromkeys(times, "COMPLETED"), times

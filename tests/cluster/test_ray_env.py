@@ -66,8 +66,10 @@ def test_a_token_in_home_and_in_the_environment_cannot_change_the_jobs_ray(tmp_p
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(WRONG + "\n")
-    driver = ("import ray, time; ray.init(); assert ray.get(ray.remote(lambda: 7).remote()) == 7; "
-              "print('SF_TEST driver task ran', flush=True); time.sleep(20)")
+    checked = tmp_path / "checked"  # the driver keeps Ray up until the test has looked at it
+    driver = ("import os, ray, time; ray.init(); assert ray.get(ray.remote(lambda: 7).remote()) == 7; "
+              "print('SF_TEST driver task ran', flush=True); "
+              f"[time.sleep(0.2) for _ in iter(lambda: os.path.exists('{checked}'), True)]")
     run_dir = render_job("rayenv", nodes="dev5,dev6", entry=driver,
                          extra_env=f"export HOME={home}\nexport RAY_AUTH_TOKEN={WRONG}")
     job = sbatch_file(run_dir / "job.sbatch")
@@ -88,6 +90,7 @@ def test_a_token_in_home_and_in_the_environment_cannot_change_the_jobs_ray(tmp_p
                     assert env.get(key) == value, (event["node"], name, key)
                 soft, hard = open_files_limit(procs[name])
                 assert soft == hard, (event["node"], name, soft, hard)
+        checked.touch()
         # the driver's ray.init and task ran with the job's token: a wrong one anywhere would have failed it
         assert wait_terminal(job, timeout=120) == "COMPLETED"
     finally:

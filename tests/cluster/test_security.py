@@ -321,11 +321,12 @@ def final_state(job_id: str) -> str:
 
 
 def test_many_jobs_starting_at_once_on_shared_nodes_all_complete(tmp_path):
-    """N one-node jobs submitted at once and all made eligible at the same second (--sbatch
-    begin=T), two per node of 8 (16 Ray heads starting together on the dev host's 2 cores,
-    then the next as they end): every one COMPLETED, none lost to a port clash. Ray's own
-    startup waits are raised for the 2 cores (16 heads at once starve raylets past Ray's 30 s
-    waits for their own registration and for the dashboard agent: CPU, not ports)."""
+    """N one-node jobs submitted at once and all made eligible at the same moment (--sbatch
+    begin an hour away, then `scontrol update StartTime=now` for each), two per node of 8 (16
+    Ray heads starting together on the dev host's 2 cores, then the next as they end): every
+    one COMPLETED, none lost to a port clash. Ray's own startup waits are raised for the 2
+    cores (16 heads at once starve raylets past Ray's 30 s waits for their own registration
+    and for the dashboard agent: CPU, not ports)."""
     # 4 in CI (two nodes, two jobs each starting together). SF_TEST_SIMULTANEOUS=40 is the
     # issue's figure (16 heads starting at once on the 2-core host, then the rest as they end).
     n = int(os.environ.get("SF_TEST_SIMULTANEOUS", "4"))
@@ -342,16 +343,17 @@ def test_many_jobs_starting_at_once_on_shared_nodes_all_complete(tmp_path):
                    "RAY_agent_register_timeout_ms": "300000"}
     site = tmp_path / "many.yaml"
     site.write_text(yaml.safe_dump(data))
-    begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 30 + n))
     runs = []
-    for _ in range(n):
+    for _ in range(n):  # held back by a begin time far enough away, then released at once
         proc = sf("submit", "examples/grpo", "--site", str(site), "--profile", f"tiny:1x{4 // per_node}", "--sbatch",
-                  f"begin={begin}", "--json", env={"SF_TEST_DRIVER": "sleep 2"})
+                  "begin=now+1hour", "--json", env={"SF_TEST_DRIVER": "sleep 2"})
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout))
+    states = {}
     try:
-        deadline = time.monotonic() + 30 + n + 1200
-        states = {}
+        for r in runs:
+            subprocess.run(["scontrol", "update", f"JobId={r['job_id']}", "StartTime=now"], check=True)
+        deadline = time.monotonic() + 1200
         while time.monotonic() < deadline:
             states = {r["job_id"]: final_state(r["job_id"]) for r in runs}
             if all(s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for s in states.values()):
