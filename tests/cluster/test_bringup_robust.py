@@ -101,8 +101,8 @@ def bringup_story(run: str) -> str:
 
 # It keeps every core busy on purpose: beside other tests it would starve them too, so
 # scripts/test runs it alone (-m serial). One job of each shape (two pools in one job, one
-# pool, both at once): five in a row took 281 s of CI's time and found nothing two did not (the suite's
-# 4-worker pass loads the host as much, for every test). What it checks is that load alone
+# pool), both at once: five in a row took 281 s of CI's time and found nothing two did not
+# (the suite's 4-worker pass loads the host as much, for every test). What it checks is that load alone
 # fails nothing (Ray's own 30 s windows are retried, turns spread the starts); the barrier's
 # deadline is the site's choice, so the jobs get 300 s (example-site.yaml's value) and not the
 # dev site's 120 s, which a CI host's stolen time once used up (stop 38: a worker never joined).
