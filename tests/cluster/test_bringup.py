@@ -2,7 +2,8 @@
 
   - a 2-node GRPO preflight passes;
   - a distillation hetjob (2 train nodes + 1 teacher node) is ONE Ray cluster of 3 nodes,
-    with the teacher's placement on the teach node;
+    with the teacher's placement on the teach node, and its preflight's health check moved
+    an object between every ordered pair of its nodes;
   - two jobs at once on shared nodes bring up two Ray clusters without a port clash.
 Bring-up seconds (allocated -> all_joined) are printed (pytest -s shows them).
 """
@@ -71,6 +72,10 @@ def test_distillation_hetjob_one_ray_cluster_teacher_pinned():
     teach_bundles = report["placement"]["teach"]["bundles"]
     assert len(teach_bundles) == 4 and {b["node"] for b in teach_bundles} == {teach_node}
     assert {b["node"] for b in report["placement"]["train"]["bundles"]} == set(train["joined"])
+    # the health check of the same preflight (one job for both: it was a second, identical one)
+    health = report["health"]
+    assert health["ok"] and health["pairs"] == 6 and health["mode"] == "all pairs"  # 3 nodes, ordered pairs
+    assert health["median_mib_per_s"] > 0 and health["failed"] == [] and health["suspect_nodes"] == []
     print(f"\nbring-up 3 nodes (hetjob): {bringup_seconds(Path('/var/lib/sfdev/runs') / out['run']):.1f}s")
 
 

@@ -166,14 +166,6 @@ def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size(tm
     assert list(own_runs.iterdir()) == []
 
 
-def test_preflight_health_moves_an_object_between_every_pair_of_nodes():
-    out = submit("examples/distill")
-    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
-    health = out["preflight"]["health"]
-    assert health["ok"] and health["pairs"] == 6 and health["mode"] == "all pairs"  # 3 nodes, ordered pairs
-    assert health["median_mib_per_s"] > 0 and health["failed"] == [] and health["suspect_nodes"] == []
-
-
 def test_site_health_check_always_runs_before_the_driver(tmp_path):
     site = dev_site(tmp_path, health_check="always")
     proc = subprocess.run([SF, "submit", "examples/grpo", "--site", site, "--wait", "--json"],
