@@ -132,15 +132,17 @@ def test_preflights_pass_on_a_host_oversubscribed_3x(tmp_path):
 def test_the_reason_carries_the_first_failing_line():
     """A failed preflight names its first failing check, a failed driver its last error line,
     in the reason that `sf status` prints (not just "exited with 1")."""
-    out = submit("examples/grpo", "--validation-data", "/var/lib/sfdev/no-such-val.parquet")
+    # one node is enough for what the reason says (each node would start Ray for nothing)
+    out = submit("examples/grpo", "--profile", "fake:1x4", "--validation-data", "/var/lib/sfdev/no-such-val.parquet")
     assert out["rc"] != 0
     reason = (RUNS / out["run"] / "reason").read_text()
     assert "preflight exited with 1 during phase driver: paths" in reason and "no-such-val.parquet" in reason, reason
     status = subprocess.run([SF, "status", out["run"]], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert "no-such-val.parquet" in status.stdout, status.stdout
     driver = "echo 'Traceback (most recent call last):'; echo 'ValueError: reward function returned None'; exit 1"
-    proc = subprocess.run([SF, "submit", "examples/grpo", "--wait", "--json"], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env={**os.environ, "SF_TEST_DRIVER": driver})
+    proc = subprocess.run([SF, "submit", "examples/grpo", "--profile", "fake:1x4", "--wait", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "SF_TEST_DRIVER": driver})
     run = json.loads(proc.stdout[proc.stdout.index("{"):])["run"]
     reason = (RUNS / run / "reason").read_text()
     assert "exited with 1 during phase driver: ValueError: reward function returned None" in reason, reason

@@ -68,8 +68,8 @@ def test_login_paths_reach_sbatch_but_not_the_job():
     driver = 'echo "LD=${LD_LIBRARY_PATH:-} PP=${PYTHONPATH:-} VE=${VIRTUAL_ENV:-}" >"$SF_RUN_DIR/env-seen.txt"'
     login = {"LD_LIBRARY_PATH": "/login-only/lib", "VIRTUAL_ENV": "/login-only/venv",
              "PYTHONPATH": f"{os.environ.get('PYTHONPATH', str(REPO))}:/login-only/py"}
-    real = subprocess.run([sys.executable, "-m", "launcher.cli.app", "submit", "examples/grpo", "--wait", "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO,
+    real = subprocess.run([sys.executable, "-m", "launcher.cli.app", "submit", "examples/grpo", "--profile", "fake:1x4",
+                           "--wait", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
                           env={**os.environ, **login, "SF_TEST_DRIVER": driver})
     assert real.returncode == 0, real.stderr
     assert "left out of the job's environment: PYTHONPATH, LD_LIBRARY_PATH, VIRTUAL_ENV" in real.stderr
