@@ -37,7 +37,7 @@ from launcher.injob import auth, private, ray_start, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Job
-from launcher.injob.node_logs import node_log_name
+from launcher.injob.node_logs import node_log_name, write_line
 
 
 def port_free(host: str, port: int) -> bool:
@@ -53,15 +53,6 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def say(text: str, *, err: bool = False) -> None:
-    """One line of this node's log in one write: with PYTHONUNBUFFERED (the job has it) print()
-    writes the text and its newline apart, and `ray start`'s processes write to the same file
-    (the same as launcher.injob.supervise.log)."""
-    stream = sys.stderr if err else sys.stdout
-    stream.write(text + "\n")
-    stream.flush()
-
-
 def redirect_output(path: Path) -> None:
     """This node's output (the wrapper's and `ray start`'s) into its own file, appended
     across requeues: emulated nodes, and real nodes that share a host name, cannot be told
@@ -70,7 +61,7 @@ def redirect_output(path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:  # keep going with srun's output: a log is no reason to fail
-        say(f"[sf node] cannot open {path}: {exc}", err=True)
+        write_line(f"[sf node] cannot open {path}: {exc}", err=True)
         return
     sys.stdout.flush()
     sys.stderr.flush()
@@ -181,13 +172,13 @@ def main(role: str) -> int:
     if node in skip or (role == "worker" and "@workers" in skip):
         # Test hook: this node never joins (a node whose Ray cannot start).
         runs.record_phase(run_dir, states.NODE_SKIPPED, node=node, pool=pool_name)
-        say(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray")
+        write_line(f"[sf node {node}] SF_TEST_SKIP_NODE: not starting Ray")
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         while True:
             signal.pause()
 
     def fail(msg: str, retry_helps: bool = False) -> int:
-        say(f"[sf node {node}] {msg}", err=True)
+        write_line(f"[sf node {node}] {msg}", err=True)
         runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
                           retry_helps=retry_helps)
         return 1
@@ -206,11 +197,11 @@ def main(role: str) -> int:
         return fail(f"cannot set up this node: {exc}")
     removed = private.sweep_stale(temp_root)
     if removed:
-        say(f"[sf node {node}] removed {len(removed)} temp dir(s) of earlier jobs that were killed")
+        write_line(f"[sf node {node}] removed {len(removed)} temp dir(s) of earlier jobs that were killed")
     locks = private.lock_dir(temp_root)
     if locks is None:
-        say(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
-            "against this user's other jobs (the bind check still runs)")
+        write_line(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
+                   "against this user's other jobs (the bind check still runs)")
     head = job.head
     if role == "worker":
         host, _, port = head.rpartition(":")
@@ -227,7 +218,7 @@ def main(role: str) -> int:
     identity = gpus_mod.identify(node)
     nofile = raise_nofile()
     if warning := ray_tuning.nofile_warning(nofile, len(job.nodes)):
-        say(f"[sf node {node}] {warning}")
+        write_line(f"[sf node {node}] {warning}")
     env = ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1)  # by cluster size
     # A start that fails before Ray says it runs (registration timed out on a loaded host, a
     # port taken meanwhile) is started again, while the barrier still waits for it: a worker
@@ -316,7 +307,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                     locks, address, head, cpus, gpus, env, identity, nofile, retries, deadline, state,
                     t_start, held) -> int:
     def fail(msg: str, retry_helps: bool = False) -> int:
-        say(f"[sf node {node}] {msg}", err=True)
+        write_line(f"[sf node {node}] {msg}", err=True)
         runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
                           retry_helps=retry_helps)
         return 1
@@ -343,7 +334,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
         # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
         # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp above)
         turn, turn_wait_s = private.start_turn(locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
-        say(f"[sf node {node}] {' '.join(argv)}")
+        write_line(f"[sf node {node}] {' '.join(argv)}")
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
             # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
@@ -370,7 +361,7 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             # `ray start --block` exits 1 on the SIGTERM that stops it: Ray's code, not this
             # node's result (printed as rc= after a completed job, it read as a failure)
             runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, ray_exit=rc)
-            say(f"[sf node {node}] the job is done: Ray stopped ({rc})")
+            write_line(f"[sf node {node}] the job is done: Ray stopped ({rc})")
             return 0
         refused = arguments_refused(output.last_lines())
         if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
@@ -381,8 +372,8 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
             keep_ray_logs(temp, run_dir, job_id, node, failed_try=attempt + 1)
             runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
                               attempt=attempt + 1, error=fatal or output.last_lines())
-            say(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
-                f"(try {attempt + 2} of {retries + 1})")
+            write_line(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
+                       f"(try {attempt + 2} of {retries + 1})")
             state["child"] = None
             # spread out: the nodes that failed together (a loaded host) must not all retry together
             time.sleep((RETRY_PAUSE_S + random.uniform(0, RETRY_JITTER_S)) * (attempt + 1))
@@ -402,7 +393,8 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                       port_collision=collision or None,
                       signal=signal.Signals(signum).name if signum else None,
                       error=("port collision: " + error) if collision else error)
-    say(f"[sf node {node}] ray start exited with {rc}" + (f" after {signal.Signals(signum).name}" if signum else ""))
+    write_line(f"[sf node {node}] ray start exited with {rc}"
+               + (f" after {signal.Signals(signum).name}" if signum else ""))
     return rc if rc and rc > 0 else 1
 
 
@@ -564,4 +556,4 @@ def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str, failed_try: i
                 fi.seek(max(0, path.stat().st_size - RAY_LOG_MAX_BYTES))
                 (dest / path.name).write_bytes(fi.read())
     except OSError as exc:  # a log copy is never a reason to fail
-        say(f"[sf node {node}] cannot keep Ray's logs: {exc}")
+        write_line(f"[sf node {node}] cannot keep Ray's logs: {exc}")

@@ -10,7 +10,19 @@ only the logs that are there, and the job's output file where a node wrote none.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+
+def write_line(text: str, *, err: bool = False) -> None:
+    """`text` and its newline as one write to stdout (stderr with `err`): the job runs with
+    PYTHONUNBUFFERED, where print() writes the text and the newline apart, and its logs are
+    shared (the driver writes the batch log too, `ray start`'s processes a node's log): once a
+    driver's "ValueError: ..." landed between them ("...for the first stepValueError: ..."), so
+    its error was not a line of its own and driver_failure missed it."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def ray_step_name(role: str, pool_name: str) -> str:

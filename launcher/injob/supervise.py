@@ -62,7 +62,7 @@ from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob import watchdog as watchdog_mod
 from launcher.injob.contract import Contract, Job, UnreadableContract, child_env
-from launcher.injob.node_logs import node_logs_text, ray_step_name
+from launcher.injob.node_logs import node_logs_text, ray_step_name, write_line
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
@@ -182,13 +182,8 @@ def _exception_line(text: str) -> bool:
 
 
 def log(msg: str) -> None:
-    """A line of the batch log, in one write: with PYTHONUNBUFFERED (the job has it) print()
-    writes the text and its newline apart, and the driver, which writes to the same log, landed
-    between them once ("...for the first stepValueError: ..."), so its error was not a line of
-    its own and driver_failure missed it."""
-    stamp = datetime.now().strftime("%H:%M:%S")
-    sys.stdout.write(f"[sf {stamp}] {msg}\n")
-    sys.stdout.flush()
+    """A line of the batch log (one write: the driver writes there too)."""
+    write_line(f"[sf {datetime.now().strftime('%H:%M:%S')}] {msg}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -124,12 +124,14 @@ def test_a_supervisor_line_is_one_write(monkeypatch):
     supervise.log("watchdog: following metrics/attempt-0.jsonl")
     [line] = out.writes
     assert line.startswith("[sf ") and line.endswith("watchdog: following metrics/attempt-0.jsonl\n")
-    # the node wrapper's lines share its node log with `ray start`'s processes in the same way
+    # the node wrapper's lines share its node log with `ray start`'s processes: the same writer
     from launcher.injob import node
+    from launcher.injob.node_logs import write_line
 
+    assert node.write_line is write_line
     err = Recorder()
     monkeypatch.setattr(sys, "stderr", err)
-    node.say("[sf node dev1] ray start exited with 1")
-    node.say("[sf node dev1] cannot keep Ray's logs", err=True)
+    write_line("[sf node dev1] ray start exited with 1")
+    write_line("[sf node dev1] cannot keep Ray's logs", err=True)
     assert out.writes[1:] == ["[sf node dev1] ray start exited with 1\n"]
     assert err.writes == ["[sf node dev1] cannot keep Ray's logs\n"]
