@@ -138,9 +138,11 @@ def ray_checks(job: Job) -> tuple[dict, dict, dict]:
             place[pool.name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
 
     # one probe actor (one Ray worker) a node for the path check and the health check both
-    # (objects move between two nodes or more)
+    to_probe = set(by_name) if paths else set()
     probed = health.probe_nodes(job)
-    probes = health.node_probes(ray, sorted(set(probed if len(probed) > 1 else ()) | set(by_name if paths else ())))
+    if len(probed) > 1:  # objects move between two nodes or more
+        to_probe |= set(probed)
+    probes = health.node_probes(ray, sorted(to_probe))
     try:
         path_report, node_where = {}, {}
         if paths:
