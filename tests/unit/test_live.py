@@ -179,6 +179,9 @@ def test_submit_and_sweep_refuse_it_before_anything_is_written_or_sent(fake_slur
 
     exp = _experiment(tmp_path, account="nope")
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    # a runtime of its own: the dev site's registry is built beside the unit tests (scripts/test)
+    # and may not exist yet, and the runtime is resolved before the account is checked
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
     for args in (["submit", str(exp), "--qos", "gold"], ["sweep", str(exp), "--grid", "rollout_n=4,8"]):
         (fake_slurm.dir.parent / "calls.log").unlink(missing_ok=True)
         _enforcing(fake_slurm)
