@@ -370,6 +370,7 @@ def test_cli_sweep_labels_are_the_values_verl_gets(tmp_path, monkeypatch):
     site = tmp_path / "site.yaml"
     site.write_text((repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs")))
     monkeypatch.chdir(repo)
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # the dev registry may not be built yet
     args = ["sweep", "examples/grpo", "--site", str(site), "--grid", "rollout_n=2.0,4",
             "--grid", "actor_rollout_ref.actor.optim.lr=1e-6", "--grid", "save_freq=null", "--dry-run"]
     res = CliRunner().invoke(main, args)
@@ -402,6 +403,7 @@ def test_cli_sweep_of_one_job_twice_is_refused_before_anything(tmp_path, monkeyp
     site = tmp_path / "site.yaml"
     site.write_text((repo / "site" / "dev.yaml").read_text().replace("/var/lib/sfdev/runs", str(tmp_path / "runs")))
     monkeypatch.chdir(repo)
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # the dev registry may not be built yet
     res = CliRunner().invoke(main, ["sweep", "examples/grpo", "--site", str(site), "--grid", grid])
     assert res.exit_code == 2 and "runs the same job as point 0" in res.stderr, res.output
     assert not (tmp_path / "runs").exists()
