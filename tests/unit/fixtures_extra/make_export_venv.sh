@@ -8,7 +8,9 @@ DIR="${1:-/var/lib/sfdev/export-test-venv}"
 ok() { "$DIR/bin/python" -c 'import torch, transformers, tensordict, accelerate, ray, pandas, importlib.metadata as m; assert m.version("verl") == "0.9.1"' 2>/dev/null; }
 if [[ -x "$DIR/bin/python" ]] && ok; then echo "$DIR"; exit 0; fi
 mkdir -p "$(dirname "$DIR")"
-[[ -x "$DIR/bin/python" ]] || python3.11 -m venv "$DIR" 2>/dev/null || python3 -m venv "$DIR"
+# 3.11, as the container's Debian base has; the distribution's build first (scripts/lib/python.sh says why)
+[[ -x "$DIR/bin/python" ]] || /usr/bin/python3.11 -m venv "$DIR" 2>/dev/null || python3.11 -m venv "$DIR" 2>/dev/null \
+  || python3 -m venv "$DIR"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/scripts/lib/pip.sh"  # py_install: uv, else pip
 # torch through pip: the machine's pip configuration may hold a CPU wheel of it that uv does
 # not see (uv would fetch PyPI's CUDA build); the rest through py_install, torch pinned there
