@@ -95,3 +95,16 @@ def slurm() -> Slurm:
 def _require_cluster(slurm):
     """Every test under tests/cluster/ needs the live cluster."""
     return slurm
+
+
+def pytest_collection_modifyitems(config, items):
+    """Side by side (xdist), every worker's share starts with its longest tests (durations.py
+    says why); one at a time, the collection's own order."""
+    import durations
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    seconds = durations.load()
+    if workers < 2 or not seconds:
+        return
+    typical = durations.typical(seconds)
+    items[:] = durations.longest_first_on_every_worker(items, lambda item: seconds.get(item.nodeid, typical), workers)

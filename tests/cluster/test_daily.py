@@ -108,15 +108,13 @@ exec sleep 600
 """
 
 
-@pytest.fixture(scope="module")
-def requeued_wandb_run(tmp_path_factory):
+def requeued_wandb_run(tmp):
     """A two-node run with trainer.logger [console, file, wandb] on a site without internet,
     requeued once by hand (scontrol requeue); -> (run id, run dir, sf submit's stderr)."""
     import yaml
 
     from launcher.spec import paths
 
-    tmp = tmp_path_factory.mktemp("wandb")
     exp = Path(requeue_experiment(tmp, max_requeues=2))
     data = yaml.safe_load((exp / "config.yaml").read_text())
     data["spec"]["resources"]["pools"][0]["nodes"] = 2
@@ -145,8 +143,12 @@ def requeued_wandb_run(tmp_path_factory):
     return run, run_dir, proc.stderr
 
 
-def test_wandb_env_identical_across_requeue_and_nodes(requeued_wandb_run):
-    run, run_dir, stderr = requeued_wandb_run
+def test_wandb_one_run_across_requeue_and_nodes(tmp_path):
+    """One job for both checks (a 2-node job requeued once): the W&B environment is the same
+    on both nodes and in both attempts, and the real wandb logs both attempts to one run id.
+    One test, not two sharing a module fixture: side by side (worksteal) each worker that ran
+    one of them ran the whole job for it."""
+    run, run_dir, stderr = requeued_wandb_run(tmp_path)
     attempts = [(run_dir / f"wandb-env-{n}.txt").read_text().splitlines() for n in (0, 1)]
     expected = {f"WANDB_DIR={run_dir}", "WANDB_MODE=offline", f"WANDB_NAME={run}", "WANDB_PROJECT=requeue2",
                 "WANDB_RESUME=allow", f"WANDB_RUN_ID={run}"}
@@ -157,9 +159,6 @@ def test_wandb_env_identical_across_requeue_and_nodes(requeued_wandb_run):
     assert [line.split()[1:] for line in attempts[0]] == [line.split()[1:] for line in attempts[1]]
     assert f"wandb sync --include-offline {run_dir}/wandb/offline-run-*" in stderr
 
-
-def test_real_wandb_offline_one_run_id_across_requeue(requeued_wandb_run):
-    run, run_dir, _ = requeued_wandb_run
     ids = [(run_dir / f"wandb-id-{n}.txt").read_text().strip() for n in (0, 1)]
     if ids == ["no-wandb", "no-wandb"]:
         pytest.skip(f"the wandb package is neither in the dev runtime nor in {WANDB_PATH} "

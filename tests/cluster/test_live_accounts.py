@@ -32,7 +32,11 @@ from launcher.submit import live
 
 REPO = Path(__file__).resolve().parents[2]
 SF = str(Path(sys.executable).parent / "sf")
-ACCT, QOS = "sftest_acct", "sftest_gold"
+# One account and QOS per xdist worker: worksteal may run this module's tests on two workers,
+# each with its own copy of the module fixture, and one's teardown must not delete what the
+# other still uses.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+ACCT, QOS = f"sftest_acct_{_WORKER}", f"sftest_gold_{_WORKER}"
 
 
 def sacctmgr(*args: str) -> None:
