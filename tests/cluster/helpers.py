@@ -53,6 +53,12 @@ def job_state(job_id: str) -> str:
         return "UNKNOWN"
 
 
+def last_node_starts(run_dir) -> list[dict]:
+    """Each node's last node_started: a `ray start` that failed before Ray ran is started again
+    (node_retry) in a new private dir, and the first one's dir and processes are gone."""
+    return list({e["node"]: e for e in phases(run_dir) if e["phase"] == "node_started"}.values())
+
+
 def wait_until(check, timeout: float, what, interval: float = 0.5):
     """Poll ``check()`` until it returns something truthy; return that value. After ``timeout``
     seconds raise AssertionError naming ``what`` (a string, or a function giving one, called
@@ -241,16 +247,19 @@ def submit_driver(exp: str, driver: str, **env) -> tuple[str, Path, str]:
 RUNS = Path("/var/lib/sfdev/runs")
 
 
-def render_job(tmp_name: str, *, site: str | None = None, nodes: str, entry: str | None = None,
+def render_job(tmp_name: str, *, site: str | None = None, nodes: str | None = None, entry: str | None = None,
                extra_env: str = "") -> Path:
-    """`sf render examples/grpo`, then edited as a user could: the nodes pinned, the verl
-    command replaced by `python3 -c entry`, extra_env lines after `set -uo pipefail`."""
+    """`sf render examples/grpo`, then edited as a user could: the nodes pinned (only where a
+    test needs them by name: side by side, a pinned job waits until those two nodes are free,
+    up to 143 s in a pass, while any two would do), the verl command replaced by
+    `python3 -c entry`, extra_env lines after `set -uo pipefail`."""
     out = RUNS / f"test-{tmp_name}-{os.getpid()}-{int(time.time())}"
     args = [SF, "render", "examples/grpo", "-o", str(out)] + (["--site", site] if site else [])
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     script = (out / "job.sbatch").read_text()
-    script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
+    if nodes:
+        script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
     if entry:
         start = script.index("SF_ENTRY=(\n")
         end = script.index(")\n", start)

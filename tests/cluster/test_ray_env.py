@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import phases, render_job, sbatch_file, wait_event, wait_terminal  # noqa: E402  # noqa: E402
+from helpers import last_node_starts, render_job, sbatch_file, wait_event, wait_terminal  # noqa: E402
 
 from launcher.injob import auth, ray_tuning  # noqa: E402
 
@@ -70,14 +70,14 @@ def test_a_token_in_home_and_in_the_environment_cannot_change_the_jobs_ray(tmp_p
     driver = ("import os, ray, time; ray.init(); assert ray.get(ray.remote(lambda: 7).remote()) == 7; "
               "print('SF_TEST driver task ran', flush=True); "
               f"[time.sleep(0.2) for _ in iter(lambda: os.path.exists('{checked}'), True)]")
-    run_dir = render_job("rayenv", nodes="dev5,dev6", entry=driver,
+    run_dir = render_job("rayenv", entry=driver,
                          extra_env=f"export HOME={home}\nexport RAY_AUTH_TOKEN={WRONG}")
     job = sbatch_file(run_dir / "job.sbatch")
     try:
         wait_event(run_dir, "driver_started", timeout=120)
         token = str(auth.token_path(str(run_dir), job))
         tuned = ray_tuning.ray_env_for(2, os.cpu_count() or 1)
-        for event in [e for e in phases(run_dir) if e["phase"] == "node_started"]:
+        for event in last_node_starts(run_dir):
             procs = ray_processes(event["pid"])
             wanted = ["raylet"] + (["gcs_server"] if event["role"] == "head" else [])
             assert set(wanted) <= set(procs), (event["node"], procs)

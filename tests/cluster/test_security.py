@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402
     hetjob_experiment,
     job_state,
+    last_node_starts,
     phases,
     render_job,
     sbatch_file,
@@ -75,7 +76,8 @@ def snapshot(path: Path) -> tuple:
 
 def temp_dirs(run_dir: Path) -> list[Path]:
     """The private dirs the job's nodes used (node_started's temp_dir is <private>/r)."""
-    return [Path(e["temp_dir"]).parent for e in phases(run_dir) if e["phase"] == "node_started"]
+    return [Path(e["temp_dir"]).parent for e in last_node_starts(run_dir)]
+
 
 
 # serial: it swaps this user's own port-lock dir (/tmp/.sf-ports-<uid>) for a link, which the
@@ -165,11 +167,11 @@ def comm(pid: int) -> str:
 def test_running_job_is_private_listens_on_its_node_and_a_cancel_cleans_up(tmp_path):
     from launcher.injob import ports as ports_mod
 
-    run_dir = render_job("private", nodes="dev5,dev6", entry="import time; time.sleep(600)")
+    run_dir = render_job("private", entry="import time; time.sleep(600)")
     job = sbatch_file(run_dir / "job.sbatch")
     try:
         wait_event(run_dir, "driver_started", timeout=120)
-        started = [e for e in phases(run_dir) if e["phase"] == "node_started"]
+        started = last_node_starts(run_dir)
         dirs = temp_dirs(run_dir)
         for d in dirs:
             st = os.lstat(d)
@@ -263,7 +265,7 @@ def test_hetjob_cancel_is_a_cancel_not_a_failure(tmp_path):
 def test_time_limit_is_recorded_as_the_time_limit():
     """A job without requeue that runs into its time limit: TIMEOUT, reason "time limit", the
     node dirs gone; not a dead node."""
-    run_dir = render_job("timelimit", nodes="dev3,dev4", entry="import time; time.sleep(600)")
+    run_dir = render_job("timelimit", entry="import time; time.sleep(600)")
     script = (run_dir / "job.sbatch").read_text()
     script = script.replace("#SBATCH --requeue\n", "#SBATCH --no-requeue\n").replace(
         "#SBATCH --signal=B:USR1@60\n", "")
