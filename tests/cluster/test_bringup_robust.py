@@ -158,7 +158,7 @@ def test_a_request_the_partition_can_never_give_is_refused_with_its_real_size(tm
                  ["validate", "examples/grpo", "--profile", "fake:100x4", *BATCH_400, "--live"]):
         proc = subprocess.run([SF, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert "100 nodes x 4 GPUs can never run in partition train: it has 6 nodes" in proc.stderr, proc.stderr
+        assert "100 nodes x 4 GPUs can never run in partition train: it has 10 nodes" in proc.stderr, proc.stderr
     # nothing written: a runs folder of its own (the shared one fills with other tests' runs meanwhile)
     own_runs = tmp_path / "runs"
     own_runs.mkdir(mode=0o700)
