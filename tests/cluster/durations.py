@@ -6,8 +6,11 @@ take the back half of the longest queue. A test of 60-100 s (a time limit, a han
 requeue) that sits late in a share starts late and ends the pass alone while the other
 workers idle: in the fresh-clone run of 2026-12-03 21:33, the last minute of the cluster pass
 kept the host about 20% busy. Ordered here, every share starts with its longest tests and
-the short ones fill in at the end (a replay of that run's durations: 464 against 502 s at 4
-workers, 404 against 427 s at 6).
+the short ones fill in at the end. A replay of that run's durations put it at 464 against
+502 s at 4 workers (404 against 427 s at 6); measured, one pass each on the same host, the
+difference was within the host's noise (4 workers: 457 s ordered, 448 s in file order), and
+with only 6 train nodes the long tests first queued for nodes together (the pass's first two
+minutes at 20-40% CPU), which the dev cluster's 10 train nodes since remove.
 
 The seconds come from durations.json beside this file, the tests' durations of one earlier
 pass (a test it does not name counts as the median). Refresh it from a pass's JUnit report:
