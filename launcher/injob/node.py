@@ -271,12 +271,20 @@ def main(role: str) -> int:
     return rc
 
 
-def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, held):
-    """(ports, None) for a free, reserved (block, slot) of this node, or (None, why not)."""
+def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, held, wait_s: float = 0.0):
+    """(ports, None) for a free, reserved (block, slot) of this node, or (None, why not).
+    `wait_s`: how long a head's slot may stay busy before that is a collision (a retry's)."""
     if role == "head":
         # The supervisor (on this host) chose and holds the head's slot for the whole job.
         ports = ports_mod.block_ports(first_block, head_slot, port_range)
         busy = busy_ports(address, ports, head=True)
+        until = time.monotonic() + wait_s
+        while busy and time.monotonic() < until:
+            # A retry's head waits for its slot: the failed try's Ray processes, killed, may
+            # still hold its ports for a moment (on a loaded host the retry then read them as
+            # another program's and failed the job: a port collision with itself).
+            time.sleep(HEAD_PORTS_POLL_S)
+            busy = busy_ports(address, ports, head=True)
         if busy:
             return None, (f"port collision: port {', '.join(map(str, busy[:8]))} of the head's slot on {address} "
                           "was taken after the supervisor checked it (by another process: another user's or "
@@ -314,7 +322,8 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
 
     for attempt in range(retries + 1):
         ports, why = pick_ports(role=role, slot=slot, port_range=port_range, first_block=first_block,
-                                head_slot=job.head_slot, locks=locks, address=address, held=held)
+                                head_slot=job.head_slot, locks=locks, address=address, held=held,
+                                wait_s=HEAD_PORTS_WAIT_S if attempt else 0.0)
         if ports is None:
             return fail(why)
         if held["dir"]:  # an earlier try's
@@ -411,6 +420,8 @@ def arguments_refused(output: str) -> bool:
 
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
+HEAD_PORTS_WAIT_S = 15.0  # a retrying head waits this long for its slot's ports to free
+HEAD_PORTS_POLL_S = 0.5
 RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
 FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
 # the longest a node waits for a start turn; then it starts anyway, as without turns (a host

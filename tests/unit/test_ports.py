@@ -292,3 +292,31 @@ def test_port_reservations_lock_a_slot_once_and_go_lock_less_without_a_lock_dir(
     lockless = private.reserve(None, 3, 1)
     assert not lockless.held and lockless.path == ""
     lockless.release()
+
+
+def test_a_retrying_head_waits_for_its_slot_and_a_first_try_does_not():
+    """The head's slot (the supervisor's choice) held by what a failed try left: a retry waits
+    until the port frees; a first try, or a port held for good, is a collision."""
+    import socket
+    import threading
+
+    from launcher.injob import node
+    from launcher.injob import ports as P
+
+    rng = (20000, 32767)
+    block = P.job_block(11, rng)
+    ports = P.block_ports(block, 0, rng)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", ports.node_manager))
+    args = dict(role="head", slot=0, port_range=rng, first_block=block, head_slot=0, locks=None,
+                address="127.0.0.1", held={})
+    try:
+        got, why = node.pick_ports(**args)
+        assert got is None and "port collision" in why and str(ports.node_manager) in why
+        got, why = node.pick_ports(**args, wait_s=0.6)
+        assert got is None and "port collision" in why  # still held after the wait
+        threading.Timer(0.3, holder.close).start()
+        got, why = node.pick_ports(**args, wait_s=10)
+        assert why is None and got == ports
+    finally:
+        holder.close()
