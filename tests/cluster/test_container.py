@@ -404,8 +404,9 @@ def test_hang_in_containers_is_found_and_its_stacks_saved(bundle, tmp_path):
         assert "freeze_in_rollout" in head_text, head_text
         assert "generate_sequences" in head_text and "generate_sequences" in worker_text, worker_text
         assert "/opt/sf/runtime/bin/py-spy" in head_text  # the container's py-spy
-        requeued = [e for e in phases(run_dir) if e["phase"] == "requeued"]
-        assert requeued and requeued[0]["cause"] == "hang", requeued
+        # the requeue is recorded after the stacks are saved: wait for it, not read it at once
+        requeued = wait_event(run_dir, "requeued", timeout=60)
+        assert requeued["cause"] == "hang", requeued
         wait_event(run_dir, "driver_started", restart=1, timeout=180)  # the next attempt, in containers too
         assert wait_state(job, {"COMPLETED", "FAILED"}, timeout=120) == "COMPLETED"
     finally:
