@@ -20,6 +20,9 @@ import yaml
 from launcher.states import run_ended, slurm_done
 
 REPO = Path(__file__).resolve().parents[2]
+# the dev cluster's partitions (scripts/dev-cluster writes them into slurm.conf)
+TRAIN = {f"dev{k}" for k in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12)}
+TEACH = {"dev7", "dev8"}
 SF = str(Path(sys.executable).parent / "sf")
 # job states after which `scancel` has nothing left to do
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")

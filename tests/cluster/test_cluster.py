@@ -7,9 +7,7 @@ import re
 import sys
 
 import pytest
-
-TRAIN = {f"dev{k}" for k in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12)}  # scripts/dev-cluster
-TEACH = {"dev7", "dev8"}
+from helpers import TEACH, TRAIN
 
 
 def test_plain_job_completes_and_sacct_reports_it(slurm, tmp_path, wait_for):

@@ -65,7 +65,9 @@ def nodes_up() -> bool:
     out = subprocess.run(["sinfo", "-h", "-N", "-p", "all", "-o", "%N %t"], capture_output=True, text=True,
                          timeout=15).stdout.split("\n")
     states = [line.split()[1] for line in out if line.strip()]
-    return bool(states) and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "comp") for s in states)
+    conf = Path(os.environ["SLURM_CONF"]).read_text().splitlines()
+    configured = sum(1 for line in conf if line.startswith("NodeName="))
+    return len(states) == configured and all(s.rstrip("*~#") in ("idle", "mix", "alloc", "comp") for s in states)
 
 
 def sacct_running(array_id: str, count: int) -> bool:

@@ -9,14 +9,12 @@ import sys
 import time
 
 from click.testing import CliRunner
+from helpers import TEACH, TRAIN
 
 from launcher import runs
 from launcher import slurm as sfslurm
 from launcher.cli.app import main
 from launcher.monitor import poll as monitor
-
-TRAIN = {f"dev{k}" for k in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12)}  # scripts/dev-cluster
-TEACH = {"dev7", "dev8"}
 
 
 def _run_with_job(root, name, script_text, *, extra_args=()):

@@ -104,7 +104,7 @@ def test_two_nodes_that_share_a_gpu_fail_the_barrier_by_name(tmp_path):
     assert "GPU check failed during phase barrier" in reason and "GPU-shared-0 is seen by nodes" in reason
     record = json.loads((RUNS / out["run"] / "record.json").read_text())
     nodes = sorted({e["node"] for e in runs.read_phases(RUNS / out["run"]) if e["phase"] == "node_started"})
-    # both nodes named, in the job's node order (dev9 before dev10), whichever two Slurm gave
+    # both nodes named, whichever two Slurm gave (sf lists them in the job's order: dev9, dev10)
     named = reason.split("is seen by nodes ", 1)[1].split(":", 1)[0].split(", ")
     assert len(nodes) == 2 and sorted(named) == nodes, (reason, record)
 
