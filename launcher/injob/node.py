@@ -86,10 +86,19 @@ def busy_ports(address: str, ports, *, head: bool) -> list[int]:
 
 def ports_taken_text(address: str, port_range, busy: list[int]) -> str:
     """The reason when no slot of the range is free on a host: the ports seen taken, the fix."""
-    shown = ", ".join(str(p) for p in busy[:8]) + (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
     return (f"port collision: no port slot of ray.port_range {port_range[0]}-{port_range[1]} is free on {address} "
-            f"(last slot tried: port {shown} taken by another process, of another user or another program; "
-            f"`ss -ltnp` on that node shows it); widen or move ray.port_range in the site file, or exclude the node")
+            f"(last slot tried: {taken_text(busy)}); widen or move ray.port_range in the site file, "
+            "or exclude the node")
+
+
+def taken_text(busy: list[int]) -> str:
+    """"port 20001, 20005 taken, port 20001 listened on by gcs_server (pid 4242, ...)": the
+    ports seen taken and who holds the first (ports.holder_text)."""
+    if not busy:
+        return "no port seen taken"
+    shown = ", ".join(str(p) for p in busy[:8]) + (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
+    first = f"port {busy[0]} " if len(busy) > 1 else ""
+    return f"port {shown} taken, {first}{ports_mod.holder_text(busy[0])}"
 
 
 def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
@@ -286,9 +295,10 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
             time.sleep(HEAD_PORTS_POLL_S)
             busy = busy_ports(address, ports, head=True)
         if busy:
-            return None, (f"port collision: port {', '.join(map(str, busy[:8]))} of the head's slot on {address} "
-                          "was taken after the supervisor checked it (by another process: another user's or "
-                          "another program); submit again, or move ray.port_range in the site file")
+            # Another user's head that drew the same slot and started between the supervisor's
+            # check and this one (users' port locks are their own), or another program.
+            return None, (f"port collision: the head's slot on {address} was taken after the supervisor checked "
+                          f"it ({taken_text(busy)}); submit again, or move ray.port_range in the site file")
         return ports, None
     # A worker's ports only have to be free on its own host: it takes the first slot there that
     # no other job of this user holds (the lock) and no other program uses (the bind check).
@@ -377,7 +387,9 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
                 and not refused and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
-            kill_group(child)
+            if not kill_group(child):
+                write_line(f"[sf node {node}] the failed try's processes were still there {KILL_WAIT_S:.0f} s "
+                           "after SIGKILL: starting again anyway")
             keep_ray_logs(temp, run_dir, job_id, node, failed_try=attempt + 1)
             runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
                               attempt=attempt + 1, error=fatal or output.last_lines())
@@ -421,6 +433,8 @@ def arguments_refused(output: str) -> bool:
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
 HEAD_PORTS_WAIT_S = 15.0  # a retrying head waits this long for its slot's ports to free
+KILL_WAIT_S = 10.0  # how long a failed try's killed processes may take to be gone
+KILL_POLL_S = 0.1
 HEAD_PORTS_POLL_S = 0.5
 RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
 FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
@@ -472,7 +486,6 @@ def wait_for_start(child: subprocess.Popen, output, temp: str, on_started=None) 
             on_started = None
         if not output.started and (fatal := raylet_fatal(temp)):
             kill_group(child)
-            child.wait()
             return 1, fatal
 
 
@@ -508,12 +521,42 @@ def joined(run_dir: str, since: float) -> bool:
     return any(e.get("phase") == "all_joined" and e.get("time", 0) >= since for e in runs.read_phases(run_dir))
 
 
-def kill_group(child: subprocess.Popen) -> None:
-    """What a failed `ray start` left running (it is its own process group's leader)."""
+def kill_group(child: subprocess.Popen, wait_s: float = KILL_WAIT_S) -> bool:
+    """Kill what a failed `ray start` left running (it is its own process group's leader) and
+    wait, at most `wait_s`, until the group is gone: a retry must not find the killed try's
+    processes still holding its ports. Whether the group is gone."""
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    until = time.monotonic() + wait_s
+    try:
+        child.wait(timeout=wait_s)  # reap the leader
+    except subprocess.TimeoutExpired:
+        return False
+    while group_running(child.pid):
+        if time.monotonic() >= until:
+            return False
+        time.sleep(KILL_POLL_S)
+    return True
+
+
+def group_running(pgid: int, proc: str = "/proc") -> bool:
+    """Whether a process of group `pgid` still runs. Zombies do not count: they hold no port,
+    and Ray's processes, reparented when `ray start` died, are reaped by whoever adopted
+    them, which may be slow (or never, where the adopter does not reap)."""
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{pid}/stat") as f:
+                # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def _test_nodes(variable: str) -> list[str]:

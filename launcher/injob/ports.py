@@ -1,8 +1,8 @@
 """Ray ports per (job, node slot), derived from SLURM_JOB_ID inside the site's range.
 
 The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
-A job's head draws its first block at random (random_block: nobody can predict it); node
-i of the job tries slot `i % SLOTS_PER_JOB` of it first. Two nodes never share a port on one
+A job's head draws its first slot at random (random_slot: nobody can predict it); node
+i of the job tries slot `i % SLOTS_PER_JOB` of that block first. Two nodes never share a port on one
 host: a node takes the next slot another node of this user does not hold (a lock) and no
 other process uses (a bind check of every port of the slot); a job's nodes past the first
 SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds every port a Ray
@@ -11,6 +11,8 @@ node opens (head-only ones too) and a worker port range.
 
 from __future__ import annotations
 
+import os
+import pwd
 import secrets
 from dataclasses import asdict, dataclass
 
@@ -73,14 +75,18 @@ def n_blocks(port_range: tuple[int, int]) -> int:
 
 def job_block(job_id: int | str, port_range: tuple[int, int]) -> int:
     """The block job `job_id` would take by its id: predictable by anyone, so only the
-    benchmarks' "Ray alone" baseline uses it; sf's jobs take random_block."""
+    benchmarks' "Ray alone" baseline uses it; sf's jobs take random_slot."""
     return int(job_id) % n_blocks(port_range)
 
 
-def random_block(port_range: tuple[int, int]) -> int:
-    """The block a job's head tries first, drawn at random: another user who wants to squat
-    the ports of a job cannot know them before it starts (the workers follow the head's)."""
-    return secrets.randbelow(n_blocks(port_range))
+def random_slot(port_range: tuple[int, int]) -> tuple[int, int]:
+    """(block, slot) a job's head tries first, drawn at random over every slot of the range:
+    another user who wants to squat the ports of a job cannot know them before it starts (the
+    workers follow the head's). Over slots, not blocks: two users' heads starting on one shared
+    host at once see each other only through the bind check (their port locks are their own),
+    and only once the other's Ray listens; they draw the same slot 1 time in
+    n_blocks x SLOTS_PER_JOB (96 in the dev site's range) instead of 1 in n_blocks (12)."""
+    return divmod(secrets.randbelow(n_blocks(port_range) * SLOTS_PER_JOB), SLOTS_PER_JOB)
 
 
 def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:
@@ -175,3 +181,87 @@ def usable_range(port_range: tuple[int, int], ephemeral: tuple[int, int] | None 
     above = (max(lo, eph[1] + 1), hi)
     sides = [s for s in (below, above) if s[1] - s[0] + 1 >= JOB_BLOCK]
     return max(sides, key=lambda s: s[1] - s[0]) if sides else (lo, hi)
+
+
+# --- who holds a port ---------------------------------------------------------------
+TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket
+
+
+def listeners(port: int, proc: str = "/proc") -> list[dict]:
+    """Who listens on TCP `port` on this host, on any address, from the kernel's socket tables
+    of this network namespace: [{"uid", "inode", "pid", "command", "slurm_job"}]. pid, command
+    and Slurm job only where this process may read the holder's /proc entries (its own user's:
+    another user's open files and environment are not readable, and need not be)."""
+    found: dict[str, int] = {}  # socket inode -> uid
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            lines = open(f"{proc}/{table}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found[fields[9]] = int(fields[7])
+    holders = {inode: {"uid": uid, "inode": inode, "pid": None, "command": None, "slurm_job": None}
+               for inode, uid in found.items()}
+    wanted = {f"socket:[{inode}]": inode for inode in holders}
+    pids = [p for p in _listdir(proc) if p.isdigit()] if wanted else []
+    for pid in pids:
+        for fd in _listdir(f"{proc}/{pid}/fd"):
+            try:
+                inode = wanted.get(os.readlink(f"{proc}/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if inode and holders[inode]["pid"] is None:
+                holders[inode].update(pid=int(pid), command=_read(f"{proc}/{pid}/comm").strip() or None,
+                                      slurm_job=_environ_value(f"{proc}/{pid}/environ", "SLURM_JOB_ID"))
+    return list(holders.values())
+
+
+def holder_text(port: int, proc: str = "/proc") -> str:
+    """Who holds `port`, for a port-collision reason: "gcs_server (pid 4242, Slurm job 51, user
+    alice)", "a process of user bob (uid 1001)", or what it means that nobody listens on it."""
+    held = listeners(port, proc)
+    if not held:
+        return "no process listens on it (a socket bound without listening, an outgoing connection's, or one closing)"
+    parts = []
+    for h in held:
+        user = _user_name(h["uid"])
+        if h["pid"] is None:
+            parts.append(f"a process of user {user} (uid {h['uid']})")
+        else:
+            job = f", Slurm job {h['slurm_job']}" if h["slurm_job"] else ""
+            parts.append(f"{h['command'] or 'a process'} (pid {h['pid']}{job}, user {user})")
+    return "listened on by " + "; ".join(parts)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _environ_value(path: str, name: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    return next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

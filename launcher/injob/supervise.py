@@ -584,27 +584,29 @@ class Supervisor:
         self.job = replace(self.job, head=f"{self.head_addr}:{self.ports.gcs}", port_block=block, head_slot=slot)
 
     def free_head_slot(self) -> tuple[int, int]:
-        """(block, slot) of the head's ports: a block chosen at random (another user cannot
-        predict it and squat it beforehand), reserved on the head's host for the whole job
-        (private.reserve: an fcntl lock this process holds until it exits, so two jobs of this
-        user starting on one host at once never take one slot) and with every port of the slot
-        free, the worker range included (another user's job or program is seen by the bind
-        check). PortsTaken, naming the ports and the fix, when no slot of the range is free."""
+        """(block, slot) of the head's ports: a slot chosen at random (ports_mod.random_slot:
+        another user cannot predict it and squat it beforehand), reserved on the head's host
+        for the whole job (private.reserve: an fcntl lock this process holds until it exits,
+        so two jobs of this user starting on one host at once never take one slot) and with
+        every port of the slot free, the worker range included (another user's job or program
+        is seen by the bind check). PortsTaken, naming the ports and the fix, when no slot of
+        the range is free."""
         from launcher.injob.node import busy_ports, ports_taken_text
 
         locks = private.lock_dir(self.ray.temp_root)
         if locks is None:
             log(f"warning: no private lock dir under {self.ray.temp_root}: the port block is not reserved")
-        first = ports_mod.random_block(self.ray.port_range)
+        first, drawn = ports_mod.random_slot(self.ray.port_range)
         busy: list[int] = []
-        for block, slot in ports_mod.candidate_slots(first, 0, self.ray.port_range):
+        for block, slot in ports_mod.candidate_slots(first, drawn, self.ray.port_range):
             reservation = private.reserve(locks, block, slot)
             if reservation is None:
                 continue
             busy = busy_ports(self.head_addr, ports_mod.block_ports(block, slot, self.ray.port_range), head=True)
             if not busy:
-                if slot != 0:
-                    log(f"ports: slot 0 of block {block} is taken on {self.head_addr}; using slot {slot}")
+                if (block, slot) != (first, drawn):
+                    log(f"ports: slot {drawn} of block {first} is taken on {self.head_addr}; "
+                        f"using slot {slot} of block {block}")
                 self.port_reservation = reservation
                 return block, slot
             reservation.release()

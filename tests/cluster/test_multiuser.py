@@ -223,6 +223,8 @@ def test_ports_squatted_by_another_user_are_skipped_or_named(tmp_path):
         reason = (Path(out["run_dir"]) / "reason").read_text()
         assert "port collision" in reason and "ray.port_range" in reason and "RuntimeError" not in reason, reason
         assert any(str(port) in reason for port in squatted_ports(8)), reason
+        # who holds it: the job's user (root here) may read the squatter's /proc entries
+        assert f"(pid {squatter.pid}, user nobody)" in reason, reason
         print(f"\nevery slot squatted: FAILED in {time.monotonic() - t0:.1f}s: {reason.strip()}")
     finally:
         squatter.kill()

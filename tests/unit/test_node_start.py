@@ -64,3 +64,30 @@ def test_ray_start_refusing_its_arguments_is_not_load():
     assert node.arguments_refused("Error: Invalid value for '--num-cpus': 'x' is not a valid integer.")
     assert not node.arguments_refused("Timed out waiting for file /tmp/x/dashboard_agent_listen_port")
     assert not node.arguments_refused("ConnectionError: GCS at 127.0.0.11:20000 did not answer")
+
+
+def test_a_failed_tries_processes_are_gone_when_kill_group_returns():
+    """kill_group waits until `ray start`'s group no longer runs: a retry must not meet its
+    own killed processes on its ports."""
+    child = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & echo up; wait"], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    assert child.stdout.readline().strip() == "up"  # both children run
+    assert node.group_running(child.pid)
+    t0 = time.monotonic()
+    assert node.kill_group(child) is True
+    assert not node.group_running(child.pid) and child.returncode is not None
+    assert time.monotonic() - t0 < 5
+    child.stdout.close()
+
+
+def test_zombies_and_other_groups_do_not_count_as_running(tmp_path):
+    def proc(pid, stat):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(stat)
+
+    proc(10, "10 (ray::Dash (a) b) Z 1 77 77 0 -1")  # a zombie whose name holds ") "
+    proc(11, "11 (raylet) S 1 78 78 0 -1")            # another group
+    (tmp_path / "self").mkdir()
+    assert not node.group_running(77, str(tmp_path))
+    proc(12, "12 (gcs_server) R 1 77 77 0 -1")
+    assert node.group_running(77, str(tmp_path))

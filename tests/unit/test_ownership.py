@@ -188,10 +188,13 @@ def test_the_site_says_which_ray_variables_and_test_hooks_pass():
         site_from_dict({**base, "slurm": {"pass_ray_env": ["SLURM_TIMELIMIT"]}})
 
 
-def test_the_heads_port_block_cannot_be_predicted():
+def test_the_heads_port_slot_cannot_be_predicted():
     rng = (20000, 59999)
-    draws = {ports.random_block(rng) for _ in range(200)}
-    assert len(draws) > 10 and all(0 <= b < ports.n_blocks(rng) for b in draws)
+    draws = {ports.random_slot(rng) for _ in range(400)}
+    assert all(0 <= b < ports.n_blocks(rng) and 0 <= s < ports.SLOTS_PER_JOB for b, s in draws)
+    # over every slot, not only each block's first: two users' heads on one host rarely meet
+    assert len({b for b, _ in draws}) > 10 and len({s for _, s in draws}) == ports.SLOTS_PER_JOB
+    assert len(draws) > 150
 
 
 def test_a_squatted_worker_port_makes_the_slot_busy():

@@ -313,6 +313,7 @@ def test_a_retrying_head_waits_for_its_slot_and_a_first_try_does_not():
     try:
         got, why = node.pick_ports(**args)
         assert got is None and "port collision" in why and str(ports.node_manager) in why
+        assert f"(port {ports.node_manager} taken, no process listens on it" in why  # bound, not listening
         got, why = node.pick_ports(**args, wait_s=0.6)
         assert got is None and "port collision" in why  # still held after the wait
         threading.Timer(0.3, holder.close).start()
@@ -320,3 +321,41 @@ def test_a_retrying_head_waits_for_its_slot_and_a_first_try_does_not():
         assert why is None and got == ports
     finally:
         holder.close()
+
+
+def fake_socket_tables(proc, rows):
+    """A /proc of `rows` (local "hexaddr:hexport", state, uid, inode) in net/tcp, an empty tcp6."""
+    (proc / "net").mkdir()
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    body = "".join(f"   {i}: {local} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000 {uid:>5} "
+                   f"0 {inode} 1 0000000000000000 100 0 0 10 0\n" for i, (local, state, uid, inode) in enumerate(rows))
+    (proc / "net" / "tcp").write_text(header + body)
+    (proc / "net" / "tcp6").write_text(header)
+
+
+def test_a_ports_holder_is_named_from_the_kernels_socket_tables(tmp_path):
+    """What a port-collision reason says of who holds the port: this user's process by name,
+    pid and Slurm job; another user's by user only (their /proc is not readable)."""
+    fake_socket_tables(tmp_path, [("0D00007F:4E20", "0A", 0, 111),       # 127.0.0.13:20000, root's
+                                  ("00000000:4E21", "0A", 65534, 222),   # *:20001, nobody's
+                                  ("0D00007F:4E22", "01", 0, 333)])      # 20002: a connection, no listener
+    pid = tmp_path / "4242"
+    (pid / "fd").mkdir(parents=True)
+    (pid / "fd" / "7").symlink_to("socket:[111]")
+    (pid / "comm").write_text("gcs_server\n")
+    (pid / "environ").write_bytes(b"PATH=/bin\0SLURM_JOB_ID=51\0")
+    assert ports.holder_text(20000, str(tmp_path)) == "listened on by gcs_server (pid 4242, Slurm job 51, user root)"
+    assert ports.holder_text(20001, str(tmp_path)) == "listened on by a process of user nobody (uid 65534)"
+    assert ports.holder_text(20002, str(tmp_path)).startswith("no process listens on it")
+
+
+def test_a_real_listener_is_found_with_this_process_as_its_holder():
+    import os
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert f"(pid {os.getpid()}, user " in ports.holder_text(port)
+    assert ports.listeners(port) == []
