@@ -20,9 +20,19 @@ import yaml
 from launcher.states import run_ended, slurm_done
 
 REPO = Path(__file__).resolve().parents[2]
-# the dev cluster's partitions (scripts/dev-cluster writes them into slurm.conf)
-TRAIN = {f"dev{k}" for k in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12)}
-TEACH = {"dev7", "dev8"}
+
+
+def partition_nodes(partition: str) -> set[str]:
+    """The nodes of one of the dev cluster's partitions, as the running cluster has them
+    (scripts/dev-cluster's TRAIN_NODES / TEACH_NODES; scripts/test stops on another shape)."""
+    listed = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%N"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    return set(subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True,
+                              check=True).stdout.split())
+
+
+TRAIN = partition_nodes("train")
+TEACH = partition_nodes("teach")
 SF = str(Path(sys.executable).parent / "sf")
 # job states after which `scancel` has nothing left to do
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")
