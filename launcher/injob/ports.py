@@ -1,12 +1,13 @@
-"""Ray ports per (job, node slot), derived from SLURM_JOB_ID inside the site's range.
+"""Ray ports per (job, node slot) inside the site's range.
 
 The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
-A job's head draws its first slot at random (random_slot: nobody can predict it); node
-i of the job tries slot `i % SLOTS_PER_JOB` of that block first. Two nodes never share a port on one
-host: a node takes the next slot another node of this user does not hold (a lock) and no
-other process uses (a bind check of every port of the slot); a job's nodes past the first
-SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds every port a Ray
-node opens (head-only ones too) and a worker port range.
+A job's head draws its first slot at random (random_slot: nobody can predict it); node i
+of the job tries slot `i % SLOTS_PER_JOB` of that block first. Two nodes never share a port
+on one host: a node takes the next slot another node of this user does not hold (a lock)
+and no other process uses (a bind check of every port of the slot); a job's nodes past the
+first SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds every port
+a Ray node opens (head-only ones too) and a worker port range. Who holds a taken port
+(listeners, holder_text) is read from the kernel's socket tables for the collision's reason.
 """
 
 from __future__ import annotations
