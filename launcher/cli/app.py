@@ -140,7 +140,7 @@ class LazyGroup(click.Group):
             errors = exc.errors if isinstance(exc, SpecErrors) else [exc]
             self._fail(ctx, errors, exc.exit_code, "sf: error: ")
         except SlurmError as exc:
-            self._fail(ctx, [SpecError("slurm", str(exc))], exc.exit_code, "sf: slurm error: ")
+            self._fail(ctx, [SpecError("slurm", str(exc))], exc.exit_code, "sf: slurm error: ", from_slurm=True)
         except OSError as exc:  # a spec, site, runs dir or output path the file system refuses: no traceback
             self._fail(ctx, [os_error(exc)], 2, "sf: error: ")
         except RecursionError:
@@ -161,11 +161,13 @@ class LazyGroup(click.Group):
                                        "please send the report to sf's maintainers")], 1, "sf: error: ")
 
     @staticmethod
-    def _fail(ctx, errors: list[SpecError], exit_code: int, prefix: str):
+    def _fail(ctx, errors: list[SpecError], exit_code: int, prefix: str, from_slurm: bool = False):
         if ctx.meta.get("sf.json"):
             click.echo(json.dumps(error_document(errors, ctx.invoked_subcommand), indent=2))
         for error in errors:
-            shown = error.message if error.field == "slurm" else str(error)
+            # Slurm's own message already says what failed; a spec error always names its field,
+            # `slurm` (config.yaml's `slurm: null`) included
+            shown = error.message if from_slurm else str(error)
             click.echo(f"{prefix}{shown}", err=True)
         sys.exit(exit_code)
 

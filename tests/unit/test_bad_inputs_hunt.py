@@ -1,0 +1,62 @@
+"""Bad inputs an adversarial new user tried (a hunt through the CLI, nothing submitted): each
+goes through the real CLI (click's CliRunner) and must end with exit 2 and one `sf: error:`
+line that names the field and the fix, leaving no run folder behind."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
+from sfc_helpers import write_exp, write_site  # noqa: E402
+
+from launcher.cli.app import main  # noqa: E402
+
+GOOD = """method: verl/grpo
+model: Qwen/Qwen2.5-0.5B-Instruct
+data:
+  train: {files: /d/train.parquet}
+  validation: {files: /d/test.parquet}
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SF_SITE", str(site))
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "runs").mkdir()
+    return tmp_path
+
+
+def sf(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles, code=2):
+    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.output
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+# --- a spec error of the field `slurm` printed its message without the field --------------
+
+@pytest.mark.parametrize("value, needle", [("null", "is empty (null)"), ("[]", "has the wrong type"),
+                                           ("{spare_nodes: 1}", "unknown key 'spare_nodes'")])
+def test_slurm_block_errors_name_slurm(env, value, needle):
+    # The CLI printed a SpecError whose field is `slurm` as a Slurm failure: without its field
+    write_exp(env, "exp", GOOD + f"slurm: {value}\n")
+    line = refused(sf("validate", "exp"), needle)
+    assert line.startswith("sf: error: slurm: "), line
+    doc = json.loads(sf("validate", "exp", "--json").stdout)
+    assert doc["errors"][0]["field"] == "slurm"
