@@ -60,3 +60,22 @@ def test_slurm_block_errors_name_slurm(env, value, needle):
     assert line.startswith("sf: error: slurm: "), line
     doc = json.loads(sf("validate", "exp", "--json").stdout)
     assert doc["errors"][0]["field"] == "slurm"
+
+
+# --- counts Slurm cannot hold: max_requeues and signal_lead_s above 65535 -----------------
+
+@pytest.mark.parametrize("key, value", [("max_requeues", "1e99"), ("max_requeues", "70000"),
+                                        ("signal_lead_s", "99999999999")])
+def test_slurm_counts_beyond_slurm_are_refused(env, key, value):
+    # max_requeues 1e99 reached the batch script as a 100-digit SF_MAX_REQUEUES that bash's
+    # 64-bit arithmetic wraps (the first requeue was refused); a lead above 65535 is refused
+    # by sbatch (exit 1 after sf said the spec was valid)
+    write_exp(env, "exp", GOOD + f"slurm: {{time: UNLIMITED, {key}: {value}}}\n")
+    refused(sf("submit", "exp", "--dry-run"), f"slurm.{key}:", "maximum of 65535")
+    assert not list((env / "runs").iterdir())
+
+
+def test_site_max_requeues_beyond_slurm_is_refused(env):
+    write_site(env, runs_dir=str(env / "runs"), slurm={"time": "00:30:00", "max_requeues": 70000})
+    write_exp(env, "exp", GOOD)
+    refused(sf("validate", "exp"), "site.slurm.max_requeues", "site.yaml:", "maximum of 65535")

@@ -67,7 +67,14 @@ def build() -> dict:
                      "description": "wall time as Slurm reads it (launcher/compile/slurm_time.py checks the values): MINUTES, MINUTES:SECONDS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"},
             "partition": {"type": ["string", "null"], "description": "overrides the series' partition for every pool"},
             "exclusive": {"type": "boolean"}, "requeue": {"type": "boolean"},
-            "max_requeues": {"type": "integer", "minimum": 0}, "signal_lead_s": {"type": "integer", "minimum": 10},
+            # both at most 65535: Slurm counts a job's restarts in 16 bits, and sbatch refuses a
+            # longer --signal lead (a bigger max_requeues wrapped in the script's bash arithmetic)
+            "max_requeues": {"type": "integer", "minimum": 0, "maximum": 65535,
+                             "description": "requeues after preemption or the wall time before the run gives up; "
+                                            "at most 65535 (Slurm counts a job's restarts in 16 bits)"},
+            "signal_lead_s": {"type": "integer", "minimum": 10, "maximum": 65535,
+                              "description": "--signal=B:USR1@N: seconds before the limit when verl checkpoints; "
+                                             "at most 65535 (sbatch refuses a longer lead)"},
             # the progress watchdog (launcher/injob/watchdog.py)
             "hang_timeout_s": {"type": "integer", "minimum": 0,
                                "description": "seconds without a new training step before the job counts as hung "
