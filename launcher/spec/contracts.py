@@ -52,12 +52,15 @@ def explain(err, command: str = "sf schema") -> str:
     """One jsonschema error as `what; fix` (config.yaml's wording; `command` prints the schema)."""
     v = err.validator
     if v == "additionalProperties":
-        extra = re.findall(r"'([^']+)'", err.message.split("(")[-1]) or []
         allowed = sorted((err.schema.get("properties") or {}).keys())
+        # the extra keys from the mapping itself: jsonschema's message quotes only text keys,
+        # and YAML reads `1:`, `true:` or `null:` as keys of other types
+        extra = [key for key in err.instance if key not in allowed] if isinstance(err.instance, dict) else []
         parts = []
         for key in extra:
-            close = difflib.get_close_matches(key, allowed, n=3, cutoff=0.5)
-            parts.append(f"unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            close = difflib.get_close_matches(str(key), allowed, n=3, cutoff=0.5)
+            shown = repr(key) if isinstance(key, str) else _yaml_text(key)
+            parts.append(f"unknown key {shown}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         where = "; allowed: " + ", ".join(allowed) if len(allowed) <= 12 else f"; see `{command}` for the allowed keys"
         if list(err.absolute_path) == ["knobs"]:
             where += "; or pass a raw Hydra key in overrides: [\"a.b.c=VALUE\"]"
@@ -84,6 +87,14 @@ def explain(err, command: str = "sf schema") -> str:
     if v == "oneOf":
         return f"{err.instance!r} must be a file path or a list of file paths"
     return err.message
+
+
+def _yaml_text(value) -> str:
+    """A key YAML read as another type than text, as it was written: 1, true, null."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)  # a date
 
 
 # ----------------------------------------------------------------------------- files

@@ -79,3 +79,16 @@ def test_site_max_requeues_beyond_slurm_is_refused(env):
     write_site(env, runs_dir=str(env / "runs"), slurm={"time": "00:30:00", "max_requeues": 70000})
     write_exp(env, "exp", GOOD)
     refused(sf("validate", "exp"), "site.slurm.max_requeues", "site.yaml:", "maximum of 65535")
+
+
+# --- a key YAML reads as a number, true or null: the line named no key ---------------------
+
+@pytest.mark.parametrize("block, field, shown", [("1: 2\n", "config.yaml", "unknown key 1;"),
+                                                 ("null: 2\n", "config.yaml", "unknown key null;"),
+                                                 ("knobs: {true: 2}\n", "knobs", "unknown key true;"),
+                                                 ("spec: {resources: {pools: [{name: t, 5: 1}]}}\n",
+                                                  "spec.resources.pools[0]", "unknown key 5;")])
+def test_non_text_keys_are_named(env, block, field, shown):
+    # jsonschema's message quotes only text keys: the line read `config.yaml: ; allowed: ...`
+    write_exp(env, "exp", GOOD + block)
+    refused(sf("validate", "exp"), f"{field}: {shown}")
