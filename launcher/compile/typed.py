@@ -76,7 +76,15 @@ def problems(ctx) -> list[tuple[str, str]]:
                                      f"fall back to another behaviour: give it a value instead, e.g. {key}={example}"))
             continue
         value = ctx.effective.get(key, _ABSENT) if ctx.effective is not None else w.value
-        if value is _ABSENT or isinstance(value, (dict, list)):
+        if value is _ABSENT:
+            continue
+        if isinstance(value, (dict, list)):
+            # a count, a rate or a switch is never a list or a mapping (verl fails on it after Ray
+            # started); a string key may be (data files take a list of paths)
+            if kind is not str:
+                got = "a mapping" if isinstance(value, dict) else "a list"
+                out.append((w.field, f"{key}={hydra_value(value)} is {got}, but verl's {key} is {want}{dflt}; "
+                                     f"write one value, e.g. {key}={example}"))
             continue
         if value is None:
             if default is not None and key not in NULL_IS_A_CHOICE:
