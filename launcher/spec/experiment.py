@@ -401,7 +401,9 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
         try:
             split_override(item)
         except ValueError:
-            errors.append(SpecError(flag, f"{item!r}: bad key"))
+            errors.append(SpecError(flag, f"{item!r}: {key.strip()!r} is not a knob or a Hydra key (letters, digits "
+                                    "and _ . @ / -, starting with a letter or _, optionally after + ++ or ~); write "
+                                    "KEY=VALUE, e.g. --set rollout_n=8 or --set trainer.total_epochs=2"))
             continue
         bare = key.lstrip("+~")
         if "." in bare or key[:1] in "+~" or bare in ("model_engine",) or value.strip().startswith("{"):

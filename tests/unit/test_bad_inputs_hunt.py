@@ -113,3 +113,13 @@ def test_list_for_a_string_key_still_passes(env):
     write_exp(env, "exp", GOOD)
     result = sf("validate", "exp", "--set", "trainer.project_name=[a]")
     assert result.exit_code == 0, result.stderr
+
+
+# --- a --set whose key is no key: the line said `bad key` and no fix ----------------------
+
+@pytest.mark.parametrize("item, key", [("=5", "''"), ("a b=1", "'a b'"), (".trainer=1", "'.trainer'"),
+                                       ("tráiner.x=1", "'tráiner.x'")])
+def test_set_bad_key_says_the_form(env, item, key):
+    write_exp(env, "exp", GOOD)
+    refused(sf("validate", "exp", "--set", item), "--set:", f"{key} is not a knob or a Hydra key",
+            "write KEY=VALUE, e.g. --set rollout_n=8")
