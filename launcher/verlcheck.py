@@ -581,6 +581,10 @@ def grammar_errors(overrides) -> list[SpecError]:
             parser.parse_override(text)
         except Exception:
             prefix, key, value = _split(text)
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):  # quoting it would print the break in the hint
+                errors.append(SpecError(key or text, f"value {value!r} holds a line break or another control "
+                                        "character; write the value on one line without it"))
+                continue
             quoted = value.replace("\\", "\\\\").replace('"', '\\"')
             errors.append(SpecError(key or text, f"value {value!r} is not valid Hydra override syntax (spaces, ;, ( ), "
                                     f"[ ], {{ }}, quotes and commas must be quoted); quote it: "

@@ -75,7 +75,8 @@ def parse_grid(items) -> list[tuple[str, list[str]]]:
         key, _, rest = item.partition("=")
         key = key.strip()
         if not _KEY.fullmatch(key):
-            raise SpecError("--grid", f"{key!r} is not a knob or a dotted Hydra key")
+            raise SpecError("--grid", f"{key!r} is not a knob or a dotted Hydra key (letters, digits and _ . @ / -, "
+                            "starting with a letter or _); write KEY=V1,V2, e.g. --grid actor_lr=1e-6,3e-6")
         if key in seen:
             raise SpecError(f"--grid {key}", "given twice; list all its values in one --grid KEY=V1,V2")
         values = [v.strip() for v in split_values(rest)]

@@ -123,3 +123,21 @@ def test_set_bad_key_says_the_form(env, item, key):
     write_exp(env, "exp", GOOD)
     refused(sf("validate", "exp", "--set", item), "--set:", f"{key} is not a knob or a Hydra key",
             "write KEY=VALUE, e.g. --set rollout_n=8")
+
+
+# --- a line break in an override's value --------------------------------------------------
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb"])
+def test_line_break_in_a_set_value_is_one_line(env, value):
+    # the hint quoted the value with its break: the error ran over two lines (a CR hid half of it)
+    write_exp(env, "exp", GOOD)
+    result = sf("validate", "exp", "--set", f"trainer.project_name={value}")
+    refused(result, "trainer.project_name:", "holds a line break", "on one line")
+    assert result.stderr.count("\n") == 1 and "\r" not in result.stderr
+
+
+def test_line_break_in_a_config_override_names_it(env):
+    # the schema's pattern did not match past a line break: 'has the wrong form', for a
+    # key=value that has the right one
+    write_exp(env, "exp", GOOD + 'overrides: ["trainer.project_name=a\\nb"]\n')
+    refused(sf("validate", "exp"), "trainer.project_name:", "holds a line break")

@@ -47,7 +47,7 @@ def build() -> dict:
         "custom_reward_function": {"type": "object", "additionalProperties": False, "description": "alias of reward.function (the product doc's name)", "properties": {
             "path": {"type": "string", "minLength": 1}, "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}},
         "knobs": {"type": "object", "additionalProperties": False, "properties": knobs, "description": "named knobs; each maps to a verl Hydra key"},
-        "overrides": {"type": "array", "items": {"type": "string", "pattern": "^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"}, "description": "raw Hydra overrides, \"key=value\""},
+        "overrides": {"type": "array", "items": {"type": "string", "pattern": "^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.@/-]*(=[\\s\\S]*)?$"}, "description": "raw Hydra overrides, \"key=value\""},
         "spec": {"type": "object", "additionalProperties": False, "properties": {
             "resources": {"type": "object", "additionalProperties": False, "properties": {
                 "pools": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
