@@ -606,7 +606,9 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
         errors = grammar_errors(overrides) or _bad_keys(config_name, overrides)
         if not errors:
             cause = f" ({exc.__cause__})" if exc.__cause__ else ""
-            errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {exc}{cause}")]
+            # Hydra's messages run over lines (a sweep's "Ambiguous value ... 1. To use it as a list"): one line
+            said = " ".join(f"{exc}{cause}".split())
+            errors = [SpecError("overrides", f"verl's {config_name} config rejects the overrides: {said}")]
         return errors
 
     errors += added_field_errors(config_name, overrides, cfg, _base)

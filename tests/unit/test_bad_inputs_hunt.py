@@ -141,3 +141,13 @@ def test_line_break_in_a_config_override_names_it(env):
     # key=value that has the right one
     write_exp(env, "exp", GOOD + 'overrides: ["trainer.project_name=a\\nb"]\n')
     refused(sf("validate", "exp"), "trainer.project_name:", "holds a line break")
+
+
+# --- Hydra's own message, when no rule of sf explains a failed compose, is one line --------
+
+def test_hydra_sweep_value_is_one_line(env):
+    # Hydra's "Ambiguous value ... 1. To use it as a list, ..." ran over four lines
+    write_exp(env, "exp", GOOD)
+    result = sf("validate", "exp", "--set", "trainer.project_name=sort(a,b)")
+    refused(result, "overrides:", "Ambiguous value", "To use it as string, quote the value")
+    assert result.stderr.count("\n") == 1, result.stderr
