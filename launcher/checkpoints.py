@@ -204,7 +204,11 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
     the merger reads, and check its files for `fmt` (detected when None)."""
     if fmt is not None and fmt not in FORMATS:
         raise LayoutError(f"--checkpoint-format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    root = Path(path).expanduser().absolute()
+    expanded = os.path.expanduser(str(path))  # pathlib's expanduser raises for an unknown ~USER
+    if expanded.startswith("~"):
+        raise LayoutError(f"{path}: this machine knows no user {str(path)[1:].partition('/')[0]!r}; "
+                          "write the path in full")
+    root = Path(expanded).absolute()
     if not root.exists():
         raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
     if not root.is_dir():

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import click
 
@@ -31,6 +30,7 @@ from launcher.cli.options import (
 )
 from launcher.errors import SpecError
 from launcher.render.logger_env import after_submit
+from launcher.spec.files import expand_user
 from launcher.states import SLURM_COMPLETED
 from launcher.submit import pipeline
 from launcher.submit.pipeline import prepare_run, write_render
@@ -58,7 +58,7 @@ def render(name, out_dir, preflight, as_json, **kwargs):
         ce = request.spec.chain_export
         raise SpecError("--model", f"run {ce.run_id} has no export yet and sf render submits nothing; "
                         f"`sf submit` queues the export first, or `sf export {ce.run_id}` and render after it")
-    out = Path(out_dir).expanduser().resolve()
+    out = expand_user(out_dir, "--output").resolve()
     written = write_render(request, out)
     _warn(request.warnings)
     if as_json:

@@ -28,7 +28,7 @@ from launcher.errors import SpecError, SpecErrors
 from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
 from launcher.spec.contracts import explain
-from launcher.spec.files import blocked_path, nul_errors, parse_yaml_file, refuse_duplicate_keys
+from launcher.spec.files import blocked_path, expand_user, nul_errors, parse_yaml_file, refuse_duplicate_keys
 from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
 
@@ -139,7 +139,7 @@ def _site_layer(site: Site) -> dict:
 
 def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> tuple[str, Path]:
     """NAME -> experiments/NAME; a path to a folder holding config.yaml is taken as is."""
-    candidate = Path(name_or_dir).expanduser()
+    candidate = expand_user(name_or_dir, "NAME")
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
     here = os.path.lexists(candidate / CONFIG_FILE)  # a folder here holds one (even a broken one: say why)
     if looks_like_path or here and not (Path(experiments_root) / name_or_dir).is_dir():
@@ -280,20 +280,20 @@ def _as_list(value) -> list[str]:
     return [str(value)]
 
 
-def _abs_files(files, base: Path) -> Any:
+def _abs_files(files, base: Path, field_name: str) -> Any:
     out = []
     for f in _as_list(files):
         if re.match(r"^[a-z][a-z0-9+.-]*://", f):  # hdfs://, s3://: leave to verl
             out.append(f)
         else:
-            out.append(str((base / Path(f).expanduser()).resolve()) if not Path(f).expanduser().is_absolute()
-                       else str(Path(f).expanduser()))
+            p = expand_user(f, field_name)
+            out.append(str((base / p).resolve()) if not p.is_absolute() else str(p))
     return out[0] if len(out) == 1 else out
 
 
-def _model_path(model: str, base: Path) -> str:
+def _model_path(model: str, base: Path, field_name: str) -> str:
     """Local paths become absolute (compute nodes have another cwd); a HF id stays as is."""
-    p = Path(model).expanduser()
+    p = expand_user(model, field_name)
     if model.startswith(("/", "./", "../", "~")) or (base / p).exists():
         return str((base / p).resolve()) if not p.is_absolute() else str(p)
     return model
@@ -422,7 +422,7 @@ def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
     cli: dict = {}
     cli_prov: dict = {}
     if flags.get("model"):  # `--model run:RUN` arrives resolved (launcher.submit.chain.load_chained)
-        cli["model"] = _model_path(flags["model"], cwd)
+        cli["model"] = _model_path(flags["model"], cwd, "--model")
         cli_prov["model"] = "--model"
     if flags.get("train_dataset"):
         cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
@@ -431,7 +431,8 @@ def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
         cli.setdefault("data", {}).setdefault("train", {})["files"] = list(_as_list(flags["train_data"]))
         cli_prov["data.train.files"] = "--train-data"
     if flags.get("validation_data"):
-        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd)
+        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd,
+                                                                                          "--validation-data")
         cli_prov["data.validation.files"] = "--validation-data"
     if flags.get("profile"):
         cli["profile"] = flags["profile"]
@@ -446,9 +447,10 @@ def _config_paths(config: dict, exp_dir: Path, errors: list) -> dict:
     """config.yaml's relative paths made absolute against the experiment folder (compute
     nodes have another cwd); custom_reward_function (the product doc's name) read as
     reward.function, whose file is checked now (a problem is added to `errors`)."""
-    for holder in (config, config.get("teacher") or {}, config.get("reward") or {}):
+    for where, holder in (("", config), ("teacher.", config.get("teacher") or {}),
+                          ("reward.", config.get("reward") or {})):
         if holder.get("model"):
-            holder["model"] = _model_path(holder["model"], exp_dir)
+            holder["model"] = _model_path(holder["model"], exp_dir, f"{where}model")
     if "custom_reward_function" in config:
         alias = config.pop("custom_reward_function") or {}
         if ((config.get("reward") or {}).get("function")):
@@ -456,7 +458,7 @@ def _config_paths(config: dict, exp_dir: Path, errors: list) -> dict:
         config.setdefault("reward", {})["function"] = alias
     fn = (config.get("reward") or {}).get("function") or {}
     if fn.get("path"):
-        fn["path"] = _abs_files(fn["path"], exp_dir)
+        fn["path"] = _abs_files(fn["path"], exp_dir, "reward.function.path")
         problem = check_reward_function(str(fn["path"]), fn.get("name") or "compute_score")
         if problem:
             errors.append(problem)
@@ -474,10 +476,11 @@ def _data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: 
         dataset_dir = str(ds)
         train["files"] = _dataset_files(ds, train.get("files"))
     elif train.get("files") is not None:
-        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir)
+        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir,
+                                    "--train-data" if from_cli_files else "data.train.files")
     val = (values.get("data") or {}).get("validation") or {}
     if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
-        val["files"] = _abs_files(val["files"], exp_dir)
+        val["files"] = _abs_files(val["files"], exp_dir, "data.validation.files")
     return dataset_dir
 
 

@@ -16,6 +16,19 @@ import yaml
 from launcher.errors import SpecError
 
 
+def expand_user(path, field_name: str) -> Path:
+    """`~` and `~USER` at the start of a path, as the shell expands them, or a SpecError naming
+    the field when this machine knows no such user (pathlib's expanduser raises RuntimeError)."""
+    text = str(path)
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = text[1:].partition("/")[0]
+        who = f"no user {user!r}" if user else "no home directory for you ($HOME is unset)"
+        raise SpecError(field_name, f"{text!r} starts with ~{user}, but this machine knows {who}; "
+                        "write the path in full")
+    return Path(expanded)
+
+
 def read_text_file(path: Path, field_name: str) -> str:
     """A spec or site file's text, or a SpecError naming the path and the cause: not there, a
     directory, a FIFO or device (never opened: reading would block), a symlink loop,

@@ -18,7 +18,7 @@ from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S
 from launcher.sbatch_values import LOGIN_ENV
 from launcher.spec import paths
 from launcher.spec.contracts import check_site
-from launcher.spec.files import nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
+from launcher.spec.files import expand_user, nul_errors, parse_yaml_file, read_text_file, refuse_duplicate_keys
 
 SYSTEM_SITE = Path("/etc/sf/site.yaml")
 USER_SITE = Path("~/.config/sf/site.yaml").expanduser()
@@ -98,9 +98,9 @@ class Site:
 
 
 def find_site_file(explicit: str | None = None) -> Path:
-    for candidate in (explicit, os.environ.get("SF_SITE")):
+    for candidate, field_name in ((explicit, "--site"), (os.environ.get("SF_SITE"), "$SF_SITE")):
         if candidate:
-            path = Path(candidate).expanduser()
+            path = expand_user(candidate, field_name)
             if not path.is_file():
                 if os.path.lexists(path):  # there, but a directory, a FIFO, a loop, unreadable: say which
                     read_text_file(path, "site")
@@ -121,9 +121,9 @@ def runs_root(runs_dir: str | None = None, site: Site | None = None, site_path: 
     $SF_RUNS_DIR, then the site's runs_dir (the site file is read only when needed and
     `site` is not given). `sf submit` writes where `sf list` reads."""
     if runs_dir:
-        return Path(runs_dir).expanduser()
+        return expand_user(runs_dir, "--runs-dir")
     if os.environ.get("SF_RUNS_DIR"):
-        return Path(os.environ["SF_RUNS_DIR"]).expanduser()
+        return expand_user(os.environ["SF_RUNS_DIR"], "$SF_RUNS_DIR")
     return Path((site or load_site(site_path)).runs_dir)
 
 

@@ -37,6 +37,7 @@ from launcher.compile.scheduler_options import DEPENDENCY
 from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError
 from launcher.spec import paths
+from launcher.spec.files import expand_user
 from launcher.spec.runtimes import registry_path, resolve_runtime
 from launcher.submit.request import Rendered, Request, absolute_runs_dir
 
@@ -306,7 +307,7 @@ def export_request(site, root, name: str, run, *, checkpoint=None, fmt=None, tar
     megatron = (ckpt.fmt or "") == "verl-megatron"
 
     def render(run_dir: str) -> Rendered:
-        target_dir = str(Path(target).expanduser().absolute()) if target else f"{run_dir}/exports/{step_name}"
+        target_dir = str(expand_user(target, "--target").absolute()) if target else f"{run_dir}/exports/{step_name}"
         check_target(target_dir)
         if (Path(target_dir) / "config.json").is_file():
             raise SpecError("--target", f"{target_dir} already holds a model (config.json); "
@@ -375,7 +376,7 @@ def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data
     data = data or _first_file(_override(plan, "data.val_files"))
     if not data:
         raise SpecError("--validation-data", f"run {run.id} names no data.val_files; pass --validation-data FILE")
-    data = str(Path(data).expanduser().absolute())
+    data = str(expand_user(data, "--validation-data").absolute())
     if not Path(data).is_file():
         raise SpecError("--validation-data", f"{data} does not exist or is not a file")
     messages_key = messages_key or _override(plan, "data.messages_key") or "messages"
@@ -383,7 +384,7 @@ def eval_request(site, root, run, *, model=None, checkpoint=None, fmt=None, data
     eval_id = runs.new_entry_id("eval")
     out_dir = f"{run.dir}/evals/{eval_id}"
     if model:
-        model_dir = str(Path(model).expanduser().absolute())
+        model_dir = str(expand_user(model, "--model").absolute())
         if not (Path(model_dir) / "config.json").is_file():
             raise SpecError("--model", f"{model_dir} has no config.json; pass a Hugging Face model folder "
                             "(sf export makes one) or --checkpoint")

@@ -151,3 +151,38 @@ def test_hydra_sweep_value_is_one_line(env):
     result = sf("validate", "exp", "--set", "trainer.project_name=sort(a,b)")
     refused(result, "overrides:", "Ambiguous value", "To use it as string, quote the value")
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+# --- a path that starts with ~USER for a user this machine does not know ------------------
+
+@pytest.mark.parametrize("args, field", [
+    (["validate", "exp", "--model", "~nosuchuser9/m"], "--model"),
+    (["validate", "exp", "--train-data", "~nosuchuser9/t.parquet"], "--train-data"),
+    (["validate", "exp", "--validation-data", "~nosuchuser9/t.parquet"], "--validation-data"),
+    (["validate", "~nosuchuser9/exp"], "NAME"),
+    (["validate", "exp", "--site", "~nosuchuser9/site.yaml"], "--site"),
+    (["submit", "exp", "--dry-run", "--runs-dir", "~nosuchuser9/runs"], "--runs-dir"),
+    (["list", "--runs-dir", "~nosuchuser9/runs"], "--runs-dir"),
+    (["render", "exp", "-o", "~nosuchuser9/out"], "--output"),
+    (["export", "exp", "--checkpoint", "~nosuchuser9/ckpt", "--checkpoint-format", "verl-fsdp"], "--checkpoint"),
+])
+def test_unknown_user_home_is_named(env, monkeypatch, args, field):
+    # pathlib's expanduser raised RuntimeError: an internal error, exit 1
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # a runtime, for render to reach -o
+    write_exp(env, "exp", GOOD)
+    refused(sf(*args), f"{field}:", "no user 'nosuchuser9'", "write the path in full")
+    assert not list((env / "runs").iterdir())
+
+
+@pytest.mark.parametrize("block, field", [("model: ~nosuchuser9/m\n", "model"),
+                                          ("reward: {function: {path: ~nosuchuser9/r.py, name: f}}\n",
+                                           "reward.function.path")])
+def test_unknown_user_home_in_config_is_named(env, block, field):
+    write_exp(env, "exp", GOOD.replace("model: Qwen/Qwen2.5-0.5B-Instruct\n", "") + block)
+    refused(sf("validate", "exp"), f"{field}:", "no user 'nosuchuser9'")
+
+
+def test_unknown_user_home_in_sf_runs_dir_is_named(env, monkeypatch):
+    monkeypatch.setenv("SF_RUNS_DIR", "~nosuchuser9/runs")
+    write_exp(env, "exp", GOOD)
+    refused(sf("submit", "exp", "--dry-run"), "$SF_RUNS_DIR:", "no user 'nosuchuser9'")
