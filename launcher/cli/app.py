@@ -73,6 +73,10 @@ def os_error(exc: OSError) -> SpecError:
     blocker = next((p for p in chain if os.path.lexists(p) and not os.path.isdir(p)), None)
     if exc.errno in (errno.EEXIST, errno.ENOTDIR) and blocker:
         return SpecError(path, f"{blocker} is a file where sf needs a folder; move it away or use another path")
+    if exc.errno == errno.ENAMETOOLONG:  # a pasted blob as a run name or path: not 5,000 characters of it again
+        shown = path if len(path) <= 120 else f"{path[:100]}... ({len(path)} characters)"
+        return SpecError(shown, "a name in this path is longer than the file system allows (255 bytes a name, "
+                                "4096 a path); use a shorter one")
     return SpecError(path, f"{where}{other}: {exc.strerror or exc}; fix the path or its permissions")
 
 

@@ -294,7 +294,12 @@ def _abs_files(files, base: Path, field_name: str) -> Any:
 def _model_path(model: str, base: Path, field_name: str) -> str:
     """Local paths become absolute (compute nodes have another cwd); a HF id stays as is."""
     p = expand_user(model, field_name)
-    if model.startswith(("/", "./", "../", "~")) or (base / p).exists():
+    try:
+        local = (base / p).exists()
+    except OSError as exc:  # a name past the file system's limit: neither a folder here nor a HF id
+        raise SpecError(field_name, f"{model[:60]!r}... ({len(model)} characters) is no model folder ({exc.strerror}) "
+                        "and no Hugging Face id; pass a model path or an id such as Qwen/Qwen2.5-0.5B") from None
+    if model.startswith(("/", "./", "../", "~")) or local:
         return str((base / p).resolve()) if not p.is_absolute() else str(p)
     return model
 

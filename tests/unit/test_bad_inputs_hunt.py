@@ -186,3 +186,17 @@ def test_unknown_user_home_in_sf_runs_dir_is_named(env, monkeypatch):
     monkeypatch.setenv("SF_RUNS_DIR", "~nosuchuser9/runs")
     write_exp(env, "exp", GOOD)
     refused(sf("submit", "exp", "--dry-run"), "$SF_RUNS_DIR:", "no user 'nosuchuser9'")
+
+
+# --- a name past the file system's limit (a pasted blob as a run name or a path) ----------
+
+def test_overlong_model_names_the_flag(env):
+    # the line's field was the 5,000-character path itself
+    write_exp(env, "exp", GOOD)
+    line = refused(sf("validate", "exp", "--model", "x" * 5000), "--model:", "(5000 characters)", "pass a model path")
+    assert len(line) < 400
+
+
+def test_overlong_run_name_is_a_short_line(env):
+    line = refused(sf("logs", "x" * 5000), "longer than the file system allows", "use a shorter one")
+    assert len(line) < 400
