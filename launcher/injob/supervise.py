@@ -66,6 +66,7 @@ from launcher.injob.node_logs import node_logs_text, ray_step_name, write_line
 from launcher.runtime import Runtime
 
 POLL_S = 0.5
+RESTARTED = object()  # on_step_end after a restart in place: the watch polls the new attempt's steps
 TERM_GRACE_S = 8
 STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselves in that time
 # The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
@@ -994,118 +995,28 @@ class Supervisor:
             return refused
         if self.plan.launcher == "torchrun":
             self.start_torchrun()
-            return self.watch(barrier=None)
+            return self.watch()
         self.start_ray()
-        barrier = self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
-                             kind="barrier", stdout=subprocess.PIPE)
+        self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
+                   kind="barrier", stdout=subprocess.PIPE)
         self.stage = states.STAGE_BRINGUP
-        return self.watch(barrier=barrier)
+        return self.watch()
 
-    # The supervisor's one loop that decides: node steps, barrier, driver, watchdog, Slurm's endings.
-    # long: each branch is short; keeping them in one loop keeps their order of precedence visible.
-    def watch(self, barrier) -> int:
+    # The supervisor's one loop that decides, in this order of precedence: a step that ended (a
+    # node, the barrier, the health check, the driver: on_step_end), verl's start-up phases, the
+    # hang watchdog, the head coming up.
+    def watch(self) -> int:
         head_up = self.plan.launcher != "ray"
         while True:
             for step in self.steps:
                 rc = step["popen"].poll()
                 if rc is None:
                     continue
-                if step["kind"] == "node":
-                    # the wrapper writes its node_exit line as it ends: poll for it briefly
-                    named = []
-                    deadline = time.monotonic() + 1.0
-                    while not named and time.monotonic() < deadline:
-                        named = [n for n in self.exited_nodes() if n in step["hosts"]]
-                        if not named:
-                            time.sleep(0.05)
-                    lost = not named  # no node_exit: the node's processes went away, not just Ray
-                    named = named or step["hosts"]
-                    ending = self.ending_by_slurm()
-                    if ending:
-                        return self.end_by_slurm(ending)
-                    reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
-                              f"{self.stage} (srun {step['name']} {exit_text(rc)}); "
-                              + node_logs_text(self.run_dir, self.job_id, step["name"], named, self.wall0)
-                              + self.exit_hint(named))
-                    ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost))
-                    if ended is None:
-                        break
+                ended = self.on_step_end(step, rc)
+                if ended is RESTARTED:
+                    break  # restarted in place: self.steps are the new attempt's
+                if ended is not None:
                     return ended
-                if step["kind"] == "barrier" and not step.get("seen"):
-                    step["seen"] = True
-                    result = last_json(step["popen"], rc)
-                    if rc == 0 and result.get("ok"):
-                        seen = self.gpus_seen()
-                        self.job = replace(self.job, gpu_ids=seen)  # the preflight reports them
-                        problems = gpus_mod.conflicts(seen, self.job.gpus_by_host())
-                        if problems:
-                            return self.fail("GPU check failed during phase barrier: " + "; ".join(problems), rc=1)
-                        self.record(states.ALL_JOINED, seconds=self.elapsed(), barrier_s=result.get("seconds"),
-                                    ray_nodes=result.get("ray_nodes"),
-                                    pools={k: sorted(v["joined"]) for k, v in result["pools"].items()},
-                                    gpu_ids=seen)
-                        if self.wants_health_check():
-                            self.local("health", [self.runtime.runtime_python(), "-m", "launcher.injob", "health"],
-                                       kind="health", stdout=subprocess.PIPE)
-                            self.stage = states.STAGE_HEALTH
-                        else:
-                            self.start_driver()
-                        continue
-                    missing = result.get("missing") or []
-                    named = ", ".join(f"{h} (pool {pool.name if (pool := self.job.pool_of(h)) else '?'})"
-                                      for h in missing)
-                    if missing and not result.get("pools"):
-                        # The head's GCS never answered a node listing: who joined is unknown,
-                        # so name the head rather than call every host absent.
-                        reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
-                                  f"the Ray head on {self.job.head_node} never answered a node listing "
-                                  f"({result.get('error') or 'no answer'})")
-                    elif missing:
-                        reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
-                                  f"hosts never joined the Ray cluster: {named}")
-                    elif result.get("short_of_gpus"):
-                        reason = ("barrier timed out during phase barrier: hosts joined with fewer GPUs than "
-                                  f"compiled: {', '.join(result['short_of_gpus'])}")
-                    else:
-                        reason = f"barrier failed during phase barrier: {result.get('error')}"
-                    return self.fail(reason, rc=1)
-                if step["kind"] == "health" and not step.get("seen"):
-                    step["seen"] = True
-                    result = last_json(step["popen"], rc)
-                    if rc == 0 and result.get("ok"):
-                        self.record(states.HEALTH_CHECKED, seconds=self.elapsed(), pairs=result.get("pairs"),
-                                    median_mib_per_s=result.get("median_mib_per_s"), gpu=result.get("gpu"))
-                        self.start_driver()
-                        continue
-                    bad = list(result.get("suspect_nodes") or [])
-                    reason = (f"node health check failed during phase health (suspect nodes: "
-                              f"{', '.join(bad) or 'none named'}): "
-                              + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]))
-                    if self.ray.exclude_bad_nodes and bad:
-                        return self.requeue_without(bad, reason)
-                    return self.fail(reason, rc=1)
-                if step["kind"] == "driver":
-                    what = step["name"]
-                    # a driver in a container is an srun step: Slurm's cancel or requeue may end it
-                    # before this batch step hears of it (a local driver dies with this step)
-                    if rc != 0 and self.runtime.local_argv([]) is None and (ending := self.ending_by_slurm()):
-                        return self.end_by_slurm(ending)
-                    reason = "completed" if rc == 0 else \
-                        f"{what} {exit_text(rc, oom_kills() if rc < 0 else None)} during phase driver"
-                    cause = self.driver_failure(what) if rc != 0 else None
-                    if cause:
-                        reason += f": {cause}"
-                    if rc != 0:
-                        decision = heal.after_driver_failure(self.standing(), reason, self.training_steps())
-                        if isinstance(decision, heal.RestartInPlace):
-                            self.apply(decision)
-                            break
-                        if decision.note:
-                            log(decision.note)
-                        reason = decision.reason
-                        self.write_reason(reason)
-                    self.finish(rc, reason)
-                    return rc
             for found in self.verl_log.new_phases():  # verl's own start-up phases, as its driver logs them
                 self.record(states.VERL_PHASE, seconds=self.elapsed(), **found)
             hang = self.check_hang()  # the progress watchdog, while the driver trains
@@ -1117,6 +1028,115 @@ class Supervisor:
                 if self.stage == states.STAGE_BRINGUP:
                     self.stage = states.STAGE_BARRIER
             self.wait_a_little()
+
+    def on_step_end(self, step: dict, rc: int):
+        """What a step's end means: the attempt's exit code (the job ends), RESTARTED (healed in
+        place: the watch polls the new steps), or None (the watch goes on: the next phase started,
+        or a result already read)."""
+        if step["kind"] == "node":
+            return self.on_node_end(step, rc)
+        if step["kind"] in ("barrier", "health") and not step.get("seen"):
+            step["seen"] = True
+            result = last_json(step["popen"], rc)
+            return self.on_barrier(result, rc) if step["kind"] == "barrier" else self.on_health(result, rc)
+        if step["kind"] == "driver":
+            return self.on_driver_end(step, rc)
+        return None
+
+    def on_node_end(self, step: dict, rc: int):
+        # the wrapper writes its node_exit line as it ends: poll for it briefly
+        named = []
+        deadline = time.monotonic() + 1.0
+        while not named and time.monotonic() < deadline:
+            named = [n for n in self.exited_nodes() if n in step["hosts"]]
+            if not named:
+                time.sleep(0.05)
+        lost = not named  # no node_exit: the node's processes went away, not just Ray
+        named = named or step["hosts"]
+        ending = self.ending_by_slurm()
+        if ending:
+            return self.end_by_slurm(ending)
+        reason = (f"Ray node {', '.join(named)} (pool {step['pool']}) ended during phase "
+                  f"{self.stage} (srun {step['name']} {exit_text(rc)}); "
+                  + node_logs_text(self.run_dir, self.job_id, step["name"], named, self.wall0)
+                  + self.exit_hint(named))
+        ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost))
+        return RESTARTED if ended is None else ended
+
+    def on_barrier(self, result: dict, rc: int) -> int | None:
+        """Every node joined: the health check or the driver next; else the job fails naming who is missing."""
+        if rc == 0 and result.get("ok"):
+            seen = self.gpus_seen()
+            self.job = replace(self.job, gpu_ids=seen)  # the preflight reports them
+            problems = gpus_mod.conflicts(seen, self.job.gpus_by_host())
+            if problems:
+                return self.fail("GPU check failed during phase barrier: " + "; ".join(problems), rc=1)
+            self.record(states.ALL_JOINED, seconds=self.elapsed(), barrier_s=result.get("seconds"),
+                        ray_nodes=result.get("ray_nodes"),
+                        pools={k: sorted(v["joined"]) for k, v in result["pools"].items()},
+                        gpu_ids=seen)
+            if self.wants_health_check():
+                self.local("health", [self.runtime.runtime_python(), "-m", "launcher.injob", "health"],
+                           kind="health", stdout=subprocess.PIPE)
+                self.stage = states.STAGE_HEALTH
+            else:
+                self.start_driver()
+            return None
+        missing = result.get("missing") or []
+        named = ", ".join(f"{h} (pool {pool.name if (pool := self.job.pool_of(h)) else '?'})" for h in missing)
+        if missing and not result.get("pools"):
+            # The head's GCS never answered a node listing: who joined is unknown,
+            # so name the head rather than call every host absent.
+            reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
+                      f"the Ray head on {self.job.head_node} never answered a node listing "
+                      f"({result.get('error') or 'no answer'})")
+        elif missing:
+            reason = (f"barrier timed out after {self.ray.barrier_timeout_s:g}s during phase barrier: "
+                      f"hosts never joined the Ray cluster: {named}")
+        elif result.get("short_of_gpus"):
+            reason = ("barrier timed out during phase barrier: hosts joined with fewer GPUs than "
+                      f"compiled: {', '.join(result['short_of_gpus'])}")
+        else:
+            reason = f"barrier failed during phase barrier: {result.get('error')}"
+        return self.fail(reason, rc=1)
+
+    def on_health(self, result: dict, rc: int) -> int | None:
+        """Every pair of nodes healthy: the driver next; else fail, or requeue without the suspects."""
+        if rc == 0 and result.get("ok"):
+            self.record(states.HEALTH_CHECKED, seconds=self.elapsed(), pairs=result.get("pairs"),
+                        median_mib_per_s=result.get("median_mib_per_s"), gpu=result.get("gpu"))
+            self.start_driver()
+            return None
+        bad = list(result.get("suspect_nodes") or [])
+        reason = (f"node health check failed during phase health (suspect nodes: "
+                  f"{', '.join(bad) or 'none named'}): "
+                  + "; ".join((result.get("failed") or [str(result.get("error"))])[:3]))
+        if self.ray.exclude_bad_nodes and bad:
+            return self.requeue_without(bad, reason)
+        return self.fail(reason, rc=1)
+
+    def on_driver_end(self, step: dict, rc: int):
+        what = step["name"]
+        # a driver in a container is an srun step: Slurm's cancel or requeue may end it
+        # before this batch step hears of it (a local driver dies with this step)
+        if rc != 0 and self.runtime.local_argv([]) is None and (ending := self.ending_by_slurm()):
+            return self.end_by_slurm(ending)
+        reason = "completed" if rc == 0 else \
+            f"{what} {exit_text(rc, oom_kills() if rc < 0 else None)} during phase driver"
+        cause = self.driver_failure(what) if rc != 0 else None
+        if cause:
+            reason += f": {cause}"
+        if rc != 0:
+            decision = heal.after_driver_failure(self.standing(), reason, self.training_steps())
+            if isinstance(decision, heal.RestartInPlace):
+                self.apply(decision)
+                return RESTARTED
+            if decision.note:
+                log(decision.note)
+            reason = decision.reason
+            self.write_reason(reason)
+        self.finish(rc, reason)
+        return rc
 
     def wait_a_little(self) -> None:
         """POLL_S, but wake at once when the barrier (or health check) prints its result (it exits right
