@@ -14,9 +14,11 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import errno
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -243,9 +245,18 @@ def check_reward_function(path: str, name: str, field_name: str = "reward.functi
     if re.match(r"^[a-z][a-z0-9+.-]*://", path):
         return None
     p = Path(path)
-    if not p.is_file():
-        return SpecError(field_name, f"{path} does not exist; set reward.function.path to your reward file "
-                         "(relative paths are relative to the experiment folder)")
+    fix = "set reward.function.path to your reward file (relative paths are relative to the experiment folder)"
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return SpecError(field_name, f"{path} does not exist; {fix}")
+        return SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions or {fix}")
+    if stat.S_ISDIR(mode):
+        return SpecError(field_name, f"{path} is a directory, not a Python file; set reward.function.path to the "
+                         f"reward file in it (e.g. {path.rstrip('/')}/reward.py)")
+    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the read, a device is no source
+        return SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); {fix}")
     try:
         tree = ast.parse(p.read_text(), filename=str(p))
     except SyntaxError as exc:

@@ -1,0 +1,73 @@
+"""Bad inputs the hunt of test_bad_inputs_hunt.py left (each through the real CLI, nothing
+submitted): every one must end with exit 2 and one `sf: error:` line that names the field and
+the fix, leaving no run folder behind."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
+from sfc_helpers import write_exp, write_site  # noqa: E402
+
+from launcher.cli.app import main  # noqa: E402
+
+GOOD = """method: verl/grpo
+model: Qwen/Qwen2.5-0.5B-Instruct
+data:
+  train: {files: /d/train.parquet}
+  validation: {files: /d/test.parquet}
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SF_SITE", str(site))
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "runs").mkdir()
+    return tmp_path
+
+
+def sf(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles, code=2):
+    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.output
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+# --- a reward function path that is a directory or a device: it read "does not exist" ------
+
+def test_reward_function_directory_is_named(env):
+    write_exp(env, "exp", GOOD + f"reward: {{function: {{path: {env}, name: f}}}}\n")
+    refused(sf("validate", "exp"), f"reward.function.path: {env} is a directory, not a Python file",
+            f"set reward.function.path to the reward file in it (e.g. {env}/reward.py)")
+
+
+def test_reward_function_device_is_named(env):
+    write_exp(env, "exp", GOOD + "reward: {function: {path: /dev/null, name: f}}\n")
+    refused(sf("validate", "exp"), "reward.function.path: /dev/null is not a regular file (a FIFO, socket or device)",
+            "set reward.function.path to your reward file")
+
+
+def test_raw_reward_function_directory_is_named(env):
+    write_exp(env, "exp", GOOD)
+    refused(sf("validate", "exp", "--set", f"reward.custom_reward_function.path={env}"),
+            f"--set reward.custom_reward_function.path: {env} is a directory")
+
+
+def test_reward_function_missing_still_does_not_exist(env):
+    write_exp(env, "exp", GOOD + "reward: {function: {path: /nonexistent/r.py, name: f}}\n")
+    refused(sf("validate", "exp"), "reward.function.path: /nonexistent/r.py does not exist")
