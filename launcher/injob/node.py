@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import runs, states
@@ -163,8 +164,85 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
     return argv
 
 
-# One Ray node's whole life in the order it happens (signals, private dir, port lock, start with
-# retries, watch, stop, copy logs, clean up); the steps share the node's state.
+@dataclass
+class NodeStart:
+    """One Ray node of the job on this host: what its start needs (set once by main) and what
+    its life holds (the `ray start` child, the signal that ends it, its private dir and port
+    reservation), which the start and its retries, the signal handler and the clean-up share."""
+    role: str
+    node: str
+    pool_name: str
+    job: Job
+    slot: int  # the node's index in the job: the port slot it tries first
+    address: str
+    locks: str | None  # this user's port lock dir on this host (None: bind checks only)
+    cpus: int | None
+    gpus: int | None
+    env: dict
+    identity: dict  # the GPUs this step sees (gpus.identify)
+    nofile: int | None
+    deadline: float  # monotonic: no retry starts after the barrier would give up
+    t_start: float  # wall clock: an all_joined newer than this is this attempt's
+    child: subprocess.Popen | None = None
+    stopping: bool = False  # the supervisor's "job done" (SIGUSR2)
+    signal: int | None = None  # Slurm's signal that ends the step (a cancel, a requeue, the time limit)
+    timer: threading.Timer | None = None
+    private_dir: str | None = None
+    reservation: private.Reservation | None = None
+
+    @property
+    def run_dir(self) -> str:
+        return self.job.run_dir
+
+    def fail(self, msg: str, retry_helps: bool = False) -> int:
+        """This node cannot start: say so in its log and in the run's record."""
+        return fail_node(self.run_dir, self.node, self.pool_name, msg, retry_helps)
+
+    def forward(self, signum, _frame) -> None:
+        """Slurm's signals and the supervisor's SIGUSR2, handed on to `ray start`."""
+        if signum == signal.SIGUSR2:
+            self.stopping = True
+            signum = signal.SIGTERM
+        elif not self.stopping:
+            self.signal = signum
+        if self.child is None:
+            sys.exit(0 if self.stopping else 128 + signum)
+        try:
+            self.child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+        if self.signal and not self.timer:
+            # Slurm SIGKILLs the step KillWait seconds after its SIGTERM (5 s on the dev
+            # cluster): Ray gets a moment to stop, then goes, so its logs are kept and its
+            # private dir removed before that.
+            self.timer = threading.Timer(SLURM_STOP_GRACE_S, kill_group, args=(self.child,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def hold(self, reservation: private.Reservation | None) -> None:
+        """Keep a worker's new port reservation, releasing an earlier try's."""
+        if reservation is not None:
+            if self.reservation:
+                self.reservation.release()
+            self.reservation = reservation
+
+    def release(self) -> None:
+        """What this node holds on the host: its private dir and its port reservation."""
+        if self.private_dir:
+            private.remove_private_dir(self.private_dir)
+        if self.reservation:
+            self.reservation.release()
+
+
+def fail_node(run_dir: str, node: str, pool_name: str, msg: str, retry_helps: bool = False) -> int:
+    write_line(f"[sf node {node}] {msg}", err=True)
+    runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
+                      retry_helps=retry_helps)
+    return 1
+
+
+# One Ray node's whole life in the order it happens (signals, checks, port lock dir, start with
+# retries, watch, stop, clean up); what the steps share is the NodeStart.
 # long: they must run in this order on every ending, which one function keeps visible.
 def main(role: str) -> int:
     # The supervisor's "job done" may come before Ray runs (a quick preflight): end cleanly.
@@ -172,10 +250,9 @@ def main(role: str) -> int:
     job = Job.from_env()
     node = topology.node_name()
     run_dir = job.run_dir
-    job_id = job.job_id
     pool = job.pool_of(node)
     pool_name = pool.name if pool else "?"
-    redirect_output(Path(run_dir) / "logs" / node_log_name(job_id, role, pool_name, node))
+    redirect_output(Path(run_dir) / "logs" / node_log_name(job.job_id, role, pool_name, node))
 
     skip = _test_nodes("SF_TEST_SKIP_NODE")
     if node in skip or (role == "worker" and "@workers" in skip):
@@ -186,15 +263,12 @@ def main(role: str) -> int:
         while True:
             signal.pause()
 
-    def fail(msg: str, retry_helps: bool = False) -> int:
-        write_line(f"[sf node {node}] {msg}", err=True)
-        runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
-                          retry_helps=retry_helps)
-        return 1
+    def fail(msg: str) -> int:
+        return fail_node(run_dir, node, pool_name, msg)
 
+    temp_root = job.ray.temp_root
     try:
         slot = job.nodes.index(node)
-        port_range, first_block, temp_root = job.ray.port_range, job.port_block, job.ray.temp_root
         address = addr_mod.node_address(node, job.ray.address_method, job.ray.address_prefix, job.ray.interface)
     except ValueError as exc:
         return fail(f"cannot set up this node: {exc}")
@@ -211,78 +285,42 @@ def main(role: str) -> int:
     if locks is None:
         write_line(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
                    "against this user's other jobs (the bind check still runs)")
-    head = job.head
     if role == "worker":
-        host, _, port = head.rpartition(":")
+        host, _, port = job.head.rpartition(":")
         if not wait_for_tcp(host, int(port), job.ray.barrier_timeout_s):
-            return fail(f"the Ray head {head} never answered")
-    gpus = topology.gpus_given()
-    cpus = topology.cpus_given()
+            return fail(f"the Ray head {job.head} never answered")
     if os.environ.get("RAY_AUTH_MODE") == auth.MODE:
         version = ray_version()
         if version and not auth.ray_supports_tokens(version):
             return fail(f"Ray {version} in this runtime has no token authentication (needs Ray >= "
                         f"{'.'.join(map(str, auth.MIN_RAY))}); sf runs every Ray cluster with it: "
                         "ask your site admin for a newer runtime")
-    identity = gpus_mod.identify(node)
     nofile = raise_nofile()
     if warning := ray_tuning.nofile_warning(nofile, len(job.nodes)):
         write_line(f"[sf node {node}] {warning}")
-    env = ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1)  # by cluster size
-    # A start that fails before Ray says it runs (registration timed out on a loaded host, a
-    # port taken meanwhile) is started again, while the barrier still waits for it: a worker
-    # with fresh ports, the head on its own ports (workers dial them; they wait for it).
-    retries = job.ray.start_retries
-    deadline = time.monotonic() + job.ray.barrier_timeout_s
-    state = {"child": None, "stopping": False, "signal": None}
-    t_start = time.time()
-
-    def forward(signum, _frame):
-        if signum == signal.SIGUSR2:
-            state["stopping"] = True
-            signum = signal.SIGTERM
-        elif not state["stopping"]:
-            state["signal"] = signum  # Slurm ends the step: a cancel, a requeue, the time limit
-        if state["child"] is None:
-            sys.exit(0 if state["stopping"] else 128 + signum)
-        try:
-            state["child"].send_signal(signum)
-        except ProcessLookupError:
-            pass
-        if state["signal"] and not state.get("timer"):
-            # Slurm SIGKILLs the step KillWait seconds after its SIGTERM (5 s on the dev
-            # cluster): Ray gets a moment to stop, then goes, so its logs are kept and its
-            # private dir removed before that.
-            child = state["child"]
-            state["timer"] = threading.Timer(SLURM_STOP_GRACE_S, kill_group, args=(child,))
-            state["timer"].daemon = True
-            state["timer"].start()
-
+    start = NodeStart(
+        role=role, node=node, pool_name=pool_name, job=job, slot=slot, address=address, locks=locks,
+        cpus=topology.cpus_given(), gpus=topology.gpus_given(), identity=gpus_mod.identify(node), nofile=nofile,
+        env=ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1),  # by cluster size
+        deadline=time.monotonic() + job.ray.barrier_timeout_s, t_start=time.time())
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
-        signal.signal(sig, forward)
-    held = {"dir": None, "reservation": None}
+        signal.signal(sig, start.forward)
     try:
-        rc = start_and_watch(role=role, node=node, pool_name=pool_name, run_dir=run_dir, job=job, job_id=job_id,
-                             slot=slot, port_range=port_range, first_block=first_block, temp_root=temp_root,
-                             locks=locks, address=address, head=head, cpus=cpus, gpus=gpus, env=env,
-                             identity=identity, nofile=nofile, retries=retries, deadline=deadline,
-                             state=state, t_start=t_start, held=held)
+        rc = start_and_watch(start)
     finally:
-        if held["dir"]:
-            private.remove_private_dir(held["dir"])
-        if held["reservation"]:
-            held["reservation"].release()
-    if state["signal"] and rc != 0:
+        start.release()
+    if start.signal and rc != 0:
         # Ended by Slurm's signal: end by that signal too, so the step reads as cancelled
         # (or requeued) and not as a failure of this node.
-        signal.signal(state["signal"], signal.SIG_DFL)
-        os.kill(os.getpid(), state["signal"])
+        signal.signal(start.signal, signal.SIG_DFL)
+        os.kill(os.getpid(), start.signal)
     return rc
 
 
-def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, held, wait_s: float = 0.0):
-    """(ports, None) for a free, reserved (block, slot) of this node, or (None, why not).
-    `wait_s`: how long a head's slot may stay busy before that is a collision (a retry's)."""
+def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, wait_s: float = 0.0):
+    """(ports, reservation, None) for a free, reserved (block, slot) of this node, or (None, None,
+    why not); a head's reservation is None (the supervisor holds its slot). `wait_s`: how long
+    a head's slot may stay busy before that is a collision (a retry's)."""
     if role == "head":
         # The supervisor (on this host) chose and holds the head's slot for the whole job.
         ports = ports_mod.block_ports(first_block, head_slot, port_range)
@@ -297,9 +335,10 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
         if busy:
             # Another user's head that drew the same slot and started between the supervisor's
             # check and this one (users' port locks are their own), or another program.
-            return None, (f"port collision: the head's slot on {address} was taken after the supervisor checked "
-                          f"it ({taken_text(busy)}); submit again, or move ray.port_range in the site file")
-        return ports, None
+            return None, None, (f"port collision: the head's slot on {address} was taken after the supervisor "
+                                f"checked it ({taken_text(busy)}); submit again, or move ray.port_range in the "
+                                "site file")
+        return ports, None, None
     # A worker's ports only have to be free on its own host: it takes the first slot there that
     # no other job of this user holds (the lock) and no other program uses (the bind check).
     # Slots past SLOTS_PER_JOB start one block further on.
@@ -311,40 +350,35 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
         ports = ports_mod.block_ports(block, pslot, port_range)
         busy = busy_ports(address, ports, head=False)
         if not busy:
-            if held["reservation"]:
-                held["reservation"].release()
-            held["reservation"] = reservation
-            return ports, None
+            return ports, reservation, None
         reservation.release()
-    return None, ports_taken_text(address, port_range, busy)
+    return None, None, ports_taken_text(address, port_range, busy)
 
 
 # A start attempt and its watch share the child's state (pid, port slot, deadline).
 # long: split, the retry decision would need that state passed back and forth.
-def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_range, first_block, temp_root,
-                    locks, address, head, cpus, gpus, env, identity, nofile, retries, deadline, state,
-                    t_start, held) -> int:
-    def fail(msg: str, retry_helps: bool = False) -> int:
-        write_line(f"[sf node {node}] {msg}", err=True)
-        runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
-                          retry_helps=retry_helps)
-        return 1
-
+def start_and_watch(start: NodeStart) -> int:
+    role, node, job, run_dir, pool_name = start.role, start.node, start.job, start.run_dir, start.pool_name
+    retries = job.ray.start_retries
+    # A start that fails before Ray says it runs (registration timed out on a loaded host, a
+    # port taken meanwhile) is started again, while the barrier still waits for it: a worker
+    # with fresh ports, the head on its own ports (workers dial them; they wait for it).
     for attempt in range(retries + 1):
-        ports, why = pick_ports(role=role, slot=slot, port_range=port_range, first_block=first_block,
-                                head_slot=job.head_slot, locks=locks, address=address, held=held,
-                                wait_s=HEAD_PORTS_WAIT_S if attempt else 0.0)
+        ports, reservation, why = pick_ports(role=role, slot=start.slot, port_range=job.ray.port_range,
+                                             first_block=job.port_block, head_slot=job.head_slot, locks=start.locks,
+                                             address=start.address, wait_s=HEAD_PORTS_WAIT_S if attempt else 0.0)
         if ports is None:
-            return fail(why)
-        if held["dir"]:  # an earlier try's
-            private.remove_private_dir(held["dir"])
+            return start.fail(why)
+        start.hold(reservation)
+        if start.private_dir:  # an earlier try's
+            private.remove_private_dir(start.private_dir)
         try:
-            held["dir"] = private.make_private_dir(temp_root, job_id, node)
+            start.private_dir = private.make_private_dir(job.ray.temp_root, job.job_id, node)
         except (OSError, private.UnsafeDir) as exc:
-            return fail(f"cannot make a private Ray temp dir under {temp_root}: {exc}")
-        temp = private.ray_temp_dir(held["dir"])
-        argv = ray_start_argv(role=role, node=node, pool=pool_name, address=address, head=head, ports=ports,
-                              temp=temp, cpus=cpus, gpus=gpus, dashboard=job.ray.dashboard)
+            return start.fail(f"cannot make a private Ray temp dir under {job.ray.temp_root}: {exc}")
+        temp = private.ray_temp_dir(start.private_dir)
+        argv = ray_start_argv(role=role, node=node, pool=pool_name, address=start.address, head=job.head,
+                              ports=ports, temp=temp, cpus=start.cpus, gpus=start.gpus, dashboard=job.ray.dashboard)
         if role == "worker" and attempt < int(os.environ.get("SF_TEST_FAIL_STARTS") or 0):
             # Test hook: a worker's first N starts fail the way a start under load does.
             argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
@@ -352,62 +386,63 @@ def start_and_watch(*, role, node, pool_name, run_dir, job, job_id, slot, port_r
         # a start turn on this host (private.start_turn), held until Ray says it runs or this try
         # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
         # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp above)
-        turn, turn_wait_s = private.start_turn(locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
+        turn, turn_wait_s = private.start_turn(start.locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
         write_line(f"[sf node {node}] {' '.join(argv)}")
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
             # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
-            child = subprocess.Popen(argv, env=ray_port_env(env, ports), stdout=subprocess.PIPE,
+            child = subprocess.Popen(argv, env=ray_port_env(start.env, ports), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
         except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
             turn.release()
-            return fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
+            return start.fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
                         retry_helps=False)
-        state["child"] = child
+        start.child = child
         output = OutputPump(child)
         runs.record_phase(run_dir, states.NODE_STARTED, node=node, pool=pool_name, role=role, pid=child.pid,
-                          wrapper_pid=os.getpid(), address=address, slot=slot, cpus=cpus, gpus=gpus,
-                          gpu_ids=identity["ids"], gpu_id_source=identity["source"],
-                          gpu_id_error=identity.get("error"), nofile=nofile, attempt=attempt,
+                          wrapper_pid=os.getpid(), address=start.address, slot=start.slot, cpus=start.cpus,
+                          gpus=start.gpus,
+                          gpu_ids=start.identity["ids"], gpu_id_source=start.identity["source"],
+                          gpu_id_error=start.identity.get("error"), nofile=start.nofile, attempt=attempt,
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
                           port_base=ports.gcs, port_last=ports.max_worker,
                           turn_wait_s=round(turn_wait_s, 2))
         rc, fatal = wait_for_start(child, output, temp, on_started=turn.release)
         turn.release()  # a no-op when Ray said it runs: the turn went then
         output.join()
-        if state["stopping"]:
-            keep_ray_logs(temp, run_dir, job_id, node)
+        if start.stopping:
+            keep_ray_logs(temp, run_dir, job.job_id, node)
             # `ray start --block` exits 1 on the SIGTERM that stops it: Ray's code, not this
             # node's result (printed as rc= after a completed job, it read as a failure)
             runs.record_phase(run_dir, states.NODE_STOPPED, node=node, pool=pool_name, role=role, ray_exit=rc)
             write_line(f"[sf node {node}] the job is done: Ray stopped ({rc})")
             return 0
         refused = arguments_refused(output.last_lines())
-        if (rc > 0 and not output.started and not state["signal"] and not joined(run_dir, t_start)
-                and not refused and attempt < retries and time.monotonic() < deadline - RETRY_PAUSE_S * 4):
+        if (rc > 0 and not output.started and not start.signal and not joined(run_dir, start.t_start)
+                and not refused and attempt < retries and time.monotonic() < start.deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
             if not kill_group(child):
                 write_line(f"[sf node {node}] the failed try's processes were still there {KILL_WAIT_S:.0f} s "
                            "after SIGKILL: starting again anyway")
-            keep_ray_logs(temp, run_dir, job_id, node, failed_try=attempt + 1)
+            keep_ray_logs(temp, run_dir, job.job_id, node, failed_try=attempt + 1)
             runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
                               attempt=attempt + 1, error=fatal or output.last_lines())
             write_line(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
                        f"(try {attempt + 2} of {retries + 1})")
-            state["child"] = None
+            start.child = None
             # spread out: the nodes that failed together (a loaded host) must not all retry together
             time.sleep((RETRY_PAUSE_S + random.uniform(0, RETRY_JITTER_S)) * (attempt + 1))
             continue
         break
-    keep_ray_logs(temp, run_dir, job_id, node)
+    keep_ray_logs(temp, run_dir, job.job_id, node)
     # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
     # Ray ending after it ran is a node or a process dying (look at the node's logs first);
     # a port another process took between the check and Ray's bind is a port collision;
     # `ray start` refusing its arguments fails the same way every time.
     error = None if output.started else (fatal or output.last_lines())
     collision = bool(error and PORT_IN_USE.search(error))
-    signum = state["signal"]
+    signum = start.signal
     runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, role=role, rc=rc,
                       started=output.started,
                       retry_helps=not output.started and not collision and not refused,

@@ -309,16 +309,16 @@ def test_a_retrying_head_waits_for_its_slot_and_a_first_try_does_not():
     holder = socket.socket()
     holder.bind(("127.0.0.1", ports.node_manager))
     args = dict(role="head", slot=0, port_range=rng, first_block=block, head_slot=0, locks=None,
-                address="127.0.0.1", held={})
+                address="127.0.0.1")
     try:
-        got, why = node.pick_ports(**args)
-        assert got is None and "port collision" in why and str(ports.node_manager) in why
+        got, reservation, why = node.pick_ports(**args)
+        assert got is None and reservation is None and "port collision" in why and str(ports.node_manager) in why
         assert f"(port {ports.node_manager} taken, no process listens on it" in why  # bound, not listening
-        got, why = node.pick_ports(**args, wait_s=0.6)
+        got, _, why = node.pick_ports(**args, wait_s=0.6)
         assert got is None and "port collision" in why  # still held after the wait
         threading.Timer(0.3, holder.close).start()
-        got, why = node.pick_ports(**args, wait_s=10)
-        assert why is None and got == ports
+        got, reservation, why = node.pick_ports(**args, wait_s=10)
+        assert why is None and got == ports and reservation is None  # the supervisor holds the head's slot
     finally:
         holder.close()
 
@@ -359,3 +359,24 @@ def test_a_real_listener_is_found_with_this_process_as_its_holder():
         port = listener.getsockname()[1]
         assert f"(pid {os.getpid()}, user " in ports.holder_text(port)
     assert ports.listeners(port) == []
+
+
+def test_a_worker_gets_its_slot_with_its_reservation_and_the_next_node_the_next_slot(tmp_path):
+    """pick_ports hands a worker's reservation back (the NodeStart holds it for the node's life);
+    while it is held, another node of this user on this host gets the next slot."""
+    from launcher.injob import node, private
+    from launcher.injob import ports as P
+
+    rng = (20000, 32767)
+    locks = private.lock_dir(str(tmp_path))
+    assert locks is not None
+    args = dict(role="worker", slot=1, port_range=rng, first_block=3, head_slot=0, locks=locks, address="127.0.0.1")
+    first, held, why = node.pick_ports(**args)
+    assert why is None and held.held and first == P.block_ports(3, 1, rng)
+    second, other, _ = node.pick_ports(**args)
+    assert second == P.block_ports(3, 2, rng) and other.held
+    held.release()
+    other.release()
+    again, reservation, _ = node.pick_ports(**args)
+    assert again == first
+    reservation.release()
