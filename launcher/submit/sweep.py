@@ -84,8 +84,11 @@ def parse_grid(items) -> list[tuple[str, list[str]]]:
             raise SpecError(f"--grid {key}", f"{rest!r} has an empty value; give V1,V2,... (\\, for a comma)")
         if any("\x00" in v or "\n" in v for v in values):
             raise SpecError(f"--grid {key}", "values cannot hold newlines or NUL characters")
-        if len(set(values)) != len(values):
-            raise SpecError(f"--grid {key}", f"{rest!r} repeats a value")
+        if len(set(values)) != len(values):  # two points would be one run twice
+            repeated = next(v for i, v in enumerate(values) if v in values[:i])
+            once = ",".join(v.replace("\\", "\\\\").replace(",", "\\,") for v in dict.fromkeys(values))
+            raise SpecError(f"--grid {key}", f"{rest!r} repeats the value {repeated!r}; give each value once: "
+                            f"--grid {key}={once}")
         seen.add(key)
         grid.append((key, values))
     if not grid:

@@ -71,3 +71,16 @@ def test_raw_reward_function_directory_is_named(env):
 def test_reward_function_missing_still_does_not_exist(env):
     write_exp(env, "exp", GOOD + "reward: {function: {path: /nonexistent/r.py, name: f}}\n")
     refused(sf("validate", "exp"), "reward.function.path: /nonexistent/r.py does not exist")
+
+
+# --- a sweep grid that repeats a value: the line said so without the fix ------------------
+
+@pytest.mark.parametrize("grid, shown, fix", [
+    ("rollout_n=4,4", "'4,4' repeats the value '4'", "give each value once: --grid rollout_n=4"),
+    ("actor_lr=1e-6,3e-6,1e-6", "repeats the value '1e-6'", "--grid actor_lr=1e-6,3e-6"),
+    ("trainer.project_name=a\\,b,c,a\\,b", "repeats the value 'a,b'", "--grid trainer.project_name=a\\,b,c"),
+])
+def test_sweep_grid_repeat_says_the_fix(env, grid, shown, fix):
+    write_exp(env, "exp", GOOD)
+    refused(sf("sweep", "exp", "--grid", grid, "--dry-run"), "--grid ", shown, fix)
+    assert not list((env / "runs").iterdir())
