@@ -355,8 +355,9 @@ def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address
     return None, None, ports_taken_text(address, port_range, busy)
 
 
-# A start attempt and its watch share the child's state (pid, port slot, deadline).
-# long: split, the retry decision would need that state passed back and forth.
+# Each try in the order it happens (ports, private dir, start turn, `ray start`, its watch),
+# then the retry decision, which reads all of the try.
+# long: one try's steps stay in one place; what outlives a try is the NodeStart's.
 def start_and_watch(start: NodeStart) -> int:
     role, node, job, run_dir, pool_name = start.role, start.node, start.job, start.run_dir, start.pool_name
     retries = job.ray.start_retries
@@ -386,7 +387,8 @@ def start_and_watch(start: NodeStart) -> int:
         # a start turn on this host (private.start_turn), held until Ray says it runs or this try
         # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
         # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp above)
-        turn, turn_wait_s = private.start_turn(start.locks, private.start_turns(os.cpu_count() or 1), START_TURN_WAIT_S)
+        turns = private.start_turns(os.cpu_count() or 1)
+        turn, turn_wait_s = private.start_turn(start.locks, turns, START_TURN_WAIT_S)
         write_line(f"[sf node {node}] {' '.join(argv)}")
         try:
             # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
@@ -395,14 +397,12 @@ def start_and_watch(start: NodeStart) -> int:
                                      stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
         except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
             turn.release()
-            return start.fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}",
-                        retry_helps=False)
+            return start.fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
         start.child = child
         output = OutputPump(child)
         runs.record_phase(run_dir, states.NODE_STARTED, node=node, pool=pool_name, role=role, pid=child.pid,
                           wrapper_pid=os.getpid(), address=start.address, slot=start.slot, cpus=start.cpus,
-                          gpus=start.gpus,
-                          gpu_ids=start.identity["ids"], gpu_id_source=start.identity["source"],
+                          gpus=start.gpus, gpu_ids=start.identity["ids"], gpu_id_source=start.identity["source"],
                           gpu_id_error=start.identity.get("error"), nofile=start.nofile, attempt=attempt,
                           gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
                           port_base=ports.gcs, port_last=ports.max_worker,
