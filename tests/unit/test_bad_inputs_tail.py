@@ -84,3 +84,30 @@ def test_sweep_grid_repeat_says_the_fix(env, grid, shown, fix):
     write_exp(env, "exp", GOOD)
     refused(sf("sweep", "exp", "--grid", grid, "--dry-run"), "--grid ", shown, fix)
     assert not list((env / "runs").iterdir())
+
+
+# --- a time limit longer than Slurm can hold: sbatch wraps it into another one -------------
+
+# sbatch --test-only -v on Slurm 22.05: --time=9999999-00:00:00 asks for 8234-19:19:00,
+# 24855-03:13:09 for 2957761 days; 24855-03:13:08 (2**31 - 1 - 59 s) is the longest it keeps
+@pytest.mark.parametrize("time", ["9999999-00:00:00", "24855-03:13:09", "35791394", "596524:00:00", "1" * 5000])
+def test_time_past_slurm_is_refused(env, time):
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    line = refused(sf("submit", "exp", "--dry-run"), "slurm.time: ", "is longer than Slurm can hold (24855-03:13:08",
+                   "write a shorter time or UNLIMITED")
+    assert len(line) < 400
+    assert not list((env / "runs").iterdir())
+
+
+@pytest.mark.parametrize("time", ["24855-03:13:08", "35791393", "UNLIMITED", "INFINITE"])
+def test_time_slurm_keeps_passes(env, time):
+    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+    result = sf("validate", "exp")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_site_time_past_slurm_names_the_site(env):
+    site = write_site(env, runs_dir=str(env / "runs"), slurm={"time": "9999999-00:00:00"})
+    write_exp(env, "exp", GOOD)
+    refused(sf("validate", "exp"), f"site.slurm.time: {site}: '9999999-00:00:00' is longer than Slurm can hold",
+            "write a shorter time or UNLIMITED")
