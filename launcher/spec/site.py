@@ -304,6 +304,10 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
     )
 
 
+# A pool's nodes, at most: Slurm is validated for clusters of up to 65,536 nodes (its large
+# cluster guide) and sbatch wraps a node count past 32 bits silently. config.yaml's schema
+# bounds spec.resources.pools[i].nodes alike (tests/unit/compiler_fixtures/genschema.py).
+MAX_POOL_NODES = 65536
 _PROFILE = re.compile(r"^(?P<series>[A-Za-z0-9_.-]+):(?:(?P<nodes>\d+)x)?(?P<gpus>\d+)$")
 
 
@@ -317,19 +321,26 @@ def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
         known = ", ".join(sorted(site.series)) or "none"
         raise SpecError("--profile", f"unknown GPU series {name!r} in site {site.name}; known: {known}")
     series = site.series[name]
-    gpus = int(match["gpus"])
+    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    too_many = SpecError("--profile", f"{shown} asks for more than {MAX_POOL_NODES} nodes, the largest cluster Slurm "
+                         f"is validated for; ask for fewer (e.g. {name}:2x{series.gpus_per_node})")
+    gpus = _count(match["gpus"])
     if gpus < 1:
         raise SpecError("--profile", f"{text!r} asks for no GPUs; use at least 1")
     if match["nodes"]:
-        nodes = int(match["nodes"])
+        nodes = _count(match["nodes"])
         if nodes < 1:
             raise SpecError("--profile", f"{text!r} asks for no nodes; use at least 1")
         if gpus > series.gpus_per_node:
-            raise SpecError("--profile",
-                            f"{name} nodes have {series.gpus_per_node} GPUs, {text!r} asks for {gpus} per node")
+            raise SpecError("--profile", f"{name} nodes have {series.gpus_per_node} GPUs, {shown} asks for more per "
+                            f"node; ask for at most {series.gpus_per_node} (e.g. {name}:2x{series.gpus_per_node})")
+        if nodes > MAX_POOL_NODES:
+            raise too_many
         return name, nodes, gpus
     if gpus <= series.gpus_per_node:
         return name, 1, gpus
+    if gpus // series.gpus_per_node > MAX_POOL_NODES:
+        raise too_many
     if gpus % series.gpus_per_node:
         raise SpecError(
             "--profile",
@@ -337,3 +348,10 @@ def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
             f"ask for a multiple of {series.gpus_per_node} or use {name}:NxG",
         )
     return name, gpus // series.gpus_per_node, series.gpus_per_node
+
+
+def _count(digits: str) -> int:
+    """A count of --profile; one of more than 9 digits, past any node and any cluster, is read
+    as 10**9 (int() refuses 4,300 digits; the caller refuses the count)."""
+    digits = digits.lstrip("0")
+    return int(digits or 0) if len(digits) <= 9 else 10**9

@@ -111,3 +111,40 @@ def test_site_time_past_slurm_names_the_site(env):
     write_exp(env, "exp", GOOD)
     refused(sf("validate", "exp"), f"site.slurm.time: {site}: '9999999-00:00:00' is longer than Slurm can hold",
             "write a shorter time or UNLIMITED")
+
+
+# --- a pool of more nodes than any cluster: 1e99 nodes was blamed on train_batch_size ------
+
+@pytest.mark.parametrize("field, value, maximum", [("nodes", "1e99", 65536), ("nodes", "1" + "0" * 29, 65536),
+                                                   ("nodes", "65537", 65536), ("spare_nodes", "1e99", 65536),
+                                                   ("gpus_per_node", "1e99", 1024)])
+def test_pool_counts_past_any_cluster_are_refused(env, field, value, maximum):
+    # the batch-size rule divided by a 100-digit GPU count: 'not divisible by the 39999...' GPUs
+    write_exp(env, "exp", GOOD + f"spec: {{resources: {{pools: [{{name: train, {field}: {value}}}]}}}}\n")
+    line = refused(sf("submit", "exp", "--dry-run"), f"spec.resources.pools[0].{field}: ",
+                   f"is greater than the maximum of {maximum}", "fix the value")
+    assert "train_batch_size" not in line
+    assert not list((env / "runs").iterdir())
+
+
+def test_pool_nodes_bound_is_the_profiles():
+    from launcher.spec.experiment import schema
+    from launcher.spec.site import MAX_POOL_NODES
+    pool = schema()["properties"]["spec"]["properties"]["resources"]["properties"]["pools"]["items"]
+    assert pool["properties"]["nodes"]["maximum"] == MAX_POOL_NODES
+
+
+@pytest.mark.parametrize("profile, needles", [
+    ("fake:99999999999999999999x4", ["'fake:99999999999999999999x4' asks for more than 65536 nodes",
+                                     "ask for fewer (e.g. fake:2x4)"]),
+    ("fake:65537x4", ["asks for more than 65536 nodes"]),
+    ("fake:262148", ["'fake:262148' asks for more than 65536 nodes"]),
+    ("fake:" + "1" * 5000, ["(5005 characters) asks for more than 65536 nodes"]),
+    ("fake:2x" + "1" * 5000, ["fake nodes have 4 GPUs", "(5007 characters) asks for more per node",
+                              "ask for at most 4"]),
+])
+def test_profile_past_any_cluster_is_refused(env, profile, needles):
+    # int() of 5,000 digits raised ValueError: an internal error, exit 1
+    write_exp(env, "exp", GOOD)
+    line = refused(sf("submit", "exp", "--dry-run", "--profile", profile), "--profile: ", *needles)
+    assert len(line) < 400 and "train_batch_size" not in line

@@ -53,12 +53,21 @@ def build() -> dict:
                 "pools": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
                     "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,15}$"},
                     "series": {"type": "string", "description": "GPU series of the site file (default: the site's default_series)"},
-                    "nodes": {"type": "integer", "minimum": 1},
-                    "gpus_per_node": {"type": "integer", "minimum": 1},
-                    "spare_nodes": {"type": "integer", "minimum": 0,
+                    # at most 65536 nodes: Slurm is validated for clusters of up to 65,536 nodes
+                    # (its large-cluster guide) and sbatch wraps a node count past 32 bits silently;
+                    # 1e99 nodes reached the batch-size rule as a 100-digit GPU count
+                    "nodes": {"type": "integer", "minimum": 1, "maximum": 65536,
+                              "description": "nodes of the pool; at most 65536 (the largest cluster Slurm is "
+                                             "validated for)"},
+                    # at most 1024: no node holds that many GPUs (the largest hold 8 to 16); the site's
+                    # series then says how many its nodes have
+                    "gpus_per_node": {"type": "integer", "minimum": 1, "maximum": 1024,
+                                      "description": "GPUs of each node the pool uses (default: the series'); at "
+                                                     "most 1024"},
+                    "spare_nodes": {"type": "integer", "minimum": 0, "maximum": 65536,
                                     "description": "nodes allocated beside `nodes` and kept out of training; a restart "
                                                    "in place (slurm.max_restarts_in_place) swaps one in for a node "
-                                                   "that died"}}}},
+                                                   "that died; at most 65536 (as nodes)"}}}},
                 "roles": {"type": "object", "additionalProperties": False, "properties": {
                     r: {"type": "string"} for r in ("actor", "rollout", "ref", "critic", "teacher", "reward")}}}}}},
         "slurm": {"type": "object", "additionalProperties": False, "properties": {
