@@ -143,9 +143,9 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
     """NAME -> experiments/NAME; a path to a folder holding config.yaml is taken as is."""
     candidate = expand_user(name_or_dir, "NAME")
     looks_like_path = os.sep in name_or_dir or name_or_dir.startswith(".")
-    here = os.path.lexists(candidate / CONFIG_FILE)  # a folder here holds one (even a broken one: say why)
-    if looks_like_path or here and not (Path(experiments_root) / name_or_dir).is_dir():
-        if not (candidate / CONFIG_FILE).is_file():
+    here = _may_hold_config(candidate)  # a folder here holds one (even a broken or unreadable one: say why)
+    if looks_like_path or here and not os.path.isdir(Path(experiments_root) / name_or_dir):
+        if not _is_config_file(candidate / CONFIG_FILE, name_or_dir):
             blocked_path(candidate / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop: say which
             raise SpecError(name_or_dir, f"no {CONFIG_FILE} in {candidate}; create one with `sf new NAME --method "
                                          "verl/grpo`")
@@ -158,7 +158,7 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
         raise SpecError("NAME", f"{name_or_dir!r} is not a valid experiment name (letters, digits, _ . -; at most 64; "
                         "starting with a letter or digit)")
     exp = Path(experiments_root) / name_or_dir
-    if not (exp / CONFIG_FILE).is_file():
+    if not _is_config_file(exp / CONFIG_FILE, name_or_dir):
         blocked_path(exp / CONFIG_FILE, name_or_dir)  # a directory, a FIFO, a loop, experiments a file: say which
         raise SpecError(name_or_dir, f"no {exp / CONFIG_FILE}; create it with "
                         f"`sf new {name_or_dir} --method verl/grpo`")
@@ -166,6 +166,35 @@ def find_experiment(name_or_dir: str, experiments_root: str = "experiments") -> 
         return name_or_dir, exp.resolve()
     except (OSError, RuntimeError) as exc:
         raise SpecError(name_or_dir, f"cannot resolve {exp}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _may_hold_config(folder: Path) -> bool:
+    """Whether `folder` has a config.yaml, or may have one the user is not allowed to see (a
+    folder they cannot enter: its permissions are the error, not a missing file)."""
+    try:
+        os.lstat(folder / CONFIG_FILE)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _is_config_file(path: Path, field_name: str) -> bool:
+    """Whether `path` is a regular file; a SpecError naming the folder the user cannot enter
+    when a permission stands in the way (pathlib's is_file raises it: an error naming only the
+    path, or, for NAME, a wrong "no experiments/NAME/config.yaml")."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except PermissionError:
+        folder = next((p for p in reversed(path.parents) if not os.access(p, os.X_OK)), path.parent)
+        folder = f"the current folder {os.getcwd()}" if str(folder) == "." else folder
+        raise SpecError(field_name, f"cannot read {path}: you may not enter {folder} (permission denied); ask its "
+                        "owner for access (chmod a+rx) or copy the experiment to a folder of yours") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # blocked_path says which
+            return False
+        raise  # a name too long: the CLI's os_error shortens it
 
 
 class ConfigLoader(yaml.SafeLoader):

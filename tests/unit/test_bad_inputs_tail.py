@@ -148,3 +148,61 @@ def test_profile_past_any_cluster_is_refused(env, profile, needles):
     write_exp(env, "exp", GOOD)
     line = refused(sf("submit", "exp", "--dry-run", "--profile", profile), "--profile: ", *needles)
     assert len(line) < 400 and "train_batch_size" not in line
+
+
+# --- an experiment folder the user may not enter: "no experiments/e/config.yaml" -----------
+
+def lock(monkeypatch, folder: Path):
+    """`folder` as another user's chmod 000 folder looks to this one (the tests may run as
+    root, whom no mode stops): everything in it is EACCES, and it cannot be entered."""
+    import errno
+    import os
+    folder = os.path.abspath(folder)
+    real_stat, real_lstat, real_access = os.stat, os.lstat, os.access
+
+    def inside(path) -> bool:
+        return isinstance(path, (str, os.PathLike)) and os.path.abspath(path).startswith(folder + os.sep)
+
+    def guarded(real):
+        def call(path, *args, **kwargs):
+            if inside(path):
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "stat", guarded(real_stat))
+    monkeypatch.setattr(os, "lstat", guarded(real_lstat))
+    monkeypatch.setattr(os, "access", lambda path, mode, *args, **kwargs: (
+        (os.path.abspath(path) != folder or not mode & os.X_OK) and real_access(path, mode, *args, **kwargs)))
+
+
+@pytest.mark.parametrize("arg, shown", [("e", "e/config.yaml"), ("./e", "e/config.yaml")])
+def test_folder_here_that_cannot_be_entered_names_the_permission(env, monkeypatch, arg, shown):
+    # `e` read 'no experiments/e/config.yaml; create it with sf new': lexists said no config.yaml
+    # here, so the name was looked up under experiments/
+    write_exp(env, "x", GOOD)
+    (env / "experiments" / "x").rename(env / "e")
+    lock(monkeypatch, env / "e")
+    refused(sf("validate", arg), f"{arg}: cannot read {shown}: you may not enter e (permission denied)",
+            "ask its owner for access (chmod a+rx) or copy the experiment to a folder of yours")
+
+
+def test_experiments_folder_that_cannot_be_entered_names_the_permission(env, monkeypatch):
+    write_exp(env, "e", GOOD)
+    lock(monkeypatch, env / "experiments" / "e")
+    refused(sf("validate", "e"), "e: cannot read experiments/e/config.yaml: you may not enter experiments/e "
+                                 "(permission denied)")
+
+
+def test_unentered_cwd_is_named(env, monkeypatch):
+    # sudo -u from a folder of root's: every relative path is EACCES
+    here = env / "here"
+    write_exp(here, "e", GOOD)
+    monkeypatch.chdir(here)
+    lock(monkeypatch, here)
+    refused(sf("validate", "e"), f"e: cannot read e/config.yaml: you may not enter the current folder {here} "
+                                 "(permission denied)")
+
+
+def test_missing_experiment_still_says_sf_new(env):
+    refused(sf("validate", "nosuch"), "no experiments/nosuch/config.yaml; create it with `sf new nosuch")
