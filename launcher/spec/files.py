@@ -257,12 +257,17 @@ def blocked_path(path: Path, field_name: str) -> None:
 
 def check_folder_path(path: str, field_name: str) -> None:
     """A folder sf will create or write in (the runs dir): a SpecError when a file stands where
-    it or one of its parents must be a folder, so a dry run refuses what its submit would.
-    Reads only; an absent folder is fine (sf creates it)."""
+    it or one of its parents must be a folder, or when the user may not write in it (or, while
+    it is absent, in the folder it would be created in), so a dry run refuses what its submit
+    would. Reads only; an absent folder is fine (sf creates it)."""
     p = Path(os.path.abspath(os.path.expanduser(str(path))))
     for here in (p, *p.parents):
-        if os.path.lexists(here):
+        if os.path.lexists(here):  # False too behind a folder the user may not enter: its parent is judged
             if not here.is_dir():
                 raise SpecError(field_name, f"{here} is a file where sf needs a folder ({p}); move it away or use "
                                 "another runs dir (--runs-dir, $SF_RUNS_DIR or the site's runs_dir)")
+            if not os.access(here, os.W_OK | os.X_OK):  # a run's folder is created in it
+                made = "" if here == p else f", so sf cannot create {p}"
+                raise SpecError(field_name, f"you may not write in {here} (permission denied){made}; use another "
+                                "runs dir (--runs-dir, $SF_RUNS_DIR or the site's runs_dir) or fix its permissions")
             return

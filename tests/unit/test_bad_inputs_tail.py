@@ -206,3 +206,39 @@ def test_unentered_cwd_is_named(env, monkeypatch):
 
 def test_missing_experiment_still_says_sf_new(env):
     refused(sf("validate", "nosuch"), "no experiments/nosuch/config.yaml; create it with `sf new nosuch")
+
+
+# --- a runs dir the user may not write in: the dry run said it would submit ----------------
+
+def deny_writes(monkeypatch, folder: Path):
+    """`folder` as another user's folder looks to this one (the tests may run as root)."""
+    import os
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *args, **kwargs: (
+        (os.path.abspath(path) != str(folder) or not mode & os.W_OK) and real_access(path, mode, *args, **kwargs)))
+
+
+@pytest.mark.parametrize("command", [["submit", "exp", "--dry-run"], ["submit", "exp"],
+                                     ["sweep", "exp", "--grid", "rollout_n=4,8", "--dry-run"]])
+@pytest.mark.parametrize("under, made", [("", ""), ("new/runs", ", so sf cannot create {runs}/new/runs")])
+def test_runs_dir_without_write_access_is_refused(env, monkeypatch, command, under, made):
+    # as nobody, `sf submit --dry-run --runs-dir /root/x` printed the script and 'nothing
+    # submitted' (exit 0); the submit then failed on mkdir: '/root/x: /root/x: Permission denied'
+    runs = env / "theirs"
+    runs.mkdir()
+    deny_writes(monkeypatch, runs)
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # a runtime: the dry run gets past it
+    write_exp(env, "exp", GOOD)
+    target = runs / under if under else runs
+    refused(sf(*command, "--runs-dir", target),
+            f"runs_dir: you may not write in {runs} (permission denied){made.format(runs=runs)}; "
+            "use another runs dir (--runs-dir, $SF_RUNS_DIR or the site's runs_dir) or fix its permissions")
+    assert not list(runs.iterdir())
+
+
+def test_writable_runs_dir_still_dry_runs(env, monkeypatch):
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
+    write_exp(env, "exp", GOOD)
+    result = sf("submit", "exp", "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "nothing written, nothing submitted" in result.stderr
