@@ -323,7 +323,14 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
         elif getattr(site, key, None):
             sbatch_values.account(getattr(site, key), f"site slurm.{key}")
     time = str(s.get("time") or site.time)
-    limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
+    try:
+        limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
+    except SpecError as exc:
+        if spec.provenance.get("slurm.time") not in (None, "site"):
+            raise
+        # the site file's time, kept by this run: name that file (config.yaml's slurm.time overrides it)
+        raise SpecError("site slurm.time", f"in the site file {site.path}: {exc.message}; or set slurm.time in "
+                        "config.yaml") from None
     lead = s.get("signal_lead_s", site.signal_lead_s)
     if s.get("requeue", True):
         check_signal_lead(lead, limit)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import yaml
 
-from launcher.compile.slurm_time import time_seconds
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S
 from launcher.sbatch_values import LOGIN_ENV
@@ -244,11 +243,6 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
                         ("ray.start_retries", ray.get("start_retries", 2)),
                         ("ray.large_cluster.min_nodes", (ray.get("large_cluster") or {}).get("min_nodes", 64))):
         _whole(value, f"site.{name}", path)
-    if "time" in slurm:  # as Slurm reads it, named as the site's (every run that keeps it would fail)
-        try:
-            time_seconds(slurm["time"], "site.slurm.time")
-        except SpecError as exc:
-            raise SpecError(exc.field, f"{path}: {exc.message}") from None
     if slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S) < 1:
         raise SpecError("site.slurm.first_step_timeout_s", f"0 in {path}: the first step needs at least a second "
                         "(hang_timeout_s: 0 turns the watchdog off)")

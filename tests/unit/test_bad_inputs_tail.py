@@ -109,8 +109,10 @@ def test_time_slurm_keeps_passes(env, time):
 def test_site_time_past_slurm_names_the_site(env):
     site = write_site(env, runs_dir=str(env / "runs"), slurm={"time": "9999999-00:00:00"})
     write_exp(env, "exp", GOOD)
-    refused(sf("validate", "exp"), f"site.slurm.time: {site}: '9999999-00:00:00' is longer than Slurm can hold",
-            "write a shorter time or UNLIMITED")
+    refused(sf("validate", "exp"), f"site slurm.time: in the site file {site}: '9999999-00:00:00' is longer than "
+            "Slurm can hold", "write a shorter time or UNLIMITED; or set slurm.time in config.yaml")
+    write_exp(env, "exp", GOOD + "slurm: {time: '04:00:00'}\n")  # config.yaml's time overrides it
+    assert sf("validate", "exp").exit_code == 0
 
 
 # --- a pool of more nodes than any cluster: 1e99 nodes was blamed on train_batch_size ------
