@@ -93,9 +93,10 @@ def effective_config(config_name: str, overrides):
         return verlcheck.effective_config(config_name, overrides)
     try:
         path = _entry(config_name, overrides, config_dir).with_suffix(".effective")
-    except OSError:  # verl's config folder unreadable: compose
-        path = None
-    if path is not None and path.is_file():
+        cached = path.is_file()  # raises when the cache is in a home the user may not enter ($HOME of another)
+    except OSError:  # verl's config folder or the cache unreadable: compose
+        path, cached = None, False
+    if cached:
         try:
             cfg, base = pickle.loads(path.read_bytes())
             return verlcheck.Effective(cfg, base), None

@@ -244,3 +244,18 @@ def test_writable_runs_dir_still_dry_runs(env, monkeypatch):
     result = sf("submit", "exp", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "nothing written, nothing submitted" in result.stderr
+
+
+# --- a cache in a home the user may not enter ($HOME of another user: setpriv, sudo -u) ----
+
+def test_unreadable_cache_is_no_error(env, monkeypatch):
+    # verlcache.effective_config's is_file raised EACCES: the dry run failed naming a file of
+    # ~/.cache/sf/verl-compose; a cache it cannot use is no cache, with the same answers
+    cache = env / "their-cache"
+    cache.mkdir()
+    monkeypatch.setenv("SF_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
+    lock(monkeypatch, cache)
+    write_exp(env, "exp", GOOD)
+    result = sf("submit", "exp", "--dry-run")
+    assert result.exit_code == 0, result.stderr
