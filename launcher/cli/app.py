@@ -64,7 +64,7 @@ def os_error(exc: OSError) -> SpecError:
     import os
 
     where = exc.filename if exc.filename is not None else "path"
-    other = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
+    other = f" ({exc.filename2})" if getattr(exc, "filename2", None) else ""
     path = str(where)
     chain, p = [], path.rstrip("/")
     while p and p not in chain:
@@ -77,7 +77,8 @@ def os_error(exc: OSError) -> SpecError:
         shown = path if len(path) <= 120 else f"{path[:100]}... ({len(path)} characters)"
         return SpecError(shown, "a name in this path is longer than the file system allows (255 bytes a name, "
                                 "4096 a path); use a shorter one")
-    return SpecError(path, f"{where}{other}: {exc.strerror or exc}; fix the path or its permissions")
+    # the path is the field: the message says only what happened to it (and to a second path)
+    return SpecError(path, f"{exc.strerror or exc}{other}; fix the path or its permissions")
 
 
 def _exc_line(exc: BaseException) -> str:

@@ -259,3 +259,12 @@ def test_unreadable_cache_is_no_error(env, monkeypatch):
     write_exp(env, "exp", GOOD)
     result = sf("submit", "exp", "--dry-run")
     assert result.exit_code == 0, result.stderr
+
+
+def test_a_file_system_failure_names_its_path_once():
+    """The path is the line's field: the message does not print it again ('X: X: Permission denied')."""
+    from launcher.cli.app import os_error
+
+    line = str(os_error(PermissionError(13, "Permission denied", "/root/x")))
+    assert line == "/root/x: Permission denied; fix the path or its permissions"
+    assert line.count("/root/x") == 1
