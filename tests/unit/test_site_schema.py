@@ -153,6 +153,14 @@ def test_gpu_and_cpu_counts_at_least_one(tmp_path, key):
     assert err.message.startswith(f"{path}:{_line_of(path, f'{key}: 0')}: ")
 
 
+def test_a_gpu_count_past_any_node_is_refused(tmp_path):
+    """1e99 GPUs a node (a typo) would reach every GPU count sf derives from it, as config.yaml's
+    pools would: both stop at 1024."""
+    path = _dev_with(tmp_path, "    gpus_per_node: 4\n", "    gpus_per_node: 4000000000\n")
+    [err] = _refused(path)
+    assert err.field == "site.series.fake.gpus_per_node" and "greater than the maximum of 1024" in err.message
+
+
 @pytest.mark.parametrize("env,field,words", [
     ("[A, B]", "site.env", "a list, not a mapping"),
     ("{THREADS: 8}", "site.env.THREADS", 'quote it: "8"'),
