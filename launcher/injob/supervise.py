@@ -912,8 +912,8 @@ class Supervisor:
             log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in decision.swapped.items()))
         # a fresh start: node events from here on, the head's ports free again (or the next block)
         self.wall0 = time.time()
-        # the head's slot reserved again (the stopped head's lock released first, so the same slot
-        # is taken back unless another job holds it now: launcher.injob.private.reserve)
+        # the head's slot drawn and reserved again (the stopped head's lock released first, so its
+        # slot may come back; any free one will do: the workers are told the new GCS port)
         if self.port_reservation is not None:
             self.port_reservation.release()
         self.take_head_slot()
