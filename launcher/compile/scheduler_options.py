@@ -148,7 +148,10 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
         if value is False:  # `spread-job: false`: left out
             continue
         source = provenance.get(f"slurm.sbatch.{key}", provenance.get("slurm.sbatch", ""))
-        field = "--sbatch" if source == "--sbatch" else ("site." if source == "site" else "") + f"slurm.sbatch.{key}"
+        # a key with a newline (any unprintable character) is named by its mapping: the error's
+        # message quotes it, and in the field it would split the one error line in two
+        shown = f".{key}" if str(key).isprintable() else ""
+        field = "--sbatch" if source == "--sbatch" else ("site." if source == "site" else "") + f"slurm.sbatch{shown}"
         pairs.append(check_sbatch(key, value, field))
     if pairs:
         out["sbatch"] = tuple(pairs)
