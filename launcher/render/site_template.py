@@ -8,7 +8,8 @@ whatever it does (tests/unit/test_site_templates.py tries):
     tree before it is compiled);
   - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
     before the first command; the site's extra lines long options with plain values
-    (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header.
+    (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header;
+  - it is a regular file of at most 256 KiB, and its script at most sbatch's 4 MB.
 Imported only for a site that names a templates_dir.
 """
 
@@ -27,6 +28,12 @@ from launcher.render.sbatch_template import BASE, BLOCKS, TEMPLATE, environment
 SF_OWNED = ("job-name", "output", "error", "array", "requeue", "no-requeue", "signal", "open-mode", "dependency",
             "nodes", "ntasks", "ntasks-per-node", "het-group", "hetjob", "wrap", "parsable", "test-only")
 _SITE_LINE = re.compile(r"^#SBATCH --(?P<key>[a-z][a-z0-9-]{0,40})(?:=(?P<value>.*))?$")
+# A site's template is a few blocks of shell: one past sf's bound for its YAML files is a
+# mistake (a log, an image) and is refused unread. The script it renders is bounded by
+# sbatch's own default (slurm.conf max_script_size: 4 MB), checked while it renders, so a
+# loop that prints without end stops there instead of filling the login node's memory.
+MAX_TEMPLATE_BYTES = 256 * 1024
+MAX_SCRIPT_CHARS = 4 * 1024 * 1024
 
 
 def _refuse(file: Path, lineno: int | None, what: str):
@@ -34,8 +41,9 @@ def _refuse(file: Path, lineno: int | None, what: str):
     raise SpecError("site.templates_dir", f"{where}: {what}")
 
 
-def _check_site_template(ast, file: Path) -> None:
-    """The site's template extends sf's and overrides BLOCKS only (see the module's doc)."""
+def _check_site_template(ast, file: Path) -> dict[str, int]:
+    """The site's template extends sf's and overrides BLOCKS only (see the module's doc);
+    {block: its line} of the blocks it overrides."""
     from jinja2 import nodes  # Jinja on first use only (start-up cost)
 
     def blank(node) -> bool:
@@ -65,23 +73,55 @@ def _check_site_template(ast, file: Path) -> None:
         kind = {"FromImport": "from import", "FilterBlock": "filter block", "ScopedEvalContextModifier": "autoescape",
                 "EvalContextModifier": "autoescape"}.get(type(node).__name__, type(node).__name__.lower())
         _refuse(file, node.lineno, f"a site's template may not use {kind} here (only the blocks {', '.join(BLOCKS)})")
+    return {node.name: node.lineno for node in top[1:]}
 
 
 def _site_template(env, file: Path):
+    """The site's template compiled, and {block: its line} of the blocks it overrides."""
     import jinja2  # Jinja on first use only (start-up cost)
 
+    if not file.is_file():  # a folder, a FIFO (reading it would wait forever), a dangling symlink
+        _refuse(file, None, "is not a regular file; put the site's template there, or remove it to use sf's")
     try:
-        text = file.read_text(encoding="utf-8")
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_TEMPLATE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         _refuse(file, None, f"cannot be read: {exc}")
+    if len(data) > MAX_TEMPLATE_BYTES:
+        _refuse(file, None, f"is larger than {MAX_TEMPLATE_BYTES // 1024} KiB; a site's template is a few blocks "
+                "of shell lines (is it the right file?)")
     name = "site/" + TEMPLATE
     try:
         ast = env.parse(text, name, str(file))
-        _check_site_template(ast, file)
+        block_lines = _check_site_template(ast, file)
         code = env.compile(ast, name, str(file))
     except jinja2.TemplateSyntaxError as exc:
         _refuse(file, exc.lineno, exc.message or str(exc))
-    return env.template_class.from_code(env, code, env.make_globals(None))
+    return env.template_class.from_code(env, code, env.make_globals(None)), block_lines
+
+
+def _render_bounded(template, context: dict, file: Path) -> str:
+    """The template's script, refused once it grows past MAX_SCRIPT_CHARS."""
+    parts, size = [], 0
+    for part in template.generate(context):
+        size += len(part)
+        if size > MAX_SCRIPT_CHARS:
+            _refuse(file, None, f"renders a batch script larger than {MAX_SCRIPT_CHARS // (1024 * 1024)} MiB, "
+                    "sbatch's default limit (max_script_size); print less (a loop without end?)")
+        parts.append(part)
+    return "".join(parts)
+
+
+def _template_line(exc: BaseException, file: Path) -> int | None:
+    """The line of the site's template an error was raised at: Jinja rewrites a render's
+    traceback so that its frames carry the template's file and lines."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == str(file):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def _check_site_header(text: str, components, file: Path) -> None:
@@ -123,16 +163,16 @@ def render(context: dict, templates_dir: str) -> str:
     import jinja2  # Jinja on first use only (start-up cost)
 
     site_file = Path(templates_dir) / TEMPLATE
-    if not site_file.is_file():
+    if not site_file.exists() and not site_file.is_symlink():  # no template of its own: sf's
         return sbatch_template.render(context)
     env = environment()
-    template = _site_template(env, site_file)
+    template, block_lines = _site_template(env, site_file)
     try:
-        text = template.render(context)
+        text = _render_bounded(template, context, site_file)
     except SpecError:
         raise
     except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression
-        _refuse(site_file, getattr(exc, "lineno", None) if isinstance(exc, jinja2.TemplateError) else None,
-                f"{type(exc).__name__}: {exc}")
+        line = getattr(exc, "lineno", None) if isinstance(exc, jinja2.TemplateError) else None
+        _refuse(site_file, line or _template_line(exc, site_file), f"{type(exc).__name__}: {exc}")
     _check_site_header(text, context["components"], site_file)
     return text

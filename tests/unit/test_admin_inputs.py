@@ -3,16 +3,20 @@ registry) and gets wrong: every mistake one line naming the field, exit 2, nothi
 nothing the admin's template does drops sf's own script."""
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unit_helpers import SITE, VENV, make_plan  # noqa: E402
 
 from launcher.compile import scheduler_options  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
-
+from launcher.render import site_template  # noqa: E402
+from launcher.render.script import render_script  # noqa: E402
 
 # --- the scheduler options: one error line, whatever the key ----------------------------------
 
@@ -28,3 +32,65 @@ def test_an_sbatch_key_with_a_newline_is_one_error_line(provenance, field):
     with pytest.raises(SpecError) as err:  # a printable key keeps its own field
         scheduler_options.checked({"sbatch": {"wrap": "x"}}, provenance)
     assert err.value.field == field + ".wrap"
+
+
+# --- a site's own template (site file: templates_dir) -----------------------------------------
+EXTENDS = '{% extends "sf/train.sbatch.j2" %}\n'
+
+
+def _site(tmp_path):
+    folder = tmp_path / "site-templates"
+    folder.mkdir(exist_ok=True)
+    return replace(SITE, templates_dir=str(folder)), folder / "train.sbatch.j2"
+
+
+def _refused(site) -> str:
+    with pytest.raises(SpecError) as err:
+        render_script(make_plan(), site, VENV)
+    assert err.value.field == "site.templates_dir" and "\n" not in str(err.value)
+    return err.value.message
+
+
+@pytest.mark.parametrize("make", ["folder", "dangling symlink", "fifo"])
+def test_a_template_that_is_no_regular_file_is_refused_not_skipped(tmp_path, make):
+    """A train.sbatch.j2 that is a folder, a dangling symlink or a FIFO was taken for no
+    template at all: sf's script rendered, the site's silently left out (and a FIFO's read would
+    have waited forever had it been tried)."""
+    site, file = _site(tmp_path)
+    {"folder": file.mkdir, "dangling symlink": lambda: file.symlink_to(tmp_path / "gone"),
+     "fifo": lambda: os.mkfifo(file)}[make]()
+    assert _refused(site) == f"{file}: is not a regular file; put the site's template there, or remove it to use sf's"
+
+
+def test_a_symlinked_template_is_the_file_it_names(tmp_path):
+    site, file = _site(tmp_path)
+    (tmp_path / "real.j2").write_text(EXTENDS + "{% block prologue %}\nulimit -n 65536\n{% endblock %}\n")
+    file.symlink_to(tmp_path / "real.j2")
+    assert "\nulimit -n 65536\n" in render_script(make_plan(), site, VENV)
+
+
+def test_a_huge_template_is_refused_unread(tmp_path):
+    """A 48 MB template rendered a 48 MB script in 3.5 s (sbatch refuses over 4 MB)."""
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}\n" + "# pad\n" * 50_000 + "{% endblock %}\n")
+    assert _refused(site) == f"{file}: is larger than 256 KiB; a site's template is a few blocks of shell lines " \
+                             "(is it the right file?)"
+
+
+def test_a_template_that_prints_without_end_stops_at_sbatchs_limit(tmp_path, monkeypatch):
+    """`{{ "x" * 100000000 }}` took 9 s and 500 MB before; a loop printing 10^10 lines never ended."""
+    monkeypatch.setattr(site_template, "MAX_SCRIPT_CHARS", 100_000)  # the same rule, a smaller bound
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}\n{% for i in range(100000) %}{% for j in range(100000) %}"
+                    "# {{ i }} {{ j }}\n{% endfor %}{% endfor %}\n{% endblock %}\n")
+    assert "renders a batch script larger than 0 MiB, sbatch's default limit" in _refused(site)
+    monkeypatch.undo()
+    assert site_template.MAX_SCRIPT_CHARS == 4 * 1024 * 1024
+
+
+def test_an_undefined_name_is_named_with_its_line(tmp_path):
+    """An undefined name fails while the template renders: its line comes from the traceback,
+    as a syntax error's from the parser."""
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}\necho hi\n{{ no_such_value }}\n{% endblock %}\n")
+    assert _refused(site) == f"{file}:4: UndefinedError: 'no_such_value' is undefined"
