@@ -9,13 +9,16 @@ whatever it does (tests/unit/test_site_templates.py tries):
   - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
     before the first command; the site's extra lines long options with plain values
     (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header;
-  - it is a regular file of at most 256 KiB, and its script at most sbatch's 4 MB.
+  - it is a regular file of at most 256 KiB, and its script at most sbatch's 4 MB;
+  - each shell block it overrides is whole shell on its own (`bash -n`), so none swallows
+    sf's lines after it (an unclosed quote or here-document, a trailing backslash).
 Imported only for a site that names a templates_dir.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from launcher import sbatch_values
@@ -34,6 +37,8 @@ _SITE_LINE = re.compile(r"^#SBATCH --(?P<key>[a-z][a-z0-9-]{0,40})(?:=(?P<value>
 # loop that prints without end stops there instead of filling the login node's memory.
 MAX_TEMPLATE_BYTES = 256 * 1024
 MAX_SCRIPT_CHARS = 4 * 1024 * 1024
+# The blocks that hold shell lines (extra_sbatch holds #SBATCH lines and comments only)
+SHELL_BLOCKS = ("prologue", "module_loads", "epilogue")
 
 
 def _refuse(file: Path, lineno: int | None, what: str):
@@ -124,6 +129,35 @@ def _template_line(exc: BaseException, file: Path) -> int | None:
     return line
 
 
+def _check_blocks_whole_shell(env, template, context: dict, block_lines: dict, file: Path) -> None:
+    """Each shell block the site overrides is whole shell on its own: an unclosed quote,
+    here-document or bracket, or a last line ending in a backslash or `&&`, would swallow sf's lines
+    after it (a prologue's `<<EOF` ended in the epilogue turns sf's environment, requeue trap and
+    supervisor into text, and the script still parses). Checked with `bash -n` on the block
+    inside a `{ ...; }` group, which such a block leaves unclosed."""
+    blocks = [name for name in SHELL_BLOCKS if name in template.blocks]
+    if not blocks:
+        return
+    ctx = template.new_context(context)
+    for name, block in env.get_template(BASE).blocks.items():  # as the extends adds them: super() works
+        ctx.blocks.setdefault(name, []).append(block)
+    for name in blocks:
+        text = "".join(template.blocks[name](ctx))
+        try:
+            # `}` right on the line after the block's last, as sf's next line is in the script
+            group = "{\n:\n" + text + ("" if text.endswith("\n") else "\n") + "}\n"
+            proc = subprocess.run(["bash", "-n"], input=group, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue  # no bash on this node to ask: sbatch's nodes run the script with it anyway
+        if proc.returncode != 0:
+            # bash's first error, less its line number (one of the wrapped text, not the file's)
+            said = [re.sub(r"^bash: (line \d+: )?", "", line) for line in proc.stderr.splitlines()
+                    if "warning" not in line] or [f"exit {proc.returncode}"]
+            _refuse(file, block_lines.get(name), f"its {name} block is not whole shell on its own (bash -n: "
+                    f"{said[0]}); close every quote, here-document, bracket and if/for/case in the block it "
+                    "opens, or sf's lines after it would not run")
+
+
 def _check_site_header(text: str, components, file: Path) -> None:
     """sf's #SBATCH lines all there, in order, before the first command; the site's own lines
     plain long options sf does not set; no #SBATCH line anywhere else."""
@@ -169,6 +203,7 @@ def render(context: dict, templates_dir: str) -> str:
     template, block_lines = _site_template(env, site_file)
     try:
         text = _render_bounded(template, context, site_file)
+        _check_blocks_whole_shell(env, template, context, block_lines, site_file)
     except SpecError:
         raise
     except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression

@@ -94,3 +94,33 @@ def test_an_undefined_name_is_named_with_its_line(tmp_path):
     site, file = _site(tmp_path)
     file.write_text(EXTENDS + "{% block prologue %}\necho hi\n{{ no_such_value }}\n{% endblock %}\n")
     assert _refused(site) == f"{file}:4: UndefinedError: 'no_such_value' is undefined"
+
+
+@pytest.mark.parametrize("blocks,block,line", [
+    # a here-document opened in the prologue and ended in the epilogue: sf's environment, requeue
+    # trap and supervisor became its text; the script parsed (bash -n) and was submitted
+    ("{% block prologue %}\ncat >/dev/null <<'SITE'\n{% endblock %}\n{% block epilogue %}\nSITE\n{% endblock %}\n",
+     "prologue", 2),
+    ("{% block prologue %}\n: '\n{% endblock %}\n", "prologue", 2),  # the script did not even parse
+    ("{% block prologue %}\nulimit -n 65536 \\\n{% endblock %}\n", "prologue", 2),  # joined sf's next line
+    ("{% block prologue %}\ntrue &&\n{% endblock %}\n", "prologue", 2),
+    ("{% block module_loads %}\n{{ super() }}\nif true; then\n{% endblock %}\n", "module_loads", 2),
+    ("{% block prologue %}\n{% endblock %}\n{% block epilogue %}\n{\n{% endblock %}\n", "epilogue", 4),
+])
+def test_a_block_that_swallows_sfs_lines_is_refused(tmp_path, blocks, block, line):
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + blocks)
+    message = _refused(site)
+    assert message.startswith(f"{file}:{line}: its {block} block is not whole shell on its own (bash -n: ")
+    assert message.endswith("); close every quote, here-document, bracket and if/for/case in the block it opens, "
+                            "or sf's lines after it would not run")
+
+
+def test_whole_shell_blocks_pass(tmp_path):
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}\n# a comment ending in \\\nulimit -n 65536\n"
+                    "cat <<'EOF'\nhello\nEOF\nif true; then echo ok; fi\n{% endblock %}\n"
+                    "{% block module_loads %}\nmodule purge\n{{ super() }}\n{% endblock %}\n"
+                    "{% block epilogue %}{% endblock %}\n")
+    script = render_script(make_plan(), replace(site, modules=("cuda/12",)), VENV)
+    assert "module purge\ntype module" in script and "\nmodule load cuda/12\n" in script
