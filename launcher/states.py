@@ -101,6 +101,9 @@ HANG = "hang"  # last_step, seconds_since, limit_s, stacks (the dir under the ru
 STACKS_SAVED = "stacks_saved"  # every node's Python stacks written (dir, nodes)
 # Ray and the driver started again inside the allocation (cause: hang | node | driver)
 RESTARTED_IN_PLACE = "restarted_in_place"
+# Ray brought up again, the head on another port slot: its slot was taken before Ray ran
+# (launcher/injob/heal.py RedrawHeadSlot)
+HEAD_SLOT_REDRAWN = "head_slot_redrawn"
 # the batch script's USR1 trap (templates/train.sbatch.j2)
 REQUEUED = "requeued"
 REQUEUE_REFUSED = "requeue_refused"
@@ -129,6 +132,7 @@ PHASE_LABELS = {
     HANG: "hung (no training step)",
     STACKS_SAVED: "hung: stacks saved",
     RESTARTED_IN_PLACE: "restarting in place",
+    HEAD_SLOT_REDRAWN: "starting ray again (head's ports taken)",
     DRIVER_STARTED: "driver started",
     VERL_PHASE: "verl",
     ENDED: "ended",

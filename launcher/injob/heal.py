@@ -1,8 +1,9 @@
 """What healing decides (issues 23 and 36): pure functions from the evidence the supervisor
 gathers to a decision it carries out (launcher/injob/supervise.py, Supervisor.apply).
 
-  after_node_death  a node step ended while the job lives: restart in place (a spare for a
-                    node that went away), else requeue a job whose node went away, else fail.
+  after_node_death  a node step ended while the job lives: a head whose port slot was taken
+                    before Ray ran starts again on another slot; else restart in place (a spare
+                    for a node that went away), else requeue a job whose node went away, else fail.
   after_hang        the watchdog saw no training step (watchdog.py) and the stacks are saved
                     (stacks.py): restart in place, the nodes that did not answer the dump left
                     out for spares; with too few spares (or past the bound) end the attempt:
@@ -10,7 +11,7 @@ gathers to a decision it carries out (launcher/injob/supervise.py, Supervisor.ap
                     else fail; the reason says "hang: no training step for N s after step S".
   after_driver_failure  the driver failed: restart in place unless it never trained.
 
-Each returns one of RestartInPlace, Requeue, RequeueWithout, GiveUp, computed from a
+Each returns one of RedrawHeadSlot, RestartInPlace, Requeue, RequeueWithout, GiveUp, computed from a
 Standing (what the job is and how often it healed) and the event's evidence: no Slurm, no
 files, no clock (tests/unit/test_heal.py). A restart in place is bounded per attempt by
 max_restarts_in_place (0, the default: none, as before issue 23); a requeue by max_requeues.
@@ -39,10 +40,27 @@ class Standing:
     launcher: str  # only a Ray job restarts in place
     restarts_in_place: int  # so far in this attempt
     max_restarts_in_place: int  # the bound per attempt (HealSettings)
+    head_slot_redraws: int  # so far in this attempt (RedrawHeadSlot)
     restart: int  # SLURM_RESTART_COUNT: requeues so far
     may_requeue: bool  # Supervisor.may_requeue(): a requeue lead and restart < max_requeues
     max_requeues: int | None
     requeue_lead: float
+
+
+@dataclass(frozen=True)
+class RedrawHeadSlot:
+    """Bring Ray up again on the same nodes, the head on another port slot: the head's slot was
+    taken between the supervisor's check and the head's start (another user's head that drew
+    the same slot of the same node: users' port locks are their own, and only a port that
+    already listens is seen). Not a restart in place: no driver ran, nothing resumes, and
+    max_restarts_in_place is not spent; at most MAX_HEAD_SLOT_REDRAWS an attempt."""
+
+    reason: str
+    number: int  # this redraw's number in the attempt (1 for the first)
+    note: str = ""
+
+
+MAX_HEAD_SLOT_REDRAWS = 2
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,7 @@ class GiveUp:
     note: str = ""
 
 
-Decision = RestartInPlace | Requeue | RequeueWithout | GiveUp
+Decision = RedrawHeadSlot | RestartInPlace | Requeue | RequeueWithout | GiveUp
 
 
 def new_watchdog(settings: HealSettings, overrides, path: str, now: float) -> tuple[watchdog.Watchdog | None, str]:
@@ -127,8 +145,13 @@ def _after(st: Standing) -> str:
     return after(st.restarts_in_place, st.max_restarts_in_place)
 
 
-def after_node_death(st: Standing, reason: str, nodes: list[str], lost: bool) -> Decision:
+def after_node_death(st: Standing, reason: str, nodes: list[str], lost: bool,
+                     head_slot_taken: bool = False) -> Decision:
     """A Ray node's step ended while the job lives (Slurm is not ending it).
+
+    `head_slot_taken`: the head ended before Ray ran because its port slot was taken after the
+    supervisor had checked it (its node_exit says port_collision): another slot is drawn and
+    Ray brought up again, at most MAX_HEAD_SLOT_REDRAWS times an attempt.
 
     `lost`: the node's wrapper never recorded its node_exit, so the node (or the job's
     processes on it) went away, not just Ray. Starting Ray on such a node again is a gamble
@@ -136,6 +159,12 @@ def after_node_death(st: Standing, reason: str, nodes: list[str], lost: bool) ->
     allocation, verl resumes from its checkpoint), bounded by max_requeues. Before the
     driver runs, every node has not yet proved itself, so a death then fails as always: a
     setup that cannot start a node fails the same way on every requeue."""
+    if head_slot_taken and st.stage != states.STAGE_DRIVER and st.launcher == "ray":
+        if st.head_slot_redraws < MAX_HEAD_SLOT_REDRAWS:
+            n = st.head_slot_redraws + 1
+            return RedrawHeadSlot(reason, n, note=f"the head's port slot was taken before Ray ran: bringing Ray up "
+                                  f"again on another slot ({n} of at most {MAX_HEAD_SLOT_REDRAWS})")
+        reason += f"; the head's slot was drawn again {MAX_HEAD_SLOT_REDRAWS} times and taken each time"
     if st.stage != states.STAGE_DRIVER:
         return GiveUp(reason + _after(st))
     if lost:

@@ -194,9 +194,9 @@ class NodeStart:
     def run_dir(self) -> str:
         return self.job.run_dir
 
-    def fail(self, msg: str, retry_helps: bool = False) -> int:
+    def fail(self, msg: str, retry_helps: bool = False, **detail) -> int:
         """This node cannot start: say so in its log and in the run's record."""
-        return fail_node(self.run_dir, self.node, self.pool_name, msg, retry_helps)
+        return fail_node(self.run_dir, self.node, self.pool_name, msg, retry_helps, **detail)
 
     def forward(self, signum, _frame) -> None:
         """Slurm's signals and the supervisor's SIGUSR2, handed on to `ray start`."""
@@ -234,10 +234,10 @@ class NodeStart:
             self.reservation.release()
 
 
-def fail_node(run_dir: str, node: str, pool_name: str, msg: str, retry_helps: bool = False) -> int:
+def fail_node(run_dir: str, node: str, pool_name: str, msg: str, retry_helps: bool = False, **detail) -> int:
     write_line(f"[sf node {node}] {msg}", err=True)
     runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, rc=1, error=msg,
-                      retry_helps=retry_helps)
+                      retry_helps=retry_helps, **detail)
     return 1
 
 
@@ -365,11 +365,13 @@ def start_and_watch(start: NodeStart) -> int:
     # port taken meanwhile) is started again, while the barrier still waits for it: a worker
     # with fresh ports, the head on its own ports (workers dial them; they wait for it).
     for attempt in range(retries + 1):
+        if role == "head" and attempt == 0 and os.environ.get("SF_TEST_TAKE_HEAD_SLOT"):
+            take_head_slot_once(run_dir, ports_mod.block_ports(job.port_block, job.head_slot, job.ray.port_range))
         ports, reservation, why = pick_ports(role=role, slot=start.slot, port_range=job.ray.port_range,
                                              first_block=job.port_block, head_slot=job.head_slot, locks=start.locks,
                                              address=start.address, wait_s=HEAD_PORTS_WAIT_S if attempt else 0.0)
-        if ports is None:
-            return start.fail(why)
+        if ports is None:  # the supervisor's head may draw another slot (heal.RedrawHeadSlot)
+            return start.fail(why, port_collision=True)
         start.hold(reservation)
         if start.private_dir:  # an earlier try's
             private.remove_private_dir(start.private_dir)
@@ -592,6 +594,21 @@ def group_running(pgid: int, proc: str = "/proc") -> bool:
         if int(pgrp) == pgid and state not in ("Z", "X"):
             return True
     return False
+
+
+def take_head_slot_once(run_dir: str, ports) -> None:
+    """Test hook SF_TEST_TAKE_HEAD_SLOT: the first head of the run finds its GCS port listened on,
+    as when another user's head drew the same slot and started first. The listener is a child
+    of this step: it goes when the head's step ends."""
+    marker = Path(run_dir) / ".sf-test-head-slot-taken"
+    if marker.exists():
+        return
+    marker.touch()
+    squatter = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
+                                 "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
+                                 "print('held', flush=True); time.sleep(120)", str(ports.gcs)],
+                                stdout=subprocess.PIPE, text=True)
+    squatter.stdout.readline()
 
 
 def _test_nodes(variable: str) -> list[str]:

@@ -69,6 +69,7 @@ POLL_S = 0.5
 RESTARTED = object()  # on_step_end after a restart in place: the watch polls the new attempt's steps
 TERM_GRACE_S = 8
 STOP_GRACE_S = 20  # Ray stops in a few seconds; the node steps end by themselves in that time
+REDRAW_STOP_GRACE_S = 3  # a redraw of the head's slot: no Ray cluster came up (a worker's start hangs on)
 # The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
 ERROR_LINE = re.compile(r"^(\(\S+ pid=\d+[^)]*\)\s*)?[A-Za-z_][\w.]*(Error|Exception)(\([^)]*\))?: \S")
@@ -429,6 +430,7 @@ class Supervisor:
         # this start's step records: the batch script's; a restart in place writes its own
         self.metrics_path = os.environ.get("VERL_FILE_LOGGER_PATH")
         self.restarts_in_place = 0  # in this attempt
+        self.head_slot_redraws = 0  # in this attempt (heal.RedrawHeadSlot)
         # the progress watchdog of this start's driver: None until it trains (check_hang
         # makes it), False when it is off (heal.new_watchdog says why)
         self.watchdog: watchdog_mod.Watchdog | bool | None = None
@@ -516,16 +518,21 @@ class Supervisor:
             return hint + ". Ray ran and then ended: a node or process died; resubmitting only helps once that is fixed"
         return hint + ". Submitting again will not help until that is fixed"
 
-    def exited_nodes(self) -> list[str]:
-        """Nodes whose Ray ended in this attempt (from the node_exit phases)."""
+    def node_exits(self) -> list[dict]:
+        """The node_exit phases of this start (this attempt, since wall0)."""
         restart = os.environ.get("SLURM_RESTART_COUNT")
-        names = []
-        for event in runs.read_phases(self.run_dir):
-            if event.get("phase") == states.NODE_EXIT and str(event.get("job_id")) == self.job_id \
-                    and str(event.get("restart", "")) == str(restart or "") and event.get("time", 0) >= self.wall0:
-                if event.get("node") not in names:
-                    names.append(event.get("node"))
-        return names
+        return [event for event in runs.read_phases(self.run_dir)
+                if event.get("phase") == states.NODE_EXIT and str(event.get("job_id")) == self.job_id
+                and str(event.get("restart", "")) == str(restart or "") and event.get("time", 0) >= self.wall0]
+
+    def exited_nodes(self) -> list[str]:
+        """Nodes whose Ray ended in this start (from the node_exit phases)."""
+        return list(dict.fromkeys(event.get("node") for event in self.node_exits()))
+
+    def head_slot_taken(self) -> bool:
+        """Whether the head ended before Ray ran because its port slot was taken (node.py)."""
+        return any(event.get("node") == self.job.head_node and event.get("port_collision")
+                   and not event.get("started") for event in self.node_exits())
 
     def wants_health_check(self) -> bool:
         """The node health check before the driver: site ray.health_check: always or
@@ -818,6 +825,7 @@ class Supervisor:
         return heal.Standing(job=self.job, stage=self.stage, preflight=self.preflight, launcher=self.plan.launcher,
                              restarts_in_place=self.restarts_in_place,
                              max_restarts_in_place=self.contract.heal.max_restarts_in_place,
+                             head_slot_redraws=self.head_slot_redraws,
                              restart=self.restart, may_requeue=self.may_requeue(),
                              max_requeues=self.contract.max_requeues, requeue_lead=self.contract.requeue_lead)
 
@@ -826,6 +834,9 @@ class Supervisor:
         else the attempt's exit code."""
         if decision.note:
             log(decision.note)
+        if isinstance(decision, heal.RedrawHeadSlot):
+            self.redraw_head_slot(decision)
+            return None
         if isinstance(decision, heal.RestartInPlace):
             self.restart_in_place(decision)
             return None
@@ -902,21 +913,12 @@ class Supervisor:
         t0 = time.monotonic()
         log(f"restarting in place ({n} of at most {decision.bound}): {decision.reason}")
         self.kill_driver()
-        self.stop_nodes()  # each node stops Ray and keeps its logs, as at the end of a job
-        self.terminate()
-        self.steps = []
-        wait_steps_gone(self.leader)
+        self.stop_ray()
         self.restarts_in_place = n
         self.job = replace(self.job, hosts=decision.hosts, spares=decision.spares)
         if decision.swapped:
             log("left out for a spare: " + ", ".join(f"{dead} -> {spare}" for dead, spare in decision.swapped.items()))
-        # a fresh start: node events from here on, the head's ports free again (or the next block)
-        self.wall0 = time.time()
-        # the head's slot drawn and reserved again (the stopped head's lock released first, so its
-        # slot may come back; any free one will do: the workers are told the new GCS port)
-        if self.port_reservation is not None:
-            self.port_reservation.release()
-        self.take_head_slot()
+        self.new_start()
         # verl's file logger opens its file with "wb": the restarted driver writes its own
         self.metrics_path = str(Path(self.run_dir) / "metrics" / f"attempt-{self.restart}.{n}.jsonl")
         self.watchdog = None
@@ -925,6 +927,40 @@ class Supervisor:
                     left_out=list(decision.swapped) or None, spares_used=list(decision.swapped.values()) or None,
                     resumed_from=tracked_step(self.plan.checkpoint_dir) or 0, reason=decision.reason[:300],
                     stop_s=round(time.monotonic() - t0, 1))
+        self.bring_ray_up()
+
+    def redraw_head_slot(self, decision: heal.RedrawHeadSlot) -> None:
+        """Stop Ray and bring it up again on the same nodes with the head on a slot drawn anew."""
+        t0 = time.monotonic()
+        taken = self.job.head
+        # no Ray cluster came up: the workers wait for a GCS that is not theirs, nothing to stop with care
+        self.stop_ray(grace_s=REDRAW_STOP_GRACE_S)
+        self.head_slot_redraws = decision.number
+        self.new_start()
+        self.record(states.HEAD_SLOT_REDRAWN, number=decision.number, max_redraws=heal.MAX_HEAD_SLOT_REDRAWS,
+                    taken=taken, head=self.job.head, reason=decision.reason[:300],
+                    stop_s=round(time.monotonic() - t0, 1))
+        self.bring_ray_up()
+
+    def stop_ray(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Every node step stopped and gone: each node stops Ray and keeps its logs, as at the end
+        of a job (what has not ended after `grace_s` is terminated)."""
+        self.stop_nodes(grace_s)
+        self.terminate()
+        self.steps = []
+        wait_steps_gone(self.leader)
+
+    def new_start(self) -> None:
+        """A fresh start inside the allocation: node events count from now, and the head's slot is
+        drawn and reserved again (the stopped head's lock released first, so its slot may come
+        back; any free one will do: the workers are told the new GCS port)."""
+        self.wall0 = time.time()
+        if self.port_reservation is not None:
+            self.port_reservation.release()
+        self.take_head_slot()
+
+    def bring_ray_up(self) -> None:
+        """Every node's Ray step and the barrier that waits for them."""
         self.start_ray()
         self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"], kind="barrier",
                    stdout=subprocess.PIPE)
@@ -953,11 +989,11 @@ class Supervisor:
         if self.token:
             auth.remove_token(self.token)
 
-    def stop_nodes(self) -> None:
+    def stop_nodes(self, grace_s: float = STOP_GRACE_S) -> None:
         """Ask every node step to stop Ray and end by itself (SIGUSR2, which srun forwards
         to its tasks): the steps end with 0, not CANCELLED by Slurm with 'Killed' tasks."""
         signal_steps([s for s in self.steps if s["kind"] == "driver"], signal.SIGTERM, 0)
-        signal_steps([s for s in self.steps if s["kind"] == "node"], signal.SIGUSR2, STOP_GRACE_S)
+        signal_steps([s for s in self.steps if s["kind"] == "node"], signal.SIGUSR2, grace_s)
 
     def terminate(self) -> None:
         signal_steps(self.steps, signal.SIGTERM, TERM_GRACE_S, kill=True)
@@ -996,10 +1032,7 @@ class Supervisor:
         if self.plan.launcher == "torchrun":
             self.start_torchrun()
             return self.watch()
-        self.start_ray()
-        self.local("barrier", [self.runtime.runtime_python(), "-m", "launcher.injob", "barrier"],
-                   kind="barrier", stdout=subprocess.PIPE)
-        self.stage = states.STAGE_BRINGUP
+        self.bring_ray_up()
         return self.watch()
 
     # The supervisor's one loop that decides, in this order of precedence: a step that ended (a
@@ -1060,7 +1093,8 @@ class Supervisor:
                   f"{self.stage} (srun {step['name']} {exit_text(rc)}); "
                   + node_logs_text(self.run_dir, self.job_id, step["name"], named, self.wall0)
                   + self.exit_hint(named))
-        ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost))
+        ended = self.apply(heal.after_node_death(self.standing(), reason, named, lost,
+                                                 head_slot_taken=self.head_slot_taken()))
         return RESTARTED if ended is None else ended
 
     def on_barrier(self, result: dict, rc: int) -> int | None:

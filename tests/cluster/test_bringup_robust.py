@@ -4,6 +4,7 @@
     makes the first starts fail as a registration timeout does) and the job passes;
   - when the retries run out, the reason names the node and says submitting again is likely
     to help;
+  - a head whose port slot was taken before Ray ran comes up again on another slot;
   - Ray's own logs (raylet, GCS) are kept in the run dir; the node wrapper raised `ulimit -n`;
   - CPU burners oversubscribing the host's cores 3x (bounded, stopping by themselves) while
     a plain and a hetjob preflight run: both pass (with the barrier deadline of a real site).
@@ -64,6 +65,24 @@ def test_retries_run_out_the_reason_says_retrying_helps():
     (exit_event,) = [e for e in events(out["run"], "node_exit") if e.get("retry_helps")]
     assert f"Ray node {exit_event['node']}" in reason and "submitting again is likely to help" in reason, reason
     assert len(events(out["run"], "node_retry")) == 2  # ray.start_retries (site default 2)
+
+
+def test_a_head_whose_slot_was_taken_comes_up_again_on_another_slot():
+    """SF_TEST_TAKE_HEAD_SLOT: the first head finds its GCS port listened on after the
+    supervisor checked the slot (as when another user's head drew the same slot of the node
+    and started first). The head ends naming the holder; the supervisor stops Ray, draws
+    another slot and brings Ray up again, and the preflight passes."""
+    out = submit("examples/grpo", env={"SF_TEST_TAKE_HEAD_SLOT": "1"})
+    assert out["rc"] == 0, out["stderr"] + str(out.get("reason"))
+    (redrawn,) = events(out["run"], "head_slot_redrawn")
+    assert redrawn["number"] == 1  # (the new slot is drawn at random: it may be the freed one)
+    taken_port = redrawn["taken"].rpartition(":")[2]
+    (collision,) = [e for e in events(out["run"], "node_exit") if e.get("port_collision")]
+    assert f"port {taken_port} taken, listened on by python" in collision["error"], collision
+    assert "Slurm job " in collision["error"]  # the squatter is a process of this job's step: named by its job
+    heads = [e for e in events(out["run"], "node_started") if e["role"] == "head"]
+    assert len(heads) == 1 and heads[0]["gcs_port"] == int(redrawn["head"].rpartition(":")[2])
+    assert out["preflight"]["ok"] and out["preflight"]["ray_nodes"] == 2
 
 
 def usable_cores() -> float:

@@ -21,7 +21,8 @@ def _job(**spares) -> Job:
 
 def _standing(job=None, *, in_place=0, bound=2, restart=0, max_requeues=2, stage="driver", **kw) -> heal.Standing:
     values = dict(job=job or _job(), stage=stage, preflight=False, launcher="ray", restarts_in_place=in_place,
-                  max_restarts_in_place=bound, restart=restart, may_requeue=restart < max_requeues,
+                  max_restarts_in_place=bound, head_slot_redraws=0, restart=restart,
+                  may_requeue=restart < max_requeues,
                   max_requeues=max_requeues, requeue_lead=330)
     values.update(kw)
     return heal.Standing(**values)
@@ -181,3 +182,22 @@ def test_the_supervisor_declares_all_it_holds_and_only_it_assigns_them():
     outside = [f"{path.name}:{line} {owner}.{name}" for path in others for owner in ("sup", "supervisor")
                for name, line in assigned(ast.parse(path.read_text()), owner)]
     assert outside == [], "only the Supervisor assigns its state: return a decision (heal.py) it applies"
+
+
+def test_a_head_whose_slot_was_taken_before_ray_ran_draws_another_slot_twice_at_most():
+    reason = "Ray node dev1 (pool train) ended during phase bringup: port collision"
+    first = heal.after_node_death(_standing(stage="bringup", bound=0), reason, ["dev1"], lost=False,
+                                  head_slot_taken=True)
+    assert isinstance(first, heal.RedrawHeadSlot) and first.number == 1 and "1 of at most 2" in first.note
+    # not a restart in place: it does not need (or spend) max_restarts_in_place, and a preflight gets it too
+    again = heal.after_node_death(_standing(stage="barrier", bound=0, preflight=True, head_slot_redraws=1), reason,
+                                  ["dev1"], lost=False, head_slot_taken=True)
+    assert isinstance(again, heal.RedrawHeadSlot) and again.number == 2
+    spent = heal.after_node_death(_standing(stage="barrier", head_slot_redraws=2), reason, ["dev1"], lost=False,
+                                  head_slot_taken=True)
+    assert isinstance(spent, heal.GiveUp) and "drawn again 2 times and taken each time" in spent.reason
+    # once the driver runs, Ray ran: a head that ends then follows the usual rules
+    later = heal.after_node_death(_standing(stage="driver"), reason, ["dev1"], lost=False, head_slot_taken=True)
+    assert not isinstance(later, heal.RedrawHeadSlot)
+    other = heal.after_node_death(_standing(stage="bringup"), reason, ["dev1"], lost=False)
+    assert isinstance(other, heal.GiveUp)
