@@ -371,12 +371,47 @@ def port_range_check(site) -> Check:
     return Check("ray.port_range", OK, f"{lo}-{hi}")
 
 
+def check_site_values(site) -> list[Check]:
+    """What the site file holds that only a submit reads (its time limit, scheduler defaults and
+    batch script template): checked here, so an admin learns of a mistake before every user's
+    submit fails on it."""
+    from launcher.compile import scheduler_options  # noqa: PLC0415 - doctor only (start-up cost)
+    from launcher.compile.slurm_time import time_seconds  # noqa: PLC0415 - as above
+
+    checks = []
+    slurm_section = (site.raw or {}).get("slurm") or {}
+    for name, check in (
+            ("slurm.time", lambda: time_seconds(site.time, "site slurm.time")),
+            ("scheduler defaults", lambda: scheduler_options.checked(
+                slurm_section, {f"slurm.{key}": "site" for key in (*scheduler_options.KEYS, "sbatch")}))):
+        try:
+            check()
+            checks.append(Check(f"site {name}", OK, "as Slurm reads it" if name == "slurm.time" else "checked"))
+        except SpecError as exc:
+            checks.append(Check(exc.field, FAIL, exc.message, f"fix it in {site.path}"))
+    if site.templates_dir:
+        from launcher.render import site_template  # noqa: PLC0415 - a site with its own templates only
+
+        file = Path(site.templates_dir) / site_template.TEMPLATE
+        if not file.exists() and not file.is_symlink():
+            checks.append(Check("site template", OK, f"{site.templates_dir} holds no {file.name}: sf's own"))
+        else:
+            try:  # read, parsed, and its structure checked (extends sf's, overrides its blocks only)
+                site_template._site_template(site_template.environment(), file)
+                checks.append(Check("site template", OK, f"{file} extends sf's"))
+            except SpecError as exc:
+                checks.append(Check("site template", FAIL, exc.message, f"fix {file} (docs/admins.md, "
+                                    "'The batch script, and a site's own template')"))
+    return checks
+
+
 def run_checks(site_path: str | None = None) -> list[Check]:
     """Every check, the site file's own first: a site that cannot be read or breaks its schema
     (configs/schema/site.schema.json) raises its SpecError(s), one line each, exit 2, and
     nothing is asked of the cluster."""
     site = load_site(site_path)
     checks = [Check("site file", OK, f"{site.path} (site {site.name}, {len(site.series)} GPU series)")]
+    checks += check_site_values(site)
     if not site.series:
         checks.append(Check("series", FAIL, "the site defines no GPU series", f"add series: to {site.path}"))
     try:

@@ -124,3 +124,23 @@ def test_whole_shell_blocks_pass(tmp_path):
                     "{% block epilogue %}{% endblock %}\n")
     script = render_script(make_plan(), replace(site, modules=("cuda/12",)), VENV)
     assert "module purge\ntype module" in script and "\nmodule load cuda/12\n" in script
+
+
+# --- sf doctor: what only a submit read of the site file --------------------------------------
+
+def test_doctor_checks_the_sites_time_scheduler_defaults_and_template(tmp_path):
+    """A site slurm.time of 99:99:99, an sbatch default sf refuses, a template that does not
+    parse: doctor said nothing of them, and every user's submit failed on them."""
+    from launcher.submit import doctor  # noqa: PLC0415
+
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}{% if %}{% endblock %}\n")
+    bad = replace(site, time="99:99:99", raw={"slurm": {"dependency": "afterok:1;x", "sbatch": {"wrap": "x"}}})
+    checks = {c.name: c for c in doctor.check_site_values(bad)}
+    time = checks["site slurm.time"]
+    assert time.status == doctor.FAIL and "minutes must be below 60" in time.detail
+    assert checks["site.slurm.dependency"].status == doctor.FAIL
+    assert checks["site template"].status == doctor.FAIL and checks["site template"].detail.startswith(f"{file}:2: ")
+    good = doctor.check_site_values(replace(bad, time="04:00:00", raw={}, templates_dir=None))
+    assert [(c.name, c.status) for c in good] == [("site slurm.time", doctor.OK),
+                                                  ("site scheduler defaults", doctor.OK)]
