@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
@@ -282,7 +283,9 @@ def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
                          f"build the venv at {rt.path} or fix its path in the registry")
         argv = [str(python), "-c", probe]
     else:  # module (container kinds: launcher.submit.container_checks)
-        argv = ["bash", "-lc", f"module load {' '.join(rt.modules)} && {rt.python} -c \"{probe}\""]
+        # every word quoted: a registry token may hold `#` (enroot refs), a comment to an unquoted shell
+        argv = ["bash", "-lc", f"module load {' '.join(map(shlex.quote, rt.modules))} && "
+                f"{shlex.quote(rt.python)} -c {shlex.quote(probe)}"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -314,7 +317,8 @@ def check_py_spy(name: str, rt, hang_limit_s: float, timeout: float = 30) -> lis
         env["PATH"] = f"{Path(rt.path) / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as bin/activate does
         argv = [str(Path(rt.path) / "bin" / "python"), "-I", str(STACKS_SCRIPT), "--find"]
     else:
-        argv = ["bash", "-lc", f"module load {' '.join(rt.modules)} && {rt.python} -I {STACKS_SCRIPT} --find"]
+        argv = ["bash", "-lc", f"module load {' '.join(map(shlex.quote, rt.modules))} && "
+                f"{shlex.quote(rt.python)} -I {shlex.quote(str(STACKS_SCRIPT))} --find"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -144,3 +144,22 @@ def test_doctor_checks_the_sites_time_scheduler_defaults_and_template(tmp_path):
     good = doctor.check_site_values(replace(bad, time="04:00:00", raw={}, templates_dir=None))
     assert [(c.name, c.status) for c in good] == [("site slurm.time", doctor.OK),
                                                   ("site scheduler defaults", doctor.OK)]
+
+
+def test_doctor_quotes_a_module_runtimes_probe(monkeypatch):
+    """A module runtime's probe is a bash line: its module `#1` (the registry allows `#`) made
+    the rest of the line a comment, and sf's folder with a space split the stacks script's path."""
+    import subprocess  # noqa: PLC0415
+
+    from launcher.runtime import Runtime  # noqa: PLC0415
+    from launcher.submit import doctor  # noqa: PLC0415
+
+    lines = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: lines.append(argv[-1]) or
+                        subprocess.CompletedProcess(argv, 0, "0.9.1\n", ""))
+    monkeypatch.setattr(doctor, "STACKS_SCRIPT", Path("/opt/my sf/launcher/injob/stacks.py"))
+    rt = Runtime(framework="verl", version="0.9.1", kind="module", modules=("verl/0.9.1", "#1"), python="python3")
+    assert doctor._probe_runtime("runtime verl 0.9.1", rt, "0.9.1", 5).status == doctor.OK
+    doctor.check_py_spy("runtime verl 0.9.1", rt, 600)
+    assert lines[0].startswith("module load verl/0.9.1 '#1' && python3 -c 'import importlib.metadata")
+    assert lines[1] == "module load verl/0.9.1 '#1' && python3 -I '/opt/my sf/launcher/injob/stacks.py' --find"
