@@ -14,6 +14,7 @@ import yaml
 from launcher.spec import paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "compiler_fixtures"))
 
 FAKE_COMMANDS = ("sacct", "sacctmgr", "squeue", "sbatch", "scancel", "scontrol", "srun")
 
@@ -113,3 +114,18 @@ def site(tmp_path, fake_slurm, monkeypatch):
     for name in [n for n in os.environ if n.startswith("SBATCH_")]:
         monkeypatch.delenv(name)
     return write
+
+
+@pytest.fixture
+def cli_env(tmp_path, monkeypatch):
+    """A folder to run sf in as a user would (unit_helpers.sf_cli): the current folder, with a
+    site file ($SF_SITE), an empty runs dir and a cache of its own."""
+    from sfc_helpers import write_site
+
+    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SF_SITE", str(site))
+    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "runs").mkdir()
+    return tmp_path

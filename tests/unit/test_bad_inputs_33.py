@@ -9,46 +9,15 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
+from unit_helpers import GOOD_SPEC as GOOD  # noqa: E402
+from unit_helpers import refused  # noqa: E402
+from unit_helpers import sf_cli as sf  # noqa: E402
 
 from launcher.cli import app  # noqa: E402
-from launcher.cli.app import COMMANDS, main  # noqa: E402
-
-GOOD = """method: verl/grpo
-model: Qwen/Qwen2.5-0.5B-Instruct
-data:
-  train: {files: /d/train.parquet}
-  validation: {files: /d/test.parquet}
-"""
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SF_SITE", str(site))
-    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "runs").mkdir()
-    return tmp_path
-
-
-def sf(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles, code=2):
-    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr + result.output
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
+from launcher.cli.app import COMMANDS  # noqa: E402
 
 
 def json_refused(result, *needles, code=2):
@@ -79,27 +48,27 @@ def _args_for(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_crash_in_any_command_is_one_line_and_a_report(env, monkeypatch, name):
+def test_crash_in_any_command_is_one_line_and_a_report(cli_env, monkeypatch, name):
     def boom(self, ctx):
         raise ZeroDivisionError("boom in " + self.name)
 
     monkeypatch.setattr(click.Command, "invoke", boom)
     line = refused(sf(name, *_args_for(name)), "ZeroDivisionError", "boom in", "report saved in", code=1)
     report = Path(line.split("report saved in ", 1)[1].split(";")[0])
-    assert report.is_file() and report.parent == env / "cache" / "crashes", report
+    assert report.is_file() and report.parent == cli_env / "cache" / "crashes", report
     text = report.read_text()
     assert "Traceback" in text and "ZeroDivisionError: boom in" in text and "command:" in text
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_crash_with_json_is_an_error_document(env, monkeypatch, name):
+def test_crash_with_json_is_an_error_document(cli_env, monkeypatch, name):
     monkeypatch.setattr(click.Command, "invoke", lambda self, ctx: {}["missing"])
     line, doc = json_refused(sf(name, *_args_for(name), "--json"), "KeyError", code=1)
     assert doc["errors"][0]["field"] == "internal"
 
 
-def test_crash_report_unwritable_still_one_line(env, monkeypatch):
-    (env / "cache").write_text("a file where the cache folder should be")
+def test_crash_report_unwritable_still_one_line(cli_env, monkeypatch):
+    (cli_env / "cache").write_text("a file where the cache folder should be")
     monkeypatch.setattr(click.Command, "invoke", lambda self, ctx: 1 / 0)
     refused(sf("list"), "ZeroDivisionError", "no report", code=1)
 
@@ -107,9 +76,9 @@ def test_crash_report_unwritable_still_one_line(env, monkeypatch):
 # --- 2. command values --------------------------------------------------------------------
 
 @pytest.fixture
-def exp(env):
-    write_exp(env, "exp", GOOD)
-    return env
+def exp(cli_env):
+    write_exp(cli_env, "exp", GOOD)
+    return cli_env
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -160,14 +129,14 @@ def test_good_constraint_still_passes(exp):
 
 
 @pytest.fixture
-def ckpt_env(env, monkeypatch):
+def ckpt_env(cli_env, monkeypatch):
     """A runtime registry (export and eval need one) and a good FSDP checkpoint in `ckpt`."""
-    registry = env / "runtimes.yaml"
-    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {env / "rt"}}}\n')
+    registry = cli_env / "runtimes.yaml"
+    registry.write_text(f'verl:\n  "0.9.1": {{kind: venv, path: {cli_env / "rt"}}}\n')
     monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", str(registry))
     monkeypatch.delenv("FORGE_IMAGE_VERL", raising=False)
-    fsdp_layout(env / "ckpt", step=5, world=2)
-    return env
+    fsdp_layout(cli_env / "ckpt", step=5, world=2)
+    return cli_env
 
 
 def fsdp_layout(root: Path, step: int = 5, world: int = 2) -> Path:
@@ -181,17 +150,17 @@ def fsdp_layout(root: Path, step: int = 5, world: int = 2) -> Path:
     return actor
 
 
-def export(env, *args):
-    return sf("export", "my-grpo", "--checkpoint", env / "ckpt", "--checkpoint-format", "verl-fsdp", "--dry-run",
-              "--target", env / "hf", *args)
+def export(cli_env, *args):
+    return sf("export", "my-grpo", "--checkpoint", cli_env / "ckpt", "--checkpoint-format", "verl-fsdp", "--dry-run",
+              "--target", cli_env / "hf", *args)
 
 
-def sft_run(env):
+def sft_run(cli_env):
     from launcher import runs
 
-    val = env / "val.jsonl"
+    val = cli_env / "val.jsonl"
     val.write_text('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n')
-    run = runs.create_run(env / "runs", "my-sft")
+    run = runs.create_run(cli_env / "runs", "my-sft")
     run.write_json("plan.json", {"method": "sft", "framework_version": "0.9.1",
                                  "overrides": [f"data.val_files={val}", "data.messages_key=messages"]})
     fsdp_layout(run.checkpoints_dir, step=3, world=1)
@@ -459,7 +428,7 @@ def damaged(request, ckpt_env, monkeypatch):
             return real(self)
 
         monkeypatch.setattr(Path, "read_bytes", refuse)
-    return {"env": ckpt_env, "record": record, "good": good, "kind": request.param}
+    return {"cli_env": ckpt_env, "record": record, "good": good, "kind": request.param}
 
 
 @pytest.mark.parametrize("args", [
@@ -544,10 +513,10 @@ def test_start_up_edges_pass(exp, setting):
     assert r.exit_code == 0 and "refuses it at start" not in r.stderr, r.stderr
 
 
-def test_binary_reason_file_is_read_not_a_crash(env):
+def test_binary_reason_file_is_read_not_a_crash(cli_env):
     from launcher import runs
 
-    run = runs.create_run(env / "runs", "good")
+    run = runs.create_run(cli_env / "runs", "good")
     run.update(state="failed")
     (run.dir / "reason").write_bytes(b"OOM on node\xff\xfe\n")
     r = sf("list")
@@ -615,8 +584,8 @@ spec:
 ONE_STEP_OFF = ASYNC.replace("verl/grpo-async", "verl/grpo-one-step-off")
 
 
-def validate_line(env, text, *args):
-    write_exp(env, "exp", text)
+def validate_line(cli_env, text, *args):
+    write_exp(cli_env, "exp", text)
     return sf("validate", "exp", *args)
 
 

@@ -8,54 +8,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import write_exp, write_site  # noqa: E402
-
-from launcher.cli.app import main  # noqa: E402
-
-GOOD = """method: verl/grpo
-model: Qwen/Qwen2.5-0.5B-Instruct
-data:
-  train: {files: /d/train.parquet}
-  validation: {files: /d/test.parquet}
-"""
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SF_SITE", str(site))
-    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "runs").mkdir()
-    return tmp_path
-
-
-def sf(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles, code=2):
-    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr + result.output
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
-
+from unit_helpers import GOOD_SPEC as GOOD  # noqa: E402
+from unit_helpers import refused  # noqa: E402
+from unit_helpers import sf_cli as sf  # noqa: E402
 
 # --- a spec error of the field `slurm` printed its message without the field --------------
 
 @pytest.mark.parametrize("value, needle", [("null", "is empty (null)"), ("[]", "has the wrong type"),
                                            ("{spare_nodes: 1}", "unknown key 'spare_nodes'")])
-def test_slurm_block_errors_name_slurm(env, value, needle):
+def test_slurm_block_errors_name_slurm(cli_env, value, needle):
     # The CLI printed a SpecError whose field is `slurm` as a Slurm failure: without its field
-    write_exp(env, "exp", GOOD + f"slurm: {value}\n")
+    write_exp(cli_env, "exp", GOOD + f"slurm: {value}\n")
     line = refused(sf("validate", "exp"), needle)
     assert line.startswith("sf: error: slurm: "), line
     doc = json.loads(sf("validate", "exp", "--json").stdout)
@@ -66,18 +32,18 @@ def test_slurm_block_errors_name_slurm(env, value, needle):
 
 @pytest.mark.parametrize("key, value", [("max_requeues", "1e99"), ("max_requeues", "70000"),
                                         ("signal_lead_s", "99999999999")])
-def test_slurm_counts_beyond_slurm_are_refused(env, key, value):
+def test_slurm_counts_beyond_slurm_are_refused(cli_env, key, value):
     # max_requeues 1e99 reached the batch script as a 100-digit SF_MAX_REQUEUES that bash's
     # 64-bit arithmetic wraps (the first requeue was refused); a lead above 65535 is refused
     # by sbatch (exit 1 after sf said the spec was valid)
-    write_exp(env, "exp", GOOD + f"slurm: {{time: UNLIMITED, {key}: {value}}}\n")
+    write_exp(cli_env, "exp", GOOD + f"slurm: {{time: UNLIMITED, {key}: {value}}}\n")
     refused(sf("submit", "exp", "--dry-run"), f"slurm.{key}:", "maximum of 65535")
-    assert not list((env / "runs").iterdir())
+    assert not list((cli_env / "runs").iterdir())
 
 
-def test_site_max_requeues_beyond_slurm_is_refused(env):
-    write_site(env, runs_dir=str(env / "runs"), slurm={"time": "00:30:00", "max_requeues": 70000})
-    write_exp(env, "exp", GOOD)
+def test_site_max_requeues_beyond_slurm_is_refused(cli_env):
+    write_site(cli_env, runs_dir=str(cli_env / "runs"), slurm={"time": "00:30:00", "max_requeues": 70000})
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("validate", "exp"), "site.slurm.max_requeues", "site.yaml:", "maximum of 65535")
 
 
@@ -88,9 +54,9 @@ def test_site_max_requeues_beyond_slurm_is_refused(env):
                                                  ("knobs: {true: 2}\n", "knobs", "unknown key true;"),
                                                  ("spec: {resources: {pools: [{name: t, 5: 1}]}}\n",
                                                   "spec.resources.pools[0]", "unknown key 5;")])
-def test_non_text_keys_are_named(env, block, field, shown):
+def test_non_text_keys_are_named(cli_env, block, field, shown):
     # jsonschema's message quotes only text keys: the line read `config.yaml: ; allowed: ...`
-    write_exp(env, "exp", GOOD + block)
+    write_exp(cli_env, "exp", GOOD + block)
     refused(sf("validate", "exp"), f"{field}: {shown}")
 
 
@@ -101,16 +67,16 @@ def test_non_text_keys_are_named(env, block, field, shown):
                                            ("actor_rollout_ref.actor.optim.lr=[1]", "is a list"),
                                            ("trainer.val_before_train=[true]", "is a list"),
                                            ("trainer.total_epochs={}", "is a mapping")])
-def test_list_for_a_scalar_key_is_refused(env, override, got):
+def test_list_for_a_scalar_key_is_refused(cli_env, override, got):
     # typed.problems skipped every list and mapping: these reached verl, which fails on them
     # after Ray started
     key = override.partition("=")[0]
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("submit", "exp", "--dry-run", "--set", override), f"--set {key}:", got, "write one value")
 
 
-def test_list_for_a_string_key_still_passes(env):
-    write_exp(env, "exp", GOOD)
+def test_list_for_a_string_key_still_passes(cli_env):
+    write_exp(cli_env, "exp", GOOD)
     result = sf("validate", "exp", "--set", "trainer.project_name=[a]")
     assert result.exit_code == 0, result.stderr
 
@@ -119,8 +85,8 @@ def test_list_for_a_string_key_still_passes(env):
 
 @pytest.mark.parametrize("item, key", [("=5", "''"), ("a b=1", "'a b'"), (".trainer=1", "'.trainer'"),
                                        ("tráiner.x=1", "'tráiner.x'")])
-def test_set_bad_key_says_the_form(env, item, key):
-    write_exp(env, "exp", GOOD)
+def test_set_bad_key_says_the_form(cli_env, item, key):
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("validate", "exp", "--set", item), "--set:", f"{key} is not a knob or a Hydra key",
             "write KEY=VALUE, e.g. --set rollout_n=8")
 
@@ -128,26 +94,26 @@ def test_set_bad_key_says_the_form(env, item, key):
 # --- a line break in an override's value --------------------------------------------------
 
 @pytest.mark.parametrize("value", ["a\nb", "a\rb"])
-def test_line_break_in_a_set_value_is_one_line(env, value):
+def test_line_break_in_a_set_value_is_one_line(cli_env, value):
     # the hint quoted the value with its break: the error ran over two lines (a CR hid half of it)
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     result = sf("validate", "exp", "--set", f"trainer.project_name={value}")
     refused(result, "trainer.project_name:", "holds a line break", "on one line")
     assert result.stderr.count("\n") == 1 and "\r" not in result.stderr
 
 
-def test_line_break_in_a_config_override_names_it(env):
+def test_line_break_in_a_config_override_names_it(cli_env):
     # the schema's pattern did not match past a line break: 'has the wrong form', for a
     # key=value that has the right one
-    write_exp(env, "exp", GOOD + 'overrides: ["trainer.project_name=a\\nb"]\n')
+    write_exp(cli_env, "exp", GOOD + 'overrides: ["trainer.project_name=a\\nb"]\n')
     refused(sf("validate", "exp"), "trainer.project_name:", "holds a line break")
 
 
 # --- Hydra's own message, when no rule of sf explains a failed compose, is one line --------
 
-def test_hydra_sweep_value_is_one_line(env):
+def test_hydra_sweep_value_is_one_line(cli_env):
     # Hydra's "Ambiguous value ... 1. To use it as a list, ..." ran over four lines
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     result = sf("validate", "exp", "--set", "trainer.project_name=sort(a,b)")
     refused(result, "overrides:", "Ambiguous value", "To use it as string, quote the value")
     assert result.stderr.count("\n") == 1, result.stderr
@@ -166,37 +132,37 @@ def test_hydra_sweep_value_is_one_line(env):
     (["render", "exp", "-o", "~nosuchuser9/out"], "--output"),
     (["export", "exp", "--checkpoint", "~nosuchuser9/ckpt", "--checkpoint-format", "verl-fsdp"], "--checkpoint"),
 ])
-def test_unknown_user_home_is_named(env, monkeypatch, args, field):
+def test_unknown_user_home_is_named(cli_env, monkeypatch, args, field):
     # pathlib's expanduser raised RuntimeError: an internal error, exit 1
     monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # a runtime, for render to reach -o
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     refused(sf(*args), f"{field}:", "no user 'nosuchuser9'", "write the path in full")
-    assert not list((env / "runs").iterdir())
+    assert not list((cli_env / "runs").iterdir())
 
 
 @pytest.mark.parametrize("block, field", [("model: ~nosuchuser9/m\n", "model"),
                                           ("reward: {function: {path: ~nosuchuser9/r.py, name: f}}\n",
                                            "reward.function.path")])
-def test_unknown_user_home_in_config_is_named(env, block, field):
-    write_exp(env, "exp", GOOD.replace("model: Qwen/Qwen2.5-0.5B-Instruct\n", "") + block)
+def test_unknown_user_home_in_config_is_named(cli_env, block, field):
+    write_exp(cli_env, "exp", GOOD.replace("model: Qwen/Qwen2.5-0.5B-Instruct\n", "") + block)
     refused(sf("validate", "exp"), f"{field}:", "no user 'nosuchuser9'")
 
 
-def test_unknown_user_home_in_sf_runs_dir_is_named(env, monkeypatch):
+def test_unknown_user_home_in_sf_runs_dir_is_named(cli_env, monkeypatch):
     monkeypatch.setenv("SF_RUNS_DIR", "~nosuchuser9/runs")
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("submit", "exp", "--dry-run"), "$SF_RUNS_DIR:", "no user 'nosuchuser9'")
 
 
 # --- a name past the file system's limit (a pasted blob as a run name or a path) ----------
 
-def test_overlong_model_names_the_flag(env):
+def test_overlong_model_names_the_flag(cli_env):
     # the line's field was the 5,000-character path itself
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     line = refused(sf("validate", "exp", "--model", "x" * 5000), "--model:", "(5000 characters)", "pass a model path")
     assert len(line) < 400
 
 
-def test_overlong_run_name_is_a_short_line(env):
+def test_overlong_run_name_is_a_short_line(cli_env):
     line = refused(sf("logs", "x" * 5000), "longer than the file system allows", "use a shorter one")
     assert len(line) < 400

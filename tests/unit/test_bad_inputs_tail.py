@@ -7,69 +7,35 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import write_exp, write_site  # noqa: E402
-
-from launcher.cli.app import main  # noqa: E402
-
-GOOD = """method: verl/grpo
-model: Qwen/Qwen2.5-0.5B-Instruct
-data:
-  train: {files: /d/train.parquet}
-  validation: {files: /d/test.parquet}
-"""
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    site = write_site(tmp_path, runs_dir=str(tmp_path / "runs"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SF_SITE", str(site))
-    monkeypatch.setenv("SF_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("SF_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "runs").mkdir()
-    return tmp_path
-
-
-def sf(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *needles, code=2):
-    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr + result.output
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
-
+from unit_helpers import GOOD_SPEC as GOOD  # noqa: E402
+from unit_helpers import refused  # noqa: E402
+from unit_helpers import sf_cli as sf  # noqa: E402
 
 # --- a reward function path that is a directory or a device: it read "does not exist" ------
 
-def test_reward_function_directory_is_named(env):
-    write_exp(env, "exp", GOOD + f"reward: {{function: {{path: {env}, name: f}}}}\n")
-    refused(sf("validate", "exp"), f"reward.function.path: {env} is a directory, not a Python file",
-            f"set reward.function.path to the reward file in it (e.g. {env}/reward.py)")
+def test_reward_function_directory_is_named(cli_env):
+    write_exp(cli_env, "exp", GOOD + f"reward: {{function: {{path: {cli_env}, name: f}}}}\n")
+    refused(sf("validate", "exp"), f"reward.function.path: {cli_env} is a directory, not a Python file",
+            f"set reward.function.path to the reward file in it (e.g. {cli_env}/reward.py)")
 
 
-def test_reward_function_device_is_named(env):
-    write_exp(env, "exp", GOOD + "reward: {function: {path: /dev/null, name: f}}\n")
+def test_reward_function_device_is_named(cli_env):
+    write_exp(cli_env, "exp", GOOD + "reward: {function: {path: /dev/null, name: f}}\n")
     refused(sf("validate", "exp"), "reward.function.path: /dev/null is not a regular file (a FIFO, socket or device)",
             "set reward.function.path to your reward file")
 
 
-def test_raw_reward_function_directory_is_named(env):
-    write_exp(env, "exp", GOOD)
-    refused(sf("validate", "exp", "--set", f"reward.custom_reward_function.path={env}"),
-            f"--set reward.custom_reward_function.path: {env} is a directory")
+def test_raw_reward_function_directory_is_named(cli_env):
+    write_exp(cli_env, "exp", GOOD)
+    refused(sf("validate", "exp", "--set", f"reward.custom_reward_function.path={cli_env}"),
+            f"--set reward.custom_reward_function.path: {cli_env} is a directory")
 
 
-def test_reward_function_missing_still_does_not_exist(env):
-    write_exp(env, "exp", GOOD + "reward: {function: {path: /nonexistent/r.py, name: f}}\n")
+def test_reward_function_missing_still_does_not_exist(cli_env):
+    write_exp(cli_env, "exp", GOOD + "reward: {function: {path: /nonexistent/r.py, name: f}}\n")
     refused(sf("validate", "exp"), "reward.function.path: /nonexistent/r.py does not exist")
 
 
@@ -80,10 +46,10 @@ def test_reward_function_missing_still_does_not_exist(env):
     ("actor_lr=1e-6,3e-6,1e-6", "repeats the value '1e-6'", "--grid actor_lr=1e-6,3e-6"),
     ("trainer.project_name=a\\,b,c,a\\,b", "repeats the value 'a,b'", "--grid trainer.project_name=a\\,b,c"),
 ])
-def test_sweep_grid_repeat_says_the_fix(env, grid, shown, fix):
-    write_exp(env, "exp", GOOD)
+def test_sweep_grid_repeat_says_the_fix(cli_env, grid, shown, fix):
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("sweep", "exp", "--grid", grid, "--dry-run"), "--grid ", shown, fix)
-    assert not list((env / "runs").iterdir())
+    assert not list((cli_env / "runs").iterdir())
 
 
 # --- a time limit longer than Slurm can hold: sbatch wraps it into another one -------------
@@ -91,27 +57,27 @@ def test_sweep_grid_repeat_says_the_fix(env, grid, shown, fix):
 # sbatch --test-only -v on Slurm 22.05: --time=9999999-00:00:00 asks for 8234-19:19:00,
 # 24855-03:13:09 for 2957761 days; 24855-03:13:08 (2**31 - 1 - 59 s) is the longest it keeps
 @pytest.mark.parametrize("time", ["9999999-00:00:00", "24855-03:13:09", "35791394", "596524:00:00", "1" * 5000])
-def test_time_past_slurm_is_refused(env, time):
-    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+def test_time_past_slurm_is_refused(cli_env, time):
+    write_exp(cli_env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
     line = refused(sf("submit", "exp", "--dry-run"), "slurm.time: ", "is longer than Slurm can hold (24855-03:13:08",
                    "write a shorter time or UNLIMITED")
     assert len(line) < 400
-    assert not list((env / "runs").iterdir())
+    assert not list((cli_env / "runs").iterdir())
 
 
 @pytest.mark.parametrize("time", ["24855-03:13:08", "35791393", "UNLIMITED", "INFINITE"])
-def test_time_slurm_keeps_passes(env, time):
-    write_exp(env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
+def test_time_slurm_keeps_passes(cli_env, time):
+    write_exp(cli_env, "exp", GOOD + f'slurm: {{time: "{time}"}}\n')
     result = sf("validate", "exp")
     assert result.exit_code == 0, result.stderr
 
 
-def test_site_time_past_slurm_names_the_site(env):
-    site = write_site(env, runs_dir=str(env / "runs"), slurm={"time": "9999999-00:00:00"})
-    write_exp(env, "exp", GOOD)
+def test_site_time_past_slurm_names_the_site(cli_env):
+    site = write_site(cli_env, runs_dir=str(cli_env / "runs"), slurm={"time": "9999999-00:00:00"})
+    write_exp(cli_env, "exp", GOOD)
     refused(sf("validate", "exp"), f"site slurm.time: in the site file {site}: '9999999-00:00:00' is longer than "
             "Slurm can hold", "write a shorter time or UNLIMITED; or set slurm.time in config.yaml")
-    write_exp(env, "exp", GOOD + "slurm: {time: '04:00:00'}\n")  # config.yaml's time overrides it
+    write_exp(cli_env, "exp", GOOD + "slurm: {time: '04:00:00'}\n")  # config.yaml's time overrides it
     assert sf("validate", "exp").exit_code == 0
 
 
@@ -120,13 +86,13 @@ def test_site_time_past_slurm_names_the_site(env):
 @pytest.mark.parametrize("field, value, maximum", [("nodes", "1e99", 65536), ("nodes", "1" + "0" * 29, 65536),
                                                    ("nodes", "65537", 65536), ("spare_nodes", "1e99", 65536),
                                                    ("gpus_per_node", "1e99", 1024)])
-def test_pool_counts_past_any_cluster_are_refused(env, field, value, maximum):
+def test_pool_counts_past_any_cluster_are_refused(cli_env, field, value, maximum):
     # the batch-size rule divided by a 100-digit GPU count: 'not divisible by the 39999...' GPUs
-    write_exp(env, "exp", GOOD + f"spec: {{resources: {{pools: [{{name: train, {field}: {value}}}]}}}}\n")
+    write_exp(cli_env, "exp", GOOD + f"spec: {{resources: {{pools: [{{name: train, {field}: {value}}}]}}}}\n")
     line = refused(sf("submit", "exp", "--dry-run"), f"spec.resources.pools[0].{field}: ",
                    f"is greater than the maximum of {maximum}", "fix the value")
     assert "train_batch_size" not in line
-    assert not list((env / "runs").iterdir())
+    assert not list((cli_env / "runs").iterdir())
 
 
 def test_pool_nodes_bound_is_the_profiles():
@@ -145,9 +111,9 @@ def test_pool_nodes_bound_is_the_profiles():
     ("fake:2x" + "1" * 5000, ["fake nodes have 4 GPUs", "(5007 characters) asks for more per node",
                               "ask for at most 4"]),
 ])
-def test_profile_past_any_cluster_is_refused(env, profile, needles):
+def test_profile_past_any_cluster_is_refused(cli_env, profile, needles):
     # int() of 5,000 digits raised ValueError: an internal error, exit 1
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     line = refused(sf("submit", "exp", "--dry-run", "--profile", profile), "--profile: ", *needles)
     assert len(line) < 400 and "train_batch_size" not in line
 
@@ -179,26 +145,26 @@ def lock(monkeypatch, folder: Path):
 
 
 @pytest.mark.parametrize("arg, shown", [("e", "e/config.yaml"), ("./e", "e/config.yaml")])
-def test_folder_here_that_cannot_be_entered_names_the_permission(env, monkeypatch, arg, shown):
+def test_folder_here_that_cannot_be_entered_names_the_permission(cli_env, monkeypatch, arg, shown):
     # `e` read 'no experiments/e/config.yaml; create it with sf new': lexists said no config.yaml
     # here, so the name was looked up under experiments/
-    write_exp(env, "x", GOOD)
-    (env / "experiments" / "x").rename(env / "e")
-    lock(monkeypatch, env / "e")
+    write_exp(cli_env, "x", GOOD)
+    (cli_env / "experiments" / "x").rename(cli_env / "e")
+    lock(monkeypatch, cli_env / "e")
     refused(sf("validate", arg), f"{arg}: cannot read {shown}: you may not enter e (permission denied)",
             "ask its owner for access (chmod a+rx) or copy the experiment to a folder of yours")
 
 
-def test_experiments_folder_that_cannot_be_entered_names_the_permission(env, monkeypatch):
-    write_exp(env, "e", GOOD)
-    lock(monkeypatch, env / "experiments" / "e")
+def test_experiments_folder_that_cannot_be_entered_names_the_permission(cli_env, monkeypatch):
+    write_exp(cli_env, "e", GOOD)
+    lock(monkeypatch, cli_env / "experiments" / "e")
     refused(sf("validate", "e"), "e: cannot read experiments/e/config.yaml: you may not enter experiments/e "
                                  "(permission denied)")
 
 
-def test_unentered_cwd_is_named(env, monkeypatch):
+def test_unentered_cwd_is_named(cli_env, monkeypatch):
     # sudo -u from a folder of root's: every relative path is EACCES
-    here = env / "here"
+    here = cli_env / "here"
     write_exp(here, "e", GOOD)
     monkeypatch.chdir(here)
     lock(monkeypatch, here)
@@ -206,7 +172,7 @@ def test_unentered_cwd_is_named(env, monkeypatch):
                                  "(permission denied)")
 
 
-def test_missing_experiment_still_says_sf_new(env):
+def test_missing_experiment_still_says_sf_new(cli_env):
     refused(sf("validate", "nosuch"), "no experiments/nosuch/config.yaml; create it with `sf new nosuch")
 
 
@@ -223,14 +189,14 @@ def deny_writes(monkeypatch, folder: Path):
 @pytest.mark.parametrize("command", [["submit", "exp", "--dry-run"], ["submit", "exp"],
                                      ["sweep", "exp", "--grid", "rollout_n=4,8", "--dry-run"]])
 @pytest.mark.parametrize("under, made", [("", ""), ("new/runs", ", so sf cannot create {runs}/new/runs")])
-def test_runs_dir_without_write_access_is_refused(env, monkeypatch, command, under, made):
+def test_runs_dir_without_write_access_is_refused(cli_env, monkeypatch, command, under, made):
     # as nobody, `sf submit --dry-run --runs-dir /root/x` printed the script and 'nothing
     # submitted' (exit 0); the submit then failed on mkdir: '/root/x: /root/x: Permission denied'
-    runs = env / "theirs"
+    runs = cli_env / "theirs"
     runs.mkdir()
     deny_writes(monkeypatch, runs)
     monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")  # a runtime: the dry run gets past it
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     target = runs / under if under else runs
     refused(sf(*command, "--runs-dir", target),
             f"runs_dir: you may not write in {runs} (permission denied){made.format(runs=runs)}; "
@@ -238,9 +204,9 @@ def test_runs_dir_without_write_access_is_refused(env, monkeypatch, command, und
     assert not list(runs.iterdir())
 
 
-def test_writable_runs_dir_still_dry_runs(env, monkeypatch):
+def test_writable_runs_dir_still_dry_runs(cli_env, monkeypatch):
     monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     result = sf("submit", "exp", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "nothing written, nothing submitted" in result.stderr
@@ -248,15 +214,15 @@ def test_writable_runs_dir_still_dry_runs(env, monkeypatch):
 
 # --- a cache in a home the user may not enter ($HOME of another user: setpriv, sudo -u) ----
 
-def test_unreadable_cache_is_no_error(env, monkeypatch):
+def test_unreadable_cache_is_no_error(cli_env, monkeypatch):
     # verlcache.effective_config's is_file raised EACCES: the dry run failed naming a file of
     # ~/.cache/sf/verl-compose; a cache it cannot use is no cache, with the same answers
-    cache = env / "their-cache"
+    cache = cli_env / "their-cache"
     cache.mkdir()
     monkeypatch.setenv("SF_CACHE_DIR", str(cache))
     monkeypatch.setenv("FORGE_IMAGE_VERL", "/opt/verl.sif")
     lock(monkeypatch, cache)
-    write_exp(env, "exp", GOOD)
+    write_exp(cli_env, "exp", GOOD)
     result = sf("submit", "exp", "--dry-run")
     assert result.exit_code == 0, result.stderr
 

@@ -85,3 +85,32 @@ def job_json(*pools, method: str = "grpo") -> str:
                hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
                port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints",
                verl_pools=dict(catalog.get_method("0.9.1", method).verl_pools)).to_json()
+
+
+# --- the CLI as a user runs it (click's CliRunner), for the bad-input tests ---------------
+GOOD_SPEC = """method: verl/grpo
+model: Qwen/Qwen2.5-0.5B-Instruct
+data:
+  train: {files: /d/train.parquet}
+  validation: {files: /d/test.parquet}
+"""
+
+
+def sf_cli(*args):
+    """`sf ARGS` through the real CLI, in this process (stderr apart: click 8.2)."""
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(result, *needles, code=2):
+    """Exit `code`, one `sf: error:` line holding every needle, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.stderr, result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sf: error: ")]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.output
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
