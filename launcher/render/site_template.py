@@ -106,6 +106,12 @@ def _site_template(env, file: Path):
     return env.template_class.from_code(env, code, env.make_globals(None)), block_lines
 
 
+def check_template_file(file: Path) -> None:
+    """The site's template read, parsed and its structure checked (extends sf's, overrides its
+    blocks only), without a plan to render it with: `sf doctor`'s check. SpecError if not."""
+    _site_template(environment(), file)
+
+
 def _render_bounded(template, context: dict, file: Path) -> str:
     """The template's script, refused once it grows past MAX_SCRIPT_CHARS."""
     parts, size = [], 0

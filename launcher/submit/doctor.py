@@ -401,7 +401,7 @@ def check_site_values(site) -> list[Check]:
             checks.append(Check("site template", OK, f"{site.templates_dir} holds no {file.name}: sf's own"))
         else:
             try:  # read, parsed, and its structure checked (extends sf's, overrides its blocks only)
-                site_template._site_template(site_template.environment(), file)
+                site_template.check_template_file(file)
                 checks.append(Check("site template", OK, f"{file} extends sf's"))
             except SpecError as exc:
                 checks.append(Check("site template", FAIL, exc.message, f"fix {file} (docs/admins.md, "
