@@ -456,3 +456,17 @@ def test_the_readmes_registry_example_fits(tmp_path):
     text = _readme_block("### 3. Publish verl runtimes", "verl:")
     reg = _write(tmp_path, text, "runtimes.yaml")
     assert "0.9.1" in contracts.load_registry(reg)["verl"]
+
+
+@pytest.mark.parametrize("prefix", ["999.999.999", "10.0.0", "127.0.256", "127.0"])
+def test_a_loopback_prefix_outside_127_or_past_255_is_refused(tmp_path, prefix):
+    path = _dev_with(tmp_path, 'prefix: "127.0.0"', f'prefix: "{prefix}"')
+    [err] = _refused(path)
+    assert err.field == "site.ray.node_address.prefix" and "127.X.Y, each 0-255" in err.message
+
+
+def test_another_loopback_prefix_is_taken(tmp_path):
+    from launcher.spec.site import load_site
+
+    path = _dev_with(tmp_path, 'prefix: "127.0.0"', 'prefix: "127.1.250"')
+    assert load_site(str(path)).ray.address_prefix == "127.1.250"
