@@ -53,6 +53,13 @@ def _default_overrides(framework: str, version: str, table, source: str) -> tupl
     return tuple(out)
 
 
+# What each kind of entry reads besides kind, env and overrides: a key its kind ignores is a
+# mistake that would pass unseen (binds on a pyxis entry, python on a venv's: its python is
+# path/bin/python), as the schema's unknown keys are refused.
+READS = {"venv": ("path",), "module": ("modules", "python"), "pyxis": ("image", "mounts", "python"),
+         "apptainer": ("image", "binds", "python"), "oci": ("bundle", "python", "mounts")}
+
+
 def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -> Runtime:
     if not isinstance(entry, dict):
         raise SpecError("runtime", f"{framework} {version} in {source} must be a mapping with `kind`")
@@ -60,6 +67,11 @@ def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -
     if kind not in KINDS:
         raise SpecError("runtime", f"{framework} {version} in {source} has kind {kind!r}; "
                         f"use one of {', '.join(KINDS)}")
+    ignored = [key for key in entry if key not in (*READS[kind], "kind", "env", "overrides")]
+    if ignored:
+        raise SpecError(f"runtime.{ignored[0]}", f"{framework} {version} in {source}: a {kind} runtime does not read "
+                        f"{', '.join(map(str, ignored))} (it reads {', '.join(READS[kind])}); remove it, or fix "
+                        "the entry's kind; fix the runtime registry")
     mounts = tuple(str(m) for m in (entry.get("mounts") or entry.get("binds") or ()))
     for m in mounts:
         _check_token(m, "mounts", source)

@@ -79,3 +79,18 @@ def test_bad_entries_refused(tmp_path):
                  'verl:\n  "0.9.1": {kind: venv, path: "/a b"}\n']:
         with pytest.raises(SpecError):
             resolve_runtime("verl", "0.9.1", site(write(tmp_path, text)), environ={})
+
+
+@pytest.mark.parametrize("entry,key", [
+    ({"kind": "venv", "path": "/rt", "python": "/usr/bin/python3"}, "python"),  # a venv's is path/bin/python
+    ({"kind": "pyxis", "image": "/img/v.sqsh", "binds": ["/data"]}, "binds"),  # apptainer's word
+    ({"kind": "apptainer", "image": "/img/v.sif", "mounts": ["/data:/data"]}, "mounts"),  # pyxis' word
+    ({"kind": "module", "modules": ["verl"], "image": "/img/v.sif"}, "image"),
+])
+def test_a_key_the_entrys_kind_does_not_read_is_refused(entry, key):
+    from launcher.spec.runtimes import runtime_from_entry
+
+    with pytest.raises(SpecError) as err:
+        runtime_from_entry("verl", "0.9.1", entry, "reg.yaml")
+    assert err.value.field == f"runtime.{key}"
+    assert f"a {entry['kind']} runtime does not read {key} (it reads " in err.value.message
