@@ -9,7 +9,8 @@ whatever it does (tests/unit/test_site_templates.py tries):
   - its script's #SBATCH lines are checked once more: sf's own lines all there, in order,
     before the first command; the site's extra lines long options with plain values
     (sbatch_values.WORDS) that sf does not set itself; no #SBATCH line after the header;
-  - it is a regular file of at most 256 KiB, and its script at most sbatch's 4 MB;
+  - it is a regular file of at most 256 KiB, its script at most sbatch's 4 MB, rendered
+    within MAX_RENDER_S;
   - each shell block it overrides is whole shell on its own (`bash -n`), so none swallows
     sf's lines after it (an unclosed quote or here-document, a trailing backslash).
 Imported only for a site that names a templates_dir.
@@ -18,7 +19,10 @@ Imported only for a site that names a templates_dir.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from launcher import sbatch_values
@@ -37,6 +41,9 @@ _SITE_LINE = re.compile(r"^#SBATCH --(?P<key>[a-z][a-z0-9-]{0,40})(?:=(?P<value>
 # loop that prints without end stops there instead of filling the login node's memory.
 MAX_TEMPLATE_BYTES = 256 * 1024
 MAX_SCRIPT_CHARS = 4 * 1024 * 1024
+# A site's few blocks render in milliseconds: one still rendering after this long loops without
+# end (a loop that prints nothing never reaches MAX_SCRIPT_CHARS) and is stopped
+MAX_RENDER_S = 10.0
 # The blocks that hold shell lines (extra_sbatch holds #SBATCH lines and comments only)
 SHELL_BLOCKS = ("prologue", "module_loads", "epilogue")
 
@@ -110,6 +117,31 @@ def check_template_file(file: Path) -> None:
     """The site's template read, parsed and its structure checked (extends sf's, overrides its
     blocks only), without a plan to render it with: `sf doctor`'s check. SpecError if not."""
     _site_template(environment(), file)
+
+
+class _RenderTimedOut(BaseException):
+    """Raised into a render past MAX_RENDER_S (a BaseException: no `except Exception` on the way
+    swallows it)."""
+
+
+@contextmanager
+def _time_budget(seconds: float):
+    """_RenderTimedOut into what runs in this block once `seconds` have passed (SIGALRM: in the
+    main thread only, where the CLI renders; elsewhere unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum, _frame):
+        raise _RenderTimedOut()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _render_bounded(template, context: dict, file: Path) -> str:
@@ -208,8 +240,12 @@ def render(context: dict, templates_dir: str) -> str:
     env = environment()
     template, block_lines = _site_template(env, site_file)
     try:
-        text = _render_bounded(template, context, site_file)
-        _check_blocks_whole_shell(env, template, context, block_lines, site_file)
+        with _time_budget(MAX_RENDER_S):
+            text = _render_bounded(template, context, site_file)
+            _check_blocks_whole_shell(env, template, context, block_lines, site_file)
+    except _RenderTimedOut:
+        _refuse(site_file, None, f"was still rendering after {MAX_RENDER_S:g} s (a site's blocks take "
+                "milliseconds): a loop without end? Loop over less")
     except SpecError:
         raise
     except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression

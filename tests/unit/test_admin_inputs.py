@@ -4,7 +4,9 @@ nothing the admin's template does drops sf's own script."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,6 +88,19 @@ def test_a_template_that_prints_without_end_stops_at_sbatchs_limit(tmp_path, mon
     assert "renders a batch script larger than 0 MiB, sbatch's default limit" in _refused(site)
     monkeypatch.undo()
     assert site_template.MAX_SCRIPT_CHARS == 4 * 1024 * 1024
+
+
+def test_a_template_that_loops_without_printing_stops_at_the_time_budget(tmp_path, monkeypatch):
+    """A loop that prints nothing never reaches the size bound: 10^10 empty turns ran without end."""
+    monkeypatch.setattr(site_template, "MAX_RENDER_S", 0.5)  # the same rule, a shorter budget
+    site, file = _site(tmp_path)
+    file.write_text(EXTENDS + "{% block prologue %}\n{% for i in range(100000) %}{% for j in range(100000) %}"
+                    "{% endfor %}{% endfor %}\n{% endblock %}\n")
+    t0 = time.monotonic()
+    assert _refused(site) == f"{file}: was still rendering after 0.5 s (a site's blocks take milliseconds): " \
+                             "a loop without end? Loop over less"
+    assert time.monotonic() - t0 < 5
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler, None)  # restored
 
 
 def test_an_undefined_name_is_named_with_its_line(tmp_path):
