@@ -112,7 +112,11 @@ def _number(value) -> float | None:
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(float(value)) else None
+        try:
+            number = float(value)
+        except OverflowError:  # an int past 1e308: no value a plot or a table can hold
+            return None
+        return number if math.isfinite(number) else None
     if isinstance(value, list) and len(value) == 1:  # a 1-element numpy array serialises so
         return _number(value[0])
     return None
@@ -131,8 +135,10 @@ def parse_lines(lines, metrics: Metrics) -> None:
             data = entry["data"]
             if not isinstance(data, dict):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
-            metrics.skipped_lines += 1  # torn last line of a killed job, or not ours
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            # a torn last line of a killed job, or not ours (a step of Infinity or NaN, nesting
+            # deeper than Python's parser goes)
+            metrics.skipped_lines += 1
             continue
         for key, value in data.items():
             number = _number(value)
