@@ -52,6 +52,7 @@ import contextlib
 import difflib
 import fcntl
 import json
+import math
 import os
 import re
 import secrets
@@ -64,9 +65,10 @@ from typing import Any, Callable
 
 from launcher import ownership
 from launcher.errors import SpecError
-from launcher.states import CREATED, ENDED, REQUEUED
+from launcher.states import ALLOCATED, CREATED, ENDED, REQUEUED
 
 RECORD = "record.json"
+PLAN = "plan.json"
 EVENTS = "events.jsonl"
 REASON = "reason"
 PROGRESS = "progress.json"  # the newest training step and when it arrived (launcher/injob/heal.py)
@@ -136,7 +138,12 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 
 class DamagedRecord(SpecError, ValueError):
-    """A record.json that cannot be read or is not a run record."""
+    """A record.json that cannot be read or is not a run record (or another file of the run:
+    events.jsonl, reason, plan.json); `path` is that file."""
+
+    def __init__(self, field: str, message: str, path: Path | None = None):
+        super().__init__(field, message)
+        self.path = path
 
 
 _DAMAGED = object()
@@ -144,7 +151,17 @@ _TEXT, _WHOLE, _LIST, _MAP, _NONE = (str,), (int,), (list,), (dict,), (type(None
 # the fields sf reads from every record, and what each must be (a field may be absent)
 _RECORD_FIELDS = {"id": _TEXT, "experiment": _TEXT, "kind": _TEXT, "created": _TEXT, "state": _TEXT,
                   "exit_reason": _TEXT + _NONE, "requeue_count": _WHOLE + _NONE, "job_ids": _LIST,
-                  "history": _LIST, "members": _LIST, "sweep": _MAP + _NONE}
+                  "history": _LIST, "members": _LIST, "sweep": _MAP + _NONE,
+                  # what `sf status`, `attach`, `metrics` and `export` compute with
+                  "total_steps": _WHOLE + _NONE, "final": _MAP + _NONE, "runtime": _MAP + _NONE,
+                  "params": _MAP + _NONE, "points": _LIST + _WHOLE + _NONE, "max_parallel": _WHOLE + _NONE,
+                  "grid": _LIST, "exports": _LIST, "chain_exports": _LIST, "model_from": _MAP + _NONE}
+_OBJECT_LISTS = ("history", "grid", "exports", "chain_exports")  # lists of objects sf calls .get on
+
+
+# a job id sf records: "123", an array task "123_4" (a hetjob's components are "123+1"); anything
+# else would reach sacct's --jobs, which then fails for every run of the same poll
+_JOB_ID = re.compile(r"\d{1,15}(?:[_+]\d{1,9})?")
 
 
 def _record_problem(rec: dict) -> str | None:
@@ -153,16 +170,34 @@ def _record_problem(rec: dict) -> str | None:
         value = rec.get(name)
         if name in rec and (isinstance(value, bool) or not isinstance(value, types)):
             return f"its {name} is {json.dumps(value)[:40]}, not {' or '.join(t.__name__ for t in types)}"
-    if any(isinstance(j, bool) or not isinstance(j, (str, int)) for j in rec.get("job_ids") or ()):
-        return "its job_ids are not job ids"
-    if not all(isinstance(item, dict) for item in rec.get("history") or ()):
-        return "its history holds something other than objects"
+    if any(isinstance(j, bool) or not isinstance(j, (str, int)) or not _JOB_ID.fullmatch(str(j))
+           for j in rec.get("job_ids") or ()):
+        return "its job_ids are not Slurm job ids"
+    for name in _OBJECT_LISTS:
+        if not all(isinstance(item, dict) for item in rec.get(name) or ()):
+            return f"its {name} holds something other than objects"
     if not all(isinstance(m, str) for m in rec.get("members") or ()):
         return "its members are not run ids"
     sweep = rec.get("sweep") or {}
     if not isinstance(sweep.get("id", ""), str) or isinstance(sweep.get("index", 0), bool) \
             or not isinstance(sweep.get("index", 0), int):
         return "its sweep is not {id, index}"
+    return None
+
+
+# the parts of plan.json sf reads on the login node (status, attach, export), and what each must be
+_PLAN_FIELDS = {"overrides": _LIST, "slurm": _MAP, "pools": _LIST}
+
+
+def _plan_problem(plan) -> str | None:
+    """What makes a plan.json unusable (not an object, a part sf reads of another type), or None."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    for name, types in _PLAN_FIELDS.items():
+        if name in plan and not isinstance(plan[name], types):
+            return f"its {name} is {json.dumps(plan[name])[:40]}, not {types[0].__name__}"
+    if not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in plan.get("pools") or ()):
+        return "its pools are not objects with a name"
     return None
 
 
@@ -205,21 +240,24 @@ class Run:
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise DamagedRecord(self.id, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
+            raise DamagedRecord(self.id, f"cannot read {path}: {exc.strerror}; fix its permissions", path) from None
         except (UnicodeDecodeError, ValueError, RecursionError):
             data = _DAMAGED
         if not isinstance(data, dict):
             raise DamagedRecord(self.id, f"{path} is damaged (not a JSON object of a run record); restore it from "
-                                "a backup or remove the run's folder")
+                                "a backup or remove the run's folder", path)
         problem = _record_problem(data)
         if problem:
             raise DamagedRecord(self.id, f"{path} is damaged ({problem}); restore it from a backup or remove the "
-                                "run's folder")
+                                "run's folder", path)
+        if "job_ids" in data:  # a hand-written 123: text, as sf writes them (joined, compared)
+            data["job_ids"] = [str(j) for j in data["job_ids"]]
         return data
 
     def record(self) -> dict:
         """The record with phases (events.jsonl), requeue count and reason merged in."""
         rec = self.raw_record()
+        rec["id"] = self.id  # the folder names the run: a copied folder's record still holds the old id
         phases = read_phases(self.dir)
         rec["phases"] = phases
         restarts = [_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
@@ -237,11 +275,14 @@ class Run:
 
     def read_text(self, name: str, errors: str = "replace") -> str | None:
         """A text file of the run (reason, job.sbatch, ...), None when absent; bytes that are not
-        UTF-8 are replaced (a job may write anything into `reason`)."""
+        UTF-8 are replaced (a job may write anything into `reason`). One that cannot be read (a
+        folder, a symlink loop, no permission): DamagedRecord naming it."""
         try:
             return (self.dir / name).read_text(errors=errors)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _unreadable(self.id, self.dir / name, exc) from None
 
     def read_json(self, name: str) -> Any:
         """A JSON file of the run (plan.json, ...), None when absent; DamagedRecord naming it when
@@ -251,7 +292,17 @@ class Run:
             return None if text is None else json.loads(text)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise DamagedRecord(self.id, f"{self.dir / name} is damaged (not JSON); restore it from a backup or "
-                                "remove the run's folder") from None
+                                "remove the run's folder", self.dir / name) from None
+
+    def read_plan(self) -> dict | None:
+        """plan.json, None when absent; DamagedRecord naming it when it is not JSON, not an object
+        or a part sf reads is of another type (a hand edit, another tool's plan.json)."""
+        plan = self.read_json(PLAN)
+        problem = None if plan is None else _plan_problem(plan)
+        if problem:
+            raise DamagedRecord(self.id, f"{self.dir / PLAN} is damaged ({problem}); restore it from a backup or "
+                                "remove the run's folder", self.dir / PLAN)
+        return plan
 
     # writing -------------------------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
@@ -490,21 +541,72 @@ def record_phase(run_dir, phase: str, **info) -> dict:
     return event
 
 
+def _unreadable(run_id: str, path: Path, exc: OSError) -> DamagedRecord:
+    return DamagedRecord(run_id, f"cannot read {path}: {exc.strerror or exc}; fix or remove it (restore it from a "
+                                 "backup), or remove the run's folder", path)
+
+
 def read_phases(run_dir) -> list[dict]:
-    """The events of events.jsonl in order; a torn or malformed line is skipped."""
+    """The events of events.jsonl in order; a torn or malformed line is skipped (_event). An
+    events.jsonl that cannot be read (a folder, a symlink loop): DamagedRecord naming it."""
+    path = Path(run_dir) / EVENTS
     try:
-        text = (Path(run_dir) / EVENTS).read_text(errors="replace")
+        text = path.read_text(errors="replace")
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise _unreadable(Path(run_dir).name, path, exc) from None
     events = []
     for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = _event(json.loads(line))
+        except (ValueError, RecursionError):
             continue
-        if isinstance(event, dict) and "phase" in event:
+        if event is not None:
             events.append(event)
     return events
+
+
+# the fields of an event that sf computes with, and what each must be (others are detail)
+_EVENT_TEXTS = ("phase", "iso", "node", "name", "label", "what", "ending", "address")
+_EVENT_COUNTS = ("restart", "restart_in_place", "step", "resumed_from")
+_EVENT_NODE_LISTS = ("missing", "left_out", "spares_used")
+
+
+def _event(event) -> dict | None:
+    """An events.jsonl line's object with its time a float and its counts ints (a shell writes
+    `"restart": "1"`), or None when it is not an event sf can use: no phase, or a field sf
+    computes with of another type (a hand edit, another tool, NaN or 1e400 as the time)."""
+    if not isinstance(event, dict) or not isinstance(event.get("phase"), str) or not event["phase"]:
+        return None
+    if any(name in event and not isinstance(event[name], str) for name in _EVENT_TEXTS):
+        return None
+    if "time" in event:
+        try:
+            event["time"] = float(event["time"]) if not isinstance(event["time"], (bool, str)) else math.nan
+        except (TypeError, OverflowError):
+            return None
+        if not math.isfinite(event["time"]):
+            return None
+    for name in _EVENT_COUNTS:
+        value = event.get(name)
+        if isinstance(value, str) and value.isdigit() and len(value) < 10:
+            event[name] = int(value)
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return None
+    nodes = event.get("nodes")  # node names; allocated's is their count
+    if nodes is not None and not _texts(nodes) and not (event["phase"] == ALLOCATED and isinstance(nodes, int)):
+        return None
+    if any(event.get(name) is not None and not _texts(event[name]) for name in _EVENT_NODE_LISTS):
+        return None
+    pools = event.get("pools", {})  # pool -> its hosts (allocated), host -> its pool (barrier_waiting)
+    if not isinstance(pools, dict) or not all(isinstance(v, str) or _texts(v) for v in pools.values()):
+        return None
+    return event
+
+
+def _texts(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)

@@ -34,7 +34,7 @@ def _running(run_id: str, site_path, runs_dir):
         raise SpecError("run", f"run {run.id} is not running (state {status.state}"
                         + (f", Slurm {status.slurm_state}" if status.slurm_state else "")
                         + "); `sf attach` needs a running job: see `sf status " + run.id + "`")
-    return run, rec, att.where(rec, runs.read_phases(run.dir), run.read_json("plan.json")), site
+    return run, rec, att.where(rec, runs.read_phases(run.dir), run.read_plan()), site
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

@@ -117,7 +117,7 @@ def status(target, watch, interval, as_json, limit, site_path, runs_dir, timelin
         return
     if target:
         watched = [runs.open_run(root, target)]
-        watched[0].raw_record()  # a damaged record: one line naming it (the poll would skip it)
+        watched[0].record()  # a damaged record or events.jsonl: one line naming it (the poll would skip it)
     else:  # points of a sweep are shown by `sf status SWEEP`, not one line each here
         watched = [r for r in runs.list_runs(root) if not _is_point(r)][:limit]
         _say_damaged(root)
@@ -372,7 +372,8 @@ def _log_emitter(as_json: bool, follow: bool, collected: list[dict]):
 def stack_files(run_dir: Path, node: str | None = None) -> list[Path]:
     """RUN/stacks/<job>-<restart>/<node>.txt, oldest hang first (pure but for the listing)."""
     dirs = sorted((d for d in (run_dir / "stacks").glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
-    return [f for d in dirs for f in sorted(d.glob("*.txt")) if node is None or f.stem == node]
+    return [f for d in dirs for f in sorted(d.glob("*.txt"))
+            if f.is_file() and (node is None or f.stem == node)]  # not a folder or a dangling link
 
 
 def _print_stacks(run: runs.Run, node: str | None, as_json: bool = False) -> None:
@@ -464,27 +465,31 @@ def cancel(target, as_json, site_path, runs_dir):
 # --- list ----------------------------------------------------------------------------------
 
 def _say_damaged(root: Path) -> list[str]:
-    """One warning on stderr naming the damaged run records left out of a listing; their ids."""
+    """One warning on stderr naming the damaged run files left out of a listing; their run ids."""
     damaged = _damaged_records(root)
     if damaged:
+        paths = list(damaged.values())
         click.echo(f"sf: warning: left out {len(damaged)} damaged run record(s): "
-                   f"{', '.join(str(Path(root) / d / runs.RECORD) for d in damaged[:5])}"
-                   f"{' ...' if len(damaged) > 5 else ''} (unreadable or not a run record)", err=True)
-    return damaged
+                   f"{', '.join(str(p) for p in paths[:5])}{' ...' if len(paths) > 5 else ''} "
+                   "(unreadable or not a run record)", err=True)
+    return list(damaged)
 
 
-def _damaged_records(root: Path) -> list[str]:
-    """Ids of the run folders under `root` whose record.json cannot be read as a run record."""
-    out = []
+def _damaged_records(root: Path) -> dict[str, Path]:
+    """{run id: the damaged file} of the run folders under `root` whose record.json cannot be
+    read as a run record (or whose events.jsonl or reason, merged into it, cannot be read)."""
+    out = {}
     try:
         folders = sorted(p for p in Path(root).iterdir() if (p / runs.RECORD).is_file())
     except OSError:
         return out
     for folder in folders:
         try:
-            runs.Run(folder).raw_record()
+            runs.Run(folder).record()
+        except runs.DamagedRecord as exc:
+            out[folder.name] = exc.path or folder / runs.RECORD
         except (OSError, ValueError):
-            out.append(folder.name)
+            out[folder.name] = folder / runs.RECORD
     return out
 
 

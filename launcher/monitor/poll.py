@@ -41,10 +41,11 @@ from launcher.states import (
     run_state,
 )
 
-_STEP = re.compile(r"(?:^|[\s|\]])step:(\d+)\s+-\s")
-_TOTAL = re.compile(r"Total training steps:\s*(\d+)")
-_TQDM = re.compile(r"Training Progress:.*?\|\s*(\d+)/(\d+)")
-_TOTAL_OVERRIDE = re.compile(r"^trainer\.total_training_steps=(\d+)$")
+# at most 15 digits: a longer number in a log is not a step (and int() refuses 4,300 digits)
+_STEP = re.compile(r"(?:^|[\s|\]])step:(\d{1,15})\s+-\s")
+_TOTAL = re.compile(r"Total training steps:\s*(\d{1,15})\b")
+_TQDM = re.compile(r"Training Progress:.*?\|\s*(\d{1,15})/(\d{1,15})\b")
+_TOTAL_OVERRIDE = re.compile(r"^trainer\.total_training_steps=(\d{1,15})$")
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 TAIL_BYTES = 128 * 1024
 HEAD_BYTES = 64 * 1024
@@ -135,8 +136,8 @@ def _total_from_plan(run: runs_mod.Run, rec: dict) -> int | None:
     if rec.get("total_steps"):
         return int(rec["total_steps"])
     try:
-        plan = run.read_json("plan.json") or {}
-    except ValueError:
+        plan = run.read_plan() or {}
+    except ValueError:  # damaged: the total is unknown, the status still shown
         return None
     for override in plan.get("overrides", ()):
         match = _TOTAL_OVERRIDE.match(str(override))
@@ -236,8 +237,8 @@ def requeue_on(run: runs_mod.Run) -> bool:
     """Whether the job was submitted with --requeue (plan.json): Slurm then requeues it by
     itself after a node failure."""
     try:
-        return bool(((run.read_json("plan.json") or {}).get("slurm") or {}).get("requeue", True))
-    except (OSError, SpecError, AttributeError):
+        return bool(((run.read_plan() or {}).get("slurm") or {}).get("requeue", True))
+    except SpecError:
         return True
 
 

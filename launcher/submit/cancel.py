@@ -25,7 +25,7 @@ class Cancelled:
 def cancel(target: str, site_path: str | None, runs_dir: str | None) -> Cancelled:
     root = runs_root(runs_dir, site_path=site_path)
     run = runs.open_run(root, target)
-    run.raw_record()  # a damaged record: one line naming it (the poll would skip it)
+    run.record()  # a damaged record or events.jsonl: one line naming it (the poll would skip it)
     status = monitor.poll([run], runs_dir=root, write_back=False)[0]
     targets = [(run, status)]
     if status.kind == "sweep":

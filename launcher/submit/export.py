@@ -223,11 +223,7 @@ def _published_versions(site) -> list[str]:
 
 def plan_of(run) -> dict | None:
     """A run's plan.json (None without a run or a plan); a damaged one is a SpecError naming it."""
-    plan = run.read_json("plan.json") if run else None
-    if plan is not None and not isinstance(plan, dict):
-        raise SpecError(run.id, f"{run.dir / 'plan.json'} is damaged (not a JSON object); restore it or remove "
-                        "the run's folder")
-    return plan
+    return run.read_plan() if run else None
 
 
 def version_for(site, run, explicit: str | None) -> str:
