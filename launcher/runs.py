@@ -235,6 +235,9 @@ class Run:
         read or is not a JSON object (binary, empty, `[]`, `null`): DamagedRecord naming the
         file, one line (a SpecError; a ValueError too, so listings that skip bad records skip it)."""
         path = self.dir / RECORD
+        if path.is_symlink():  # sf writes its own file: a link would make commands act on another run's jobs
+            raise DamagedRecord(self.id, f"{path} is a symbolic link, not the record sf wrote; remove the link "
+                                "(sf reads and writes run records only as files of their own)", path)
         try:
             data = json.loads(path.read_bytes().decode("utf-8"))
         except FileNotFoundError:

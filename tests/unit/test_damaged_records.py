@@ -201,3 +201,18 @@ def test_stacks_skip_a_folder_or_a_dangling_link_named_txt(cli_env, fake_slurm):
     os.symlink("/nonexistent", hang / "dev3.txt")
     result = sf_cli("logs", run.id, "--stacks")
     assert result.exit_code == 0 and "Thread 1" in result.stdout, (result.stderr, result.exception)
+
+
+def test_a_record_that_is_a_symlink_to_another_runs_is_refused(cli_env, fake_slurm):
+    """A run whose record.json links to another run's: read through the link, `sf cancel` there
+    would act on the other run's jobs. sf reads a record only as a file of its own."""
+    root = cli_env / "runs"
+    other = _ended(root, "other")
+    good = _ended(root, "good")
+    bad = _ended(root, "bad")
+    (bad.dir / runs.RECORD).unlink()
+    (bad.dir / runs.RECORD).symlink_to(other.dir / runs.RECORD)
+    for command in ("status", "cancel"):
+        refused(sf_cli(command, bad.id), f"{bad.dir / runs.RECORD} is a symbolic link, not the record sf wrote")
+    assert fake_slurm.calls("scancel") == []  # the other run's jobs untouched
+    _listed_without(bad, good, bad.dir / runs.RECORD)
