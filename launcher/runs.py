@@ -276,6 +276,20 @@ class Run:
                 rec["exit_reason"] = reason.strip()
         return rec
 
+    def check(self) -> None:
+        """That record() can read this run, without parsing its events (a listing checks every
+        run this way): record.json as raw_record() reads it, events.jsonl and, with no exit
+        reason in the record, reason openable; DamagedRecord naming the file if not."""
+        names = (EVENTS,) if self.raw_record().get("exit_reason") else (EVENTS, REASON)
+        for name in names:
+            try:
+                with open(self.dir / name, "rb"):
+                    pass
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise _unreadable(self.id, self.dir / name, exc) from None
+
     def read_text(self, name: str, errors: str = "replace") -> str | None:
         """A text file of the run (reason, job.sbatch, ...), None when absent; bytes that are not
         UTF-8 are replaced (a job may write anything into `reason`). One that cannot be read (a

@@ -485,7 +485,7 @@ def _damaged_records(root: Path) -> dict[str, Path]:
         return out
     for folder in folders:
         try:
-            runs.Run(folder).record()
+            runs.Run(folder).check()
         except runs.DamagedRecord as exc:
             out[folder.name] = exc.path or folder / runs.RECORD
         except (OSError, ValueError):
