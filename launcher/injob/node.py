@@ -600,10 +600,11 @@ def take_head_slot_once(run_dir: str, ports) -> None:
     """Test hook SF_TEST_TAKE_HEAD_SLOT: the first head of the run finds its GCS port listened on,
     as when another user's head drew the same slot and started first. The listener is a child
     of this step: it goes when the head's step ends."""
-    marker = Path(run_dir) / ".sf-test-head-slot-taken"
-    if marker.exists():
+    try:  # the first head of the run only: the marker made once, 0600, never through a link
+        os.close(os.open(Path(run_dir) / ".sf-test-head-slot-taken",
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
         return
-    marker.touch()
     squatter = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
                                  "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
                                  "print('held', flush=True); time.sleep(120)", str(ports.gcs)],
