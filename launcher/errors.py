@@ -14,6 +14,12 @@ class SpecError(Exception):
         self.message = message
 
 
+def quoted_short(text: str) -> str:
+    """A value as an error line quotes it: repr'd, and a pasted blob cut to its start and its
+    length, so the line stays one short line (5,000 digits are not shown again)."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+
+
 class SpecErrors(Exception):
     """Several SpecErrors found in one pass (validate reports all of them)."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.errors import SpecError
+from launcher.errors import SpecError, quoted_short
 
 FORMS = "MINUTES, MINUTES:SECONDS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00 or 1-12:00:00)"
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -26,8 +26,7 @@ def time_seconds(value, field: str = "slurm.time") -> int | None:
     """The limit in seconds (None for UNLIMITED/INFINITE), or a SpecError naming the field and
     the forms Slurm accepts."""
     text = str(value).strip()
-    # a pasted blob is a short line, not 5,000 digits
-    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    shown = quoted_short(text)
     if text.upper() in ("UNLIMITED", "INFINITE"):
         return None
     m = _TIME.fullmatch(text)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher.errors import SpecError, SpecErrors
+from launcher.errors import SpecError, SpecErrors, quoted_short
 from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S
 from launcher.sbatch_values import LOGIN_ENV
 from launcher.spec import paths
@@ -315,7 +315,7 @@ def parse_profile(text: str, site: Site) -> tuple[str, int, int]:
         known = ", ".join(sorted(site.series)) or "none"
         raise SpecError("--profile", f"unknown GPU series {name!r} in site {site.name}; known: {known}")
     series = site.series[name]
-    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    shown = quoted_short(text)
     too_many = SpecError("--profile", f"{shown} asks for more than {MAX_POOL_NODES} nodes, the largest cluster Slurm "
                          f"is validated for; ask for fewer (e.g. {name}:2x{series.gpus_per_node})")
     gpus = _count(match["gpus"])
