@@ -159,6 +159,13 @@ def restarts(job: str) -> int:
     return int(slurm.show_job(job).get("Restarts", "0"))
 
 
+def wait_file(path: Path, timeout: float = 60) -> str:
+    """The text of ``path`` once it exists. The supervisor records driver_started before the
+    driver has run, so a file the driver writes is waited for, never read on that event."""
+    return wait_until(lambda: path.read_text() if path.exists() else None, timeout,
+                      f"{path} never appeared")
+
+
 def touch_until(run_dir: Path, name: str, restart: int, timeout: float = 150) -> dict:
     """Wait for a phase; hetjobs start only from backfill, so touch the partitions meanwhile."""
     deadline = time.monotonic() + timeout
@@ -296,7 +303,9 @@ def sbatch_file(path: Path) -> str:
 REQUEUE_DRIVER = r"""
 n="${SLURM_RESTART_COUNT:-0}"
 printf '%s\n' "$@" > "$FORGE_CLUSTER_RUN_DIR/driver-args-$n.txt"
-echo "${MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP:-}" > "$FORGE_CLUSTER_RUN_DIR/expires-$n"
+# a side name renamed into place: a test that sees expires-N sees it whole, and after driver-args
+echo "${MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP:-}" > "$FORGE_CLUSTER_RUN_DIR/.expires-$n.part"
+mv "$FORGE_CLUSTER_RUN_DIR/.expires-$n.part" "$FORGE_CLUSTER_RUN_DIR/expires-$n"
 echo "test driver: attempt $n"
 if [ "$n" -ge "${SF_TEST_FINISH_AT:-99}" ]; then exit 0; fi
 exec sleep 600

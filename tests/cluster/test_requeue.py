@@ -38,6 +38,7 @@ from helpers import (  # noqa: E402, F401
     submit_driver,
     touch_until,
     wait_event,
+    wait_file,
     wait_state,
 )
 
@@ -50,7 +51,7 @@ def requeue_once(tmp_path, how: str) -> None:
     run, run_dir, job = submit(requeue_experiment(tmp_path, max_requeues=3), finish_at=1)
     try:
         wait_event(run_dir, "driver_started", restart=0, timeout=120)
-        first_end = int((run_dir / "expires-0").read_text())
+        first_end = int(wait_file(run_dir / "expires-0"))
         t0 = time.monotonic()
         if how == "signal":
             subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
@@ -78,7 +79,7 @@ def requeue_once(tmp_path, how: str) -> None:
         st = status(run)
         assert st["requeue_count"] == 1 and st["state"] == "completed", st
         # the wall-time end is exported again: the new attempt ends later
-        second_end = int((run_dir / "expires-1").read_text())
+        second_end = int(wait_file(run_dir / "expires-1"))
         assert second_end > first_end, (first_end, second_end)
         wall = [e for e in phases(run_dir) if e["phase"] == "wall_time"]
         assert len(wall) == 2 and all(e["expires"] == e["job_end"] - 90 and e["may_requeue"] for e in wall), wall
