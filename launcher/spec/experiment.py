@@ -11,7 +11,6 @@ datasets, and checks whether the experiment has its own main.py. compile_plan is
 
 from __future__ import annotations
 
-import ast
 import copy
 import difflib
 import errno
@@ -22,7 +21,6 @@ import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -31,6 +29,7 @@ from launcher.sbatch_values import KEYS as SCHEDULER_KEYS
 from launcher.spec import paths
 from launcher.spec.contracts import explain
 from launcher.spec.files import blocked_path, expand_user, nul_errors, parse_yaml_file, refuse_duplicate_keys
+from launcher.spec.input_files import abs_files, as_list, check_reward_function, data_files, model_path
 from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
 
@@ -268,118 +267,6 @@ def _estimator_overrides(data: dict) -> list[tuple[str, str]]:
     return [(field_name, f"algorithm.adv_estimator={value}") for field_name, value in found]
 
 
-def check_reward_function(path: str, name: str, field_name: str = "reward.function.path") -> SpecError | None:
-    """verl imports the reward file and takes `name` from it at start-up: fail here instead.
-    The file is read with ast, never imported."""
-    if re.match(r"^[a-z][a-z0-9+.-]*://", path):
-        return None
-    p = Path(path)
-    fix = "set reward.function.path to your reward file (relative paths are relative to the experiment folder)"
-    try:
-        mode = os.stat(p).st_mode
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return SpecError(field_name, f"{path} does not exist; {fix}")
-        return SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions or {fix}")
-    if stat.S_ISDIR(mode):
-        return SpecError(field_name, f"{path} is a directory, not a Python file; set reward.function.path to the "
-                         f"reward file in it (e.g. {path.rstrip('/')}/reward.py)")
-    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the read, a device is no source
-        return SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); {fix}")
-    try:
-        tree = ast.parse(p.read_text(), filename=str(p))
-    except SyntaxError as exc:
-        return SpecError(field_name, f"{path} does not parse (line {exc.lineno}: {exc.msg}); fix the file")
-    except (OSError, UnicodeDecodeError) as exc:
-        return SpecError(field_name, f"cannot read {path} ({exc}); fix the file's permissions or encoding")
-    defined = set()
-    functions = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined.add(node.name)
-            functions.append(node.name)
-        elif isinstance(node, ast.ClassDef):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                if isinstance(target, ast.Name):
-                    defined.add(target.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    if name not in defined:
-        return SpecError("reward.function.name", f"{path} defines no function {name!r} (verl fails at start-up); "
-                         f"functions there: {', '.join(functions) or 'none'}; set reward.function.name")
-    return None
-
-
-def _as_list(value) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return [str(value)]
-
-
-def _abs_files(files, base: Path, field_name: str) -> Any:
-    out = []
-    for f in _as_list(files):
-        if re.match(r"^[a-z][a-z0-9+.-]*://", f):  # hdfs://, s3://: leave to verl
-            out.append(f)
-        else:
-            p = expand_user(f, field_name)
-            out.append(str((base / p).resolve()) if not p.is_absolute() else str(p))
-    return out[0] if len(out) == 1 else out
-
-
-def _model_path(model: str, base: Path, field_name: str) -> str:
-    """Local paths become absolute (compute nodes have another cwd); a HF id stays as is."""
-    p = expand_user(model, field_name)
-    try:
-        local = (base / p).exists()
-    except OSError as exc:  # a name past the file system's limit: neither a folder here nor a HF id
-        raise SpecError(field_name, f"{model[:60]!r}... ({len(model)} characters) is no model folder ({exc.strerror}) "
-                        "and no Hugging Face id; pass a model path or an id such as Qwen/Qwen2.5-0.5B") from None
-    if model.startswith(("/", "./", "../", "~")) or local:
-        return str((base / p).resolve()) if not p.is_absolute() else str(p)
-    return model
-
-
-def resolve_dataset(text: str, site: Site) -> Path:
-    """OWNER/NAME@VERSION -> <root>/OWNER/NAME/VERSION/ under the site's dataset_roots."""
-    m = re.fullmatch(r"^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)@([A-Za-z0-9_.-]+)$", text or "")
-    if not m:
-        raise SpecError("data.train.dataset", f"{text!r} is not OWNER/NAME@VERSION (e.g. alice/gsm8k-zh@v2)")
-    owner, name, version = m.groups()
-    if not site.dataset_roots:
-        raise SpecError("data.train.dataset", f"site {site.name} has no dataset_roots; use --train-data PATH instead")
-    versions: set[str] = set()
-    for root in site.dataset_roots:
-        d = Path(root) / owner / name
-        if (d / version).is_dir():
-            return d / version
-        if d.is_dir():
-            versions.update(p.name for p in d.iterdir() if p.is_dir())
-    if versions:
-        raise SpecError("data.train.dataset", f"{owner}/{name} has no version {version!r}; versions: "
-                                              f"{', '.join(sorted(versions))}")
-    raise SpecError("data.train.dataset", f"unknown dataset {owner}/{name} in {', '.join(site.dataset_roots)}")
-
-
-def _dataset_files(ds_dir: Path, files) -> Any:
-    names = _as_list(files)
-    if not names:
-        found = sorted(p.name for p in ds_dir.iterdir() if p.suffix in (".parquet", ".jsonl", ".json"))
-        if len(found) == 1:
-            names = found
-        elif "train.parquet" in found:
-            names = ["train.parquet"]
-        else:
-            raise SpecError("data.train.files", f"dataset {ds_dir} holds {', '.join(found) or 'no data files'}; "
-                            "pick one with --train-data FILE")
-    out = [n if Path(n).is_absolute() else str(ds_dir / n) for n in names]
-    return out[0] if len(out) == 1 else out
-
-
 # ----------------------------------------------------------------------------- flags
 
 
@@ -467,16 +354,16 @@ def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
     cli: dict = {}
     cli_prov: dict = {}
     if flags.get("model"):  # `--model run:RUN` arrives resolved (launcher.submit.chain.load_chained)
-        cli["model"] = _model_path(flags["model"], cwd, "--model")
+        cli["model"] = model_path(flags["model"], cwd, "--model")
         cli_prov["model"] = "--model"
     if flags.get("train_dataset"):
         cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
         cli_prov["data.train.dataset"] = "--train-dataset"
     if flags.get("train_data"):
-        cli.setdefault("data", {}).setdefault("train", {})["files"] = list(_as_list(flags["train_data"]))
+        cli.setdefault("data", {}).setdefault("train", {})["files"] = list(as_list(flags["train_data"]))
         cli_prov["data.train.files"] = "--train-data"
     if flags.get("validation_data"):
-        cli.setdefault("data", {}).setdefault("validation", {})["files"] = _abs_files(flags["validation_data"], cwd,
+        cli.setdefault("data", {}).setdefault("validation", {})["files"] = abs_files(flags["validation_data"], cwd,
                                                                                           "--validation-data")
         cli_prov["data.validation.files"] = "--validation-data"
     if flags.get("profile"):
@@ -495,7 +382,7 @@ def _config_paths(config: dict, exp_dir: Path, errors: list) -> dict:
     for where, holder in (("", config), ("teacher.", config.get("teacher") or {}),
                           ("reward.", config.get("reward") or {})):
         if holder.get("model"):
-            holder["model"] = _model_path(holder["model"], exp_dir, f"{where}model")
+            holder["model"] = model_path(holder["model"], exp_dir, f"{where}model")
     if "custom_reward_function" in config:
         alias = config.pop("custom_reward_function") or {}
         if ((config.get("reward") or {}).get("function")):
@@ -503,30 +390,11 @@ def _config_paths(config: dict, exp_dir: Path, errors: list) -> dict:
         config.setdefault("reward", {})["function"] = alias
     fn = (config.get("reward") or {}).get("function") or {}
     if fn.get("path"):
-        fn["path"] = _abs_files(fn["path"], exp_dir, "reward.function.path")
+        fn["path"] = abs_files(fn["path"], exp_dir, "reward.function.path")
         problem = check_reward_function(str(fn["path"]), fn.get("name") or "compute_score")
         if problem:
             errors.append(problem)
     return config
-
-
-def _data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: Path) -> str | None:
-    """Data files made absolute in `values` (a flag's against the cwd, config.yaml's against
-    the experiment folder; a dataset's inside its version folder). The dataset folder, if any."""
-    dataset_dir = None
-    train = (values.get("data") or {}).get("train") or {}
-    from_cli_files = provenance.get("data.train.files") == "--train-data"
-    if train.get("dataset"):
-        ds = resolve_dataset(train["dataset"], site)
-        dataset_dir = str(ds)
-        train["files"] = _dataset_files(ds, train.get("files"))
-    elif train.get("files") is not None:
-        train["files"] = _abs_files(train["files"], cwd if from_cli_files else exp_dir,
-                                    "--train-data" if from_cli_files else "data.train.files")
-    val = (values.get("data") or {}).get("validation") or {}
-    if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
-        val["files"] = _abs_files(val["files"], exp_dir, "data.validation.files")
-    return dataset_dir
 
 
 def _refuse_nul(data, what: str) -> None:
@@ -594,7 +462,7 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
         layers = {"config.yaml" if config_overrides else "", "--set" if set_overrides else ""}
         provenance["overrides"] = "+".join(sorted(layers - {""}))
 
-    dataset_dir = _data_files(values, provenance, site, exp_dir, cwd)
+    dataset_dir = data_files(values, provenance, site, exp_dir, cwd)
     main_py = exp_dir / "main.py"
     return MergedSpec(
         name=name,
