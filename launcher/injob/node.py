@@ -18,11 +18,8 @@ cancelled by Slurm.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
-import resource
 import signal
 import socket
 import subprocess
@@ -34,24 +31,41 @@ from pathlib import Path
 
 from launcher import runs, states
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, private, ray_start, ray_tuning, topology
+from launcher.injob import auth, private, ray_tuning, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Job
 from launcher.injob.node_logs import node_log_name, write_line
 
-
-def port_free(host: str, port: int) -> bool:
-    """Whether a listener could bind host:port. SO_REUSEADDR as Ray's gRPC servers set it: a
-    port whose last connections are in TIME_WAIT (the head's own earlier try) counts as free,
-    a port something listens on (on this address or on 0.0.0.0) does not."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+# The port slot's checks (node_ports) and Ray's process (ray_process), named here too: the
+# supervisor, the tests and the benchmarks reach them through this module.
+from launcher.injob.node_ports import (  # noqa: F401
+    HEAD_PORTS_WAIT_S,
+    busy_ports,
+    pick_ports,
+    port_free,
+    ports_taken_text,
+    take_head_slot_once,
+    taken_text,
+)
+from launcher.injob.ray_process import (  # noqa: F401
+    KILL_WAIT_S,
+    PORT_IN_USE,
+    OutputPump,
+    arguments_refused,
+    group_running,
+    ignore_usr2,
+    keep_ray_logs,
+    kill_group,
+    raise_nofile,
+    ray_command,
+    ray_env,
+    ray_port_env,
+    ray_start_argv,
+    ray_version,
+    raylet_fatal,
+    wait_for_start,
+)
 
 
 def redirect_output(path: Path) -> None:
@@ -71,37 +85,6 @@ def redirect_output(path: Path) -> None:
     os.close(fd)
 
 
-def busy_ports(address: str, ports, *, head: bool) -> list[int]:
-    """The ports of a node slot that something on this host already holds: every port Ray
-    will open (its fixed ones, the head's too when `head`) and the whole worker range, so a
-    port another user squats anywhere in the slot skips the slot before Ray starts instead of
-    failing a worker after it ran."""
-    fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
-             ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
-    if head:
-        fixed += [ports.gcs, ports.client_server, ports.dashboard, ports.rdzv, ports.dashboard_metrics,
-                  ports.autoscaler_metrics]
-    wanted = fixed + list(range(ports.min_worker, ports.max_worker + 1))
-    return [p for p in wanted if not port_free(address, p)]
-
-
-def ports_taken_text(address: str, port_range, busy: list[int]) -> str:
-    """The reason when no slot of the range is free on a host: the ports seen taken, the fix."""
-    return (f"port collision: no port slot of ray.port_range {port_range[0]}-{port_range[1]} is free on {address} "
-            f"(last slot tried: {taken_text(busy)}); widen or move ray.port_range in the site file, "
-            "or exclude the node")
-
-
-def taken_text(busy: list[int]) -> str:
-    """"port 20001, 20005 taken, port 20001 listened on by gcs_server (pid 4242, ...)": the
-    ports seen taken and who holds the first (ports.holder_text)."""
-    if not busy:
-        return "no port seen taken"
-    shown = ", ".join(str(p) for p in busy[:8]) + (f" and {len(busy) - 8} more" if len(busy) > 8 else "")
-    first = f"port {busy[0]} " if len(busy) > 1 else ""
-    return f"port {shown} taken, {first}{ports_mod.holder_text(busy[0])}"
-
-
 def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -111,57 +94,6 @@ def wait_for_tcp(host: str, port: int, timeout: float) -> bool:
         except OSError:
             time.sleep(0.2)
     return False
-
-
-def ray_command() -> list[str]:
-    """Ray's CLI through this interpreter: the wrapper runs with the runtime's python, so
-    Ray is the runtime's whatever PATH holds (a bundle on PYTHONPATH has no usable bin/).
-    launcher.injob.ray_start is Ray's CLI less the head's client server and idle dashboard."""
-    return [sys.executable, "-m", ray_start.MODULE]
-
-
-def ignore_usr2() -> None:
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-
-
-def ray_version() -> str | None:
-    try:
-        from importlib.metadata import version  # noqa: PLC0415
-
-        return version("ray")
-    except Exception:  # not installed as a distribution (a bare folder on PYTHONPATH)
-        try:
-            import ray  # noqa: PLC0415
-
-            return getattr(ray, "__version__", None)
-        except Exception:
-            return None
-
-
-def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, ports, temp: str,
-                   cpus: int, gpus: int, dashboard: bool = False) -> list[str]:
-    resources = {topology.pool_resource(pool): topology.TAG_AMOUNT,
-                 topology.node_resource(node): topology.TAG_AMOUNT}
-    argv = [*ray_command(), "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={address}", f"--temp-dir={temp}",
-            f"--num-cpus={cpus}", f"--num-gpus={gpus}",
-            f"--resources={json.dumps(resources, separators=(',', ':'))}",
-            f"--node-manager-port={ports.node_manager}",
-            f"--object-manager-port={ports.object_manager}",
-            f"--dashboard-agent-grpc-port={ports.dashboard_agent_grpc}",
-            f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
-            f"--metrics-export-port={ports.metrics_export}",
-            f"--runtime-env-agent-port={ports.runtime_env_agent}",
-            f"--min-worker-port={ports.min_worker}", f"--max-worker-port={ports.max_worker}"]
-    if role == "head":
-        argv += ["--head", f"--port={ports.gcs}", f"--ray-client-server-port={ports.client_server}"]
-        if dashboard:
-            argv += ["--include-dashboard=true", f"--dashboard-host={address}", f"--dashboard-port={ports.dashboard}"]
-        else:
-            argv += [ray_start.DASHBOARD_OFF]
-    else:
-        argv += [f"--address={head}"]
-    return argv
 
 
 @dataclass
@@ -317,44 +249,6 @@ def main(role: str) -> int:
     return rc
 
 
-def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, wait_s: float = 0.0):
-    """(ports, reservation, None) for a free, reserved (block, slot) of this node, or (None, None,
-    why not); a head's reservation is None (the supervisor holds its slot). `wait_s`: how long
-    a head's slot may stay busy before that is a collision (a retry's)."""
-    if role == "head":
-        # The supervisor (on this host) chose and holds the head's slot for the whole job.
-        ports = ports_mod.block_ports(first_block, head_slot, port_range)
-        busy = busy_ports(address, ports, head=True)
-        until = time.monotonic() + wait_s
-        while busy and time.monotonic() < until:
-            # A retry's head waits for its slot: the failed try's Ray processes, killed, may
-            # still hold its ports for a moment (on a loaded host the retry then read them as
-            # another program's and failed the job: a port collision with itself).
-            time.sleep(HEAD_PORTS_POLL_S)
-            busy = busy_ports(address, ports, head=True)
-        if busy:
-            # Another user's head that drew the same slot and started between the supervisor's
-            # check and this one (users' port locks are their own), or another program.
-            return None, None, (f"port collision: the head's slot on {address} was taken after the supervisor "
-                                f"checked it ({taken_text(busy)}); submit again, or move ray.port_range in the "
-                                "site file")
-        return ports, None, None
-    # A worker's ports only have to be free on its own host: it takes the first slot there that
-    # no other job of this user holds (the lock) and no other program uses (the bind check).
-    # Slots past SLOTS_PER_JOB start one block further on.
-    busy = []
-    for block, pslot in ports_mod.candidate_slots(ports_mod.slot_first_block(first_block, slot), slot, port_range):
-        reservation = private.reserve(locks, block, pslot)
-        if reservation is None:
-            continue  # another node of this user is starting or running on this slot here
-        ports = ports_mod.block_ports(block, pslot, port_range)
-        busy = busy_ports(address, ports, head=False)
-        if not busy:
-            return ports, reservation, None
-        reservation.release()
-    return None, None, ports_taken_text(address, port_range, busy)
-
-
 # Each try in the order it happens (ports, private dir, start turn, `ray start`, its watch),
 # then the retry decision, which reads all of the try.
 # long: one try's steps stay in one place; what outlives a try is the NodeStart's.
@@ -456,99 +350,12 @@ def start_and_watch(start: NodeStart) -> int:
     return rc if rc and rc > 0 else 1
 
 
-PORT_IN_USE = re.compile(r"address already in use|failed to bind|port .* (is )?(already )?in use", re.I)
-# `ray start` refusing the arguments it was given (Ray's parameter checks raise ValueError or
-# TypeError, its CLI a usage error): not load, so neither retried nor "submitting again helps".
-ARGUMENTS_REFUSED = re.compile(r"(^|\| )(ValueError|TypeError): |Error: (No such option|Invalid value|Got unexpected)")
-
-
-def arguments_refused(output: str) -> bool:
-    """Whether `ray start`'s last lines say it refused its arguments."""
-    return bool(ARGUMENTS_REFUSED.search(output))
-
-
 SLURM_STOP_GRACE_S = 2.0  # Ray's time to stop on Slurm's SIGTERM before the wrapper kills it
 RETRY_PAUSE_S = 2.0
-HEAD_PORTS_WAIT_S = 15.0  # a retrying head waits this long for its slot's ports to free
-KILL_WAIT_S = 10.0  # how long a failed try's killed processes may take to be gone
-KILL_POLL_S = 0.1
-HEAD_PORTS_POLL_S = 0.5
 RETRY_JITTER_S = 5.0  # up to this much more, times the try's number
-FATAL_POLL_S = 0.5  # how often a starting node looks for its raylet's fatal line
 # the longest a node waits for a start turn; then it starts anyway, as without turns (a host
 # so busy that turns take this long is better served by Ray's own timeouts and sf's retries)
 START_TURN_WAIT_S = 60.0
-STARTED_MARK = "block forever"  # `ray start --block`, once every process of the node runs
-RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
-                 "ray_process_exit.log", "dashboard.log", "runtime_env_agent.log")
-RAY_LOG_MAX_BYTES = 1 << 20  # the last MiB of each file: enough for the cause, bounded per node
-
-
-# glog's C(ritical) line of the raylet: a failed Ray check, after which the raylet aborts
-# ("[2026-12-01 20:29:27,181 C 10683 10683] (raylet) node_manager.cc:3588: ... Check failed:
-# ... Timed out waiting for file .../dashboard_agent_listen_port_...": 16 Ray nodes starting at
-# once on 2 cores, the dashboard agent wrote its port too late).
-RAYLET_FATAL = re.compile(r"^\[[^\]]* C \d+ \d+\] \(raylet\)")
-
-
-def raylet_fatal(temp: str) -> str | None:
-    """The raylet's fatal line in this try's session logs, or None. Pure but for the read."""
-    try:
-        with open(Path(temp) / "session_latest" / "logs" / "raylet.out", "rb") as f:
-            for raw in f:
-                line = raw.decode(errors="replace")
-                if RAYLET_FATAL.match(line):
-                    where, _, what = line.split("(raylet)", 1)[1].strip().partition(" ")
-                    # Ray's "An unexpected system state has occurred ... report it" says nothing
-                    what = what[what.find("Check failed:"):] if "Check failed:" in what else what
-                    return f"raylet aborted: {where} {what.strip()}"[:400]
-    except OSError:
-        return None
-    return None
-
-
-def wait_for_start(child: subprocess.Popen, output, temp: str, on_started=None) -> tuple[int, str | None]:
-    """`ray start`'s exit code, and the raylet's fatal line when that is why it failed. Before
-    Ray says it runs, a raylet that aborted ends the try at once: `ray start` itself would wait
-    out raylet_start_wait_time_s (30 s, minutes where a site raises it) for a raylet that is
-    gone, and the start retry would come too late for the barrier. `on_started` is called
-    once, when Ray says it runs (the start turn goes to the next node)."""
-    while True:
-        try:
-            return child.wait(timeout=FATAL_POLL_S), None
-        except subprocess.TimeoutExpired:
-            pass
-        if output.started and on_started:
-            on_started()
-            on_started = None
-        if not output.started and (fatal := raylet_fatal(temp)):
-            kill_group(child)
-            return 1, fatal
-
-
-class OutputPump:
-    """Copies `ray start`'s output into this node's log and notes whether Ray came up."""
-
-    def __init__(self, child: subprocess.Popen):
-        self.started = False
-        self._tail: list[str] = []
-        self._thread = threading.Thread(target=self._pump, args=(child.stdout,), daemon=True)
-        self._thread.start()
-
-    def _pump(self, stream) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace")
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            self._tail = (self._tail + [line.rstrip()])[-5:]
-            if STARTED_MARK in line:
-                self.started = True
-
-    def join(self) -> None:
-        self._thread.join(timeout=5)
-
-    def last_lines(self) -> str:
-        return " | ".join(t for t in self._tail if t.strip())[-600:]
 
 
 def joined(run_dir: str, since: float) -> bool:
@@ -558,109 +365,5 @@ def joined(run_dir: str, since: float) -> bool:
     return any(e.get("phase") == "all_joined" and e.get("time", 0) >= since for e in runs.read_phases(run_dir))
 
 
-def kill_group(child: subprocess.Popen, wait_s: float = KILL_WAIT_S) -> bool:
-    """Kill what a failed `ray start` left running (it is its own process group's leader) and
-    wait, at most `wait_s`, until the group is gone: a retry must not find the killed try's
-    processes still holding its ports. Whether the group is gone."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    until = time.monotonic() + wait_s
-    try:
-        child.wait(timeout=wait_s)  # reap the leader
-    except subprocess.TimeoutExpired:
-        return False
-    while group_running(child.pid):
-        if time.monotonic() >= until:
-            return False
-        time.sleep(KILL_POLL_S)
-    return True
-
-
-def group_running(pgid: int, proc: str = "/proc") -> bool:
-    """Whether a process of group `pgid` still runs. Zombies do not count: they hold no port,
-    and Ray's processes, reparented when `ray start` died, are reaped by whoever adopted
-    them, which may be slow (or never, where the adopter does not reap)."""
-    for pid in os.listdir(proc):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{pid}/stat") as f:
-                # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
-
-
-def take_head_slot_once(run_dir: str, ports) -> None:
-    """Test hook SF_TEST_TAKE_HEAD_SLOT: the first head of the run finds its GCS port listened on,
-    as when another user's head drew the same slot and started first. The listener is a child
-    of this step: it goes when the head's step ends."""
-    try:  # the first head of the run only: the marker made once, 0600, never through a link
-        os.close(os.open(Path(run_dir) / ".sf-test-head-slot-taken",
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    except FileExistsError:
-        return
-    squatter = subprocess.Popen([sys.executable, "-c", "import socket, sys, time\n"
-                                 "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
-                                 "print('held', flush=True); time.sleep(120)", str(ports.gcs)],
-                                stdout=subprocess.PIPE, text=True)
-    squatter.stdout.readline()
-
-
 def _test_nodes(variable: str) -> list[str]:
     return [n for n in os.environ.get(variable, "").split(",") if n]
-
-
-def raise_nofile() -> int | None:
-    """Open files up to the hard limit (Ray's large-cluster guide: >= 65535; one raylet holds
-    a socket per worker and peer). Returns the soft limit now in force."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ValueError, OSError):
-        return None
-
-
-def ray_env(environ) -> dict:
-    """Ray's environment: usage stats off; GPU variables verl accepts (the GCS and RPC
-    settings by cluster size are ray_tuning's)."""
-    env = dict(environ)
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if env.get("CUDA_VISIBLE_DEVICES") or env.get("HIP_VISIBLE_DEVICES"):
-        # Slurm may set ROCR_VISIBLE_DEVICES too (gres.conf without Flags=nvidia_gpu_env);
-        # verl's workers, which inherit the raylet's environment, refuse to start with both.
-        env.pop("ROCR_VISIBLE_DEVICES", None)
-    return env
-
-
-def ray_port_env(env: dict, ports) -> dict:
-    """The head's two metrics servers on the slot's own ports instead of Ray's fixed ones."""
-    return {**env, "DASHBOARD_METRIC_PORT": str(ports.dashboard_metrics),
-            "AUTOSCALER_METRIC_PORT": str(ports.autoscaler_metrics)}
-
-
-def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str, failed_try: int | None = None) -> None:
-    """Ray's own logs of this node (raylet, GCS, process exits) into the run dir before the
-    node-local temp dir goes: the last RAY_LOG_MAX_BYTES of each, logs/ray/<job>-<node>/
-    (a start that failed and is tried again: <job>-<node>-try<N>/, its raylet's own error)."""
-    src = Path(temp) / "session_latest" / "logs"
-    if not src.is_dir():
-        return
-    dest = Path(run_dir) / "logs" / "ray" / (f"{job_id}-{node}" + (f"-try{failed_try}" if failed_try else ""))
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        names = [p for p in src.iterdir() if p.name in RAY_LOG_FILES or p.name.startswith("python-core-driver")]
-        for path in sorted(names)[:20]:
-            with open(path, "rb") as fi:
-                fi.seek(max(0, path.stat().st_size - RAY_LOG_MAX_BYTES))
-                (dest / path.name).write_bytes(fi.read())
-    except OSError as exc:  # a log copy is never a reason to fail
-        write_line(f"[sf node {node}] cannot keep Ray's logs: {exc}")
