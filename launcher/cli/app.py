@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("launcher.cli.cmd_run:render", "Write the sbatch script and overrides of an experiment."),
     "submit": ("launcher.cli.cmd_run:submit", "Compile, render and submit an experiment to Slurm."),
     "status": ("launcher.cli.cmd_monitor:status", "Show the state of runs and sweeps."),
-    "logs": ("launcher.cli.cmd_monitor:logs", "Print or follow the logs of a run."),
+    "logs": ("launcher.cli.cmd_logs:logs", "Print or follow the logs of a run."),
     "cancel": ("launcher.cli.cmd_monitor:cancel", "Cancel a run or a sweep."),
     "list": ("launcher.cli.cmd_monitor:list_runs", "List runs."),
     "sweep": ("launcher.cli.cmd_sweep:sweep", "Submit a grid of runs as one Slurm job array."),

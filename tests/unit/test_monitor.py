@@ -231,7 +231,7 @@ def test_list_cli(fake_slurm):
 def test_select_logs():
     from pathlib import Path
 
-    from launcher.cli.cmd_monitor import select_logs
+    from launcher.cli.cmd_logs import select_logs
 
     files = [Path(n) for n in ("slurm-5.out", "ray-head-dev1.log", "ray-worker-dev2.log",
                                "ray-worker-dev12.log", "driver.log", "teacher-node1.log")]
