@@ -121,12 +121,17 @@ def _one_line(**values) -> None:
             raise SpecError(field.replace("_", "-"), f"{str(value)!r} holds a line break; use a plain path")
 
 
+# The folder holding sf's launcher package (a source folder, or site-packages): the job's
+# `python -m launcher.injob` calls put it on PYTHONPATH themselves, whatever the runtime set.
+SF_PATH = str(Path(__file__).resolve().parents[2])
+
+
 def _render(template: str, *, res: JobResources, setup: list[str], env: dict, run_dir: str, kind: str,
             ended: dict, **values) -> str:
     """One of the one-node job templates; `kind`_started/_ended phases go to the run's
     events (`ended`: what the ended phase carries besides rc)."""
     return _env().get_template(template).render(
-        res=check_resources(res), setup=list(setup), env=dict(env), run_dir=run_dir, kind=kind,
+        res=check_resources(res), setup=list(setup), env=dict(env), run_dir=run_dir, kind=kind, sf_path=SF_PATH,
         ended=[f"{key}={shlex.quote(str(value))}" for key, value in ended.items()], **values)
 
 

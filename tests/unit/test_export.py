@@ -132,7 +132,8 @@ def test_export_render(env):
              f"--local_dir {actor} --target_dir {env['tmp'] / 'hf'}")
     assert merge in script.splitlines()
     # phases recorded the way the training job records them
-    assert "-m launcher.injob phase" in script and "export_started" in script and "trap sf_ended EXIT" in script
+    assert "sf_injob phase" in script and "-m launcher.injob" in script and "export_started" in script
+    assert "trap sf_ended EXIT" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     assert not env["root"].exists() or not any(env["root"].iterdir())  # dry run records nothing
 
