@@ -200,23 +200,37 @@ def check_sbatch(site) -> list[Check]:
 # holds a socket per worker and peer); Ray's 2000-node benchmark raised the ARP cache's
 # gc_thresh3 to 8192 (an overflowing ARP table hangs the head).
 NOFILE_MIN = 65535
+# The limit is per process, and the one that needs most is the head's GCS: one connection from
+# every raylet and every worker (at most a worker per CPU) of the job, two ways (it calls back),
+# on top of what any Ray process opens by itself (logs, pipes, the object store: NOFILE_FLOOR).
+# So a cluster of N nodes and C CPUs needs NOFILE_FLOOR + 2 (N + C), capped at Ray's 65535: the
+# dev cluster (12 nodes, 192 CPUs) 4,504, well under its 20,000; 256 nodes of 224 CPUs, the cap.
+NOFILE_FLOOR = 4096
+
+
+def nofile_needed(nodes: int, cpus: int) -> int:
+    """The hard nofile limit a job of the partitions' `nodes` nodes and `cpus` CPUs needs."""
+    return min(NOFILE_MIN, NOFILE_FLOOR + 2 * (nodes + cpus))
 ARP_GC_THRESH3_MIN = 8192
 _LIMITS_PROBE = "ulimit -Sn; ulimit -Hn; cat /proc/sys/net/ipv4/neigh/default/gc_thresh3 2>/dev/null || echo -"
 
 
-def node_limit_checks(series: str, text: str) -> list[Check]:
-    """The probe's three lines (soft nofile, hard nofile, gc_thresh3) as checks."""
+def node_limit_checks(series: str, text: str, needed: int = NOFILE_MIN) -> list[Check]:
+    """The probe's three lines (soft nofile, hard nofile, gc_thresh3) as checks; `needed`: the
+    hard nofile limit the cluster's size asks for (nofile_needed)."""
     lines = (text.split() + ["-", "-", "-"])[:3]
     soft, hard, arp = (int(v) if v.isdigit() else (float("inf") if v == "unlimited" else None) for v in lines)
     checks = []
     if hard is None:
         return [Check(f"node limits {series}", FAIL, f"could not read the limits: {text.strip()!r}", "")]
-    if hard < NOFILE_MIN:
-        checks.append(Check(f"nofile {series}", WARN, f"hard limit {lines[1]} (soft {lines[0]}) < {NOFILE_MIN}",
+    if hard < needed:
+        checks.append(Check(f"nofile {series}", WARN, f"hard limit {lines[1]} (soft {lines[0]}) < {needed}, what "
+                            "Ray's processes of a job on these partitions may open",
                             "raise it in /etc/security/limits.conf or slurmd's LimitNOFILE; sf's node wrapper "
                             "raises the soft limit to the hard one, not past it"))
     else:
-        checks.append(Check(f"nofile {series}", OK, f"hard {lines[1]}, soft {lines[0]} (sf raises soft to hard)"))
+        checks.append(Check(f"nofile {series}", OK, f"hard {lines[1]} >= {needed} needed, soft {lines[0]} "
+                            "(sf raises soft to hard)"))
     if arp is not None and arp < ARP_GC_THRESH3_MIN:
         checks.append(Check(f"arp cache {series}", WARN, f"net.ipv4.neigh.default.gc_thresh3 = {arp} < "
                             f"{ARP_GC_THRESH3_MIN}", "for jobs of hundreds of nodes raise gc_thresh1/2/3 (e.g. "
@@ -229,16 +243,31 @@ def node_limit_checks(series: str, text: str) -> list[Check]:
 def check_node_limits(site) -> list[Check]:
     """One task on a node of every series' partition reads its nofile limits and ARP cache size."""
     checks, seen = [], set()
+    needed = _nofile_needed_by(site)
     for series in site.series.values():
         if series.partition in seen:
             continue
         seen.add(series.partition)
         try:
-            checks += node_limit_checks(series.name, slurm.run_on_a_node(series.partition, ["sh", "-c", _LIMITS_PROBE]))
+            probe = slurm.run_on_a_node(series.partition, ["sh", "-c", _LIMITS_PROBE])
+            checks += node_limit_checks(series.name, probe, needed)
         except SlurmError as exc:
             checks.append(Check(f"node limits {series.name}", WARN, f"could not run a task there: {exc}",
                                 "is the partition up and a node free?"))
     return checks
+
+
+def _nofile_needed_by(site) -> int:
+    """nofile_needed for a job over every partition of the site's series (a hetjob spans them);
+    Ray's 65535 when Slurm does not say their size."""
+    partitions = {series.partition for series in site.series.values()}
+    try:
+        shown = [p for p in slurm.show_partitions() if p.get("PartitionName") in partitions]
+        nodes = sum(int(p["TotalNodes"]) for p in shown)
+        cpus = sum(int(p["TotalCPUs"]) for p in shown)
+    except (SlurmError, KeyError, ValueError):
+        return NOFILE_MIN
+    return nofile_needed(nodes, cpus) if shown else NOFILE_MIN
 
 
 def check_runtimes(site, timeout: float = 30) -> list[Check]:
