@@ -13,14 +13,13 @@ import copy
 import difflib
 import importlib.util
 import os
-import re
 import warnings
 from functools import lru_cache
 
 from launcher.errors import SpecError
-from launcher.verlfields import dataclass_fields, field_annotations, verl_root
-
-INSTALL_HINT = "pip install 'sf[verl-config]' && pip install --no-deps verl=={version}"
+from launcher.verlfields import dataclass_fields, field_annotations
+from launcher.verlinstall import DERIVED_FROM, INSTALL_HINT, config_dirs, installed_verl_version, verl_config_dir
+from launcher.verloverrides import grammar_errors, parse_overrides, split_override
 
 # `???` values that matter, per config, and when they matter (key -> override that makes it matter).
 _MANDATORY = {
@@ -29,55 +28,6 @@ _MANDATORY = {
         "reward.reward_model.rollout.name": "reward.reward_model.enable",
     },
 }
-
-
-# The Hydra configs of verl 0.9.1's disaggregated trainers live beside their mains, and start
-# with `defaults: [ppo_trainer, _self_]`. Their YAML finds ppo_trainer through a searchpath
-# relative to the working directory (`file://verl/trainer/config`, one-step-off) or as a
-# package (`pkg://verl.trainer.config`, fully async: importing it imports verl, hence torch);
-# neither works on a login node, so sf composes them with the trainer config folder on the
-# searchpath by absolute path. The job's entry passes the package path (the method recipe).
-EXPERIMENTAL_CONFIGS = {
-    "one_step_off_ppo_trainer": ("experimental", "one_step_off_policy", "config"),
-    "fully_async_ppo_trainer": ("experimental", "fully_async_policy", "config"),
-}
-# the config each experimental trainer's starts from (its defaults list: `- ppo_trainer`)
-DERIVED_FROM = {name: "ppo_trainer" for name in EXPERIMENTAL_CONFIGS}
-
-
-@lru_cache(maxsize=None)
-def verl_config_dir() -> str | None:
-    root = verl_root()
-    path = os.path.join(root, "trainer", "config") if root else None
-    return path if path and os.path.isdir(path) else None
-
-
-@lru_cache(maxsize=None)
-def installed_verl_version() -> str | None:
-    root = verl_root()
-    if root is None:
-        return None
-    version_file = os.path.join(root, "version", "version")
-    try:
-        with open(version_file) as fh:
-            return fh.read().strip()
-    except OSError:
-        try:
-            from importlib.metadata import version  # lazy: importlib.metadata costs ~9 ms of every dry run
-
-            return version("verl")
-        except Exception:
-            return None
-
-
-def config_dirs(config_name: str) -> tuple[str, ...]:
-    """The folders a config is composed from: its own (an experimental trainer's), then
-    verl/trainer/config (every config's defaults reach it)."""
-    base = verl_config_dir()
-    if base is None:
-        return ()
-    sub = EXPERIMENTAL_CONFIGS.get(config_name)
-    return (os.path.join(os.path.dirname(os.path.dirname(base)), *sub), base) if sub else (base,)
 
 
 def _missing_tools(version: str) -> SpecError | None:
@@ -148,85 +98,6 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
 
 
 _BASE_USED: frozenset = frozenset()
-
-# Hydra's override grammar (hydra/grammar/OverrideLexer.g4, hydra-core 1.3) for the plain
-# overrides sf writes: a dotted identifier key, no whitespace, and a value of the characters
-# [A-Za-z0-9_./-] (or a flat list of such values). Such a value is one INT, FLOAT, BOOL or
-# NULL token when it is that token whole, else a string of its own text (Hydra concatenates
-# a primitive of several tokens); anything else goes to Hydra's ANTLR parser, whose first
-# parse in a process costs ~15 ms of every cold dry run. tests/unit/test_verlcheck.py holds
-# the two parsers equal.
-_PLAIN_KEY = re.compile(r"(\+\+|\+|~)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./-]+")
-_PLAIN_LIST = re.compile(r"\[(?:[A-Za-z0-9_./-]+(?:,[A-Za-z0-9_./-]+)*)?\]")
-_INT_UNSIGNED = r"(?:0|[1-9](?:_?[0-9])*)"
-_POINT_FLOAT = rf"(?:{_INT_UNSIGNED}\.|{_INT_UNSIGNED}?\.[0-9](?:_?[0-9])*)"
-_HYDRA_INT = re.compile(rf"[+-]?{_INT_UNSIGNED}")
-_HYDRA_FLOAT = re.compile(rf"[+-]?(?:(?:{_INT_UNSIGNED}|{_POINT_FLOAT})[eE][+-]?[0-9](?:_?[0-9])*|{_POINT_FLOAT}"
-                          r"|[Ii][Nn][Ff]|[Nn][Aa][Nn])")
-
-
-def _plain_primitive(text: str):
-    """The value Hydra's parser gives a value of [A-Za-z0-9_./-] characters."""
-    if _HYDRA_INT.fullmatch(text):
-        return int(text)
-    if _HYDRA_FLOAT.fullmatch(text):
-        return float(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if text.lower() == "null":
-        return None
-    return text
-
-
-def plain_override(text: str):
-    """Hydra's Override of `text` when it is a plain override (see above), else None."""
-    from hydra.core.override_parser.types import Override, OverrideType, ValueType  # lazy: Hydra import cost
-
-    key_text, eq, value = text.partition("=")
-    key = _PLAIN_KEY.fullmatch(key_text)
-    if key is None:
-        return None
-    prefix, dotted = key.group(1) or "", key.group(2)
-    kind = {"": OverrideType.CHANGE, "+": OverrideType.ADD, "++": OverrideType.FORCE_ADD, "~": OverrideType.DEL}[prefix]
-    if not eq:
-        if kind is not OverrideType.DEL:
-            return None
-        parsed, value_type = None, None
-    elif _PLAIN_VALUE.fullmatch(value):
-        parsed, value_type = _plain_primitive(value), ValueType.ELEMENT
-    elif _PLAIN_LIST.fullmatch(value):
-        items = value[1:-1]
-        parsed, value_type = [_plain_primitive(v) for v in items.split(",")] if items else [], ValueType.ELEMENT
-    else:
-        return None
-    override = Override(type=kind, key_or_group=dotted, _value=parsed, value_type=value_type, package=None)
-    override.input_line = text
-    override.validate()
-    return override
-
-
-@lru_cache(maxsize=None)
-def _grammar_is_known() -> bool:
-    """Whether the installed Hydra's override grammar is the one plain_override follows (1.3)."""
-    import hydra  # lazy: Hydra import cost (imported by the compose already when this runs)
-
-    return str(getattr(hydra, "__version__", "")).startswith("1.3.")
-
-
-def parse_overrides(overrides, parser_class) -> list:
-    """Hydra's parse of `overrides`: the plain ones here (with the Hydra whose grammar that
-    follows), the rest by `parser_class` (Hydra's OverridesParser), in order."""
-    parsed, hydra_parser = [], None
-    known = _grammar_is_known()
-    for text in overrides:
-        override = plain_override(text) if known else None
-        if override is None:
-            hydra_parser = hydra_parser or parser_class.create()
-            override = hydra_parser.parse_overrides([text])[0]
-        parsed.append(override)
-    return parsed
-
 
 class BaseSnapshot:
     """verl's base values of the keys an override list touches (and of their parents'
@@ -420,15 +291,6 @@ def closest_key(key: str, config_name: str) -> str | None:
     return same_leaf[0] if same_leaf else None
 
 
-def _split(override: str) -> tuple[str, str, str]:
-    key, _, value = override.partition("=")
-    prefix = ""
-    while key[:1] in "+~":
-        prefix += key[0]
-        key = key[1:]
-    return prefix, key, value
-
-
 MAX_SUGGESTIONS = 20
 
 
@@ -436,7 +298,7 @@ def _bad_keys(config_name: str, overrides: tuple[str, ...]) -> list[SpecError]:
     keys = base_keys(config_name)
     errors = []
     for ov in overrides:
-        prefix, key, _ = _split(ov)
+        prefix, key, _ = split_override(ov)
         if "+" in prefix:
             if key in keys and "+" == prefix:
                 errors.append(SpecError(ov.split("=")[0], f"{key} already exists in verl's {config_name} config; drop "
@@ -502,7 +364,8 @@ def added_field_errors(config_name: str, overrides: tuple[str, ...], cfg, base) 
 
     if config_name != "ppo_trainer" and DERIVED_FROM.get(config_name) != "ppo_trainer":
         return []
-    added = [(text.split("=")[0], key) for text in overrides for prefix, key, _ in [_split(text)] if "+" in prefix]
+    added = [(text.split("=")[0], key) for text in overrides
+             for prefix, key, _ in [split_override(text)] if "+" in prefix]
     if not added:
         return []
 
@@ -566,33 +429,6 @@ def _structured_target(cfg, path: str) -> str | None:
     return target
 
 
-def grammar_errors(overrides) -> list[SpecError]:
-    """Overrides Hydra's grammar cannot read, each under the key the user wrote, with how to
-    quote the value (a space, `;`, brackets or quotes in a --set value)."""
-    try:
-        # lazy: Hydra/OmegaConf import cost (~0.3 s)
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-    except ImportError:  # pragma: no cover (the compose check needs Hydra anyway)
-        return []
-    parser = OverridesParser.create()
-    errors = []
-    for text in overrides:
-        try:
-            parser.parse_override(text)
-        except Exception:
-            prefix, key, value = _split(text)
-            if any(ord(c) < 32 or ord(c) == 127 for c in value):  # quoting it would print the break in the hint
-                errors.append(SpecError(key or text, f"value {value!r} holds a line break or another control "
-                                        "character; write the value on one line without it"))
-                continue
-            quoted = value.replace("\\", "\\\\").replace('"', '\\"')
-            errors.append(SpecError(key or text, f"value {value!r} is not valid Hydra override syntax (spaces, ;, ( ), "
-                                    f"[ ], {{ }}, quotes and commas must be quoted); quote it: "
-                                    f"--set '{prefix}{key}=\"{quoted}\"' (in config.yaml: - "
-                                    f"'{prefix}{key}=\"{quoted}\"')"))
-    return errors
-
-
 def check_overrides(config_name: str, overrides, version: str | None = None) -> list[SpecError]:
     """Compose `overrides` against the installed verl's `config_name`; [] when they compose."""
     overrides = tuple(overrides)
@@ -612,7 +448,7 @@ def check_overrides(config_name: str, overrides, version: str | None = None) -> 
         return errors
 
     errors += added_field_errors(config_name, overrides, cfg, _base)
-    set_keys = {_split(o)[1]: _split(o)[2] for o in overrides}
+    set_keys = {split_override(o)[1]: split_override(o)[2] for o in overrides}
     for key, condition in _MANDATORY.get(config_name, {}).items():
         if _is_missing(cfg, key) and (condition is None or str(set_keys.get(condition, "")).lower() == "true"):
             errors.append(SpecError(key, f"verl needs a value (it is ??? in {config_name}); set it, e.g. {key}=vllm"))

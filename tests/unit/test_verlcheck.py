@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from launcher import verlcheck
+from launcher import verlcheck, verloverrides
 from launcher.verlcheck import check_overrides, closest_key
 
 needs_verl = pytest.mark.skipif(verlcheck.verl_config_dir() is None, reason="verl (--no-deps) is not installed")
@@ -144,7 +144,7 @@ def test_plain_override_parse_is_hydras(text):
         hydra = OverridesParser.create().parse_overrides([text])[0]
     except Exception:
         hydra = None
-    fast = verlcheck.plain_override(text)
+    fast = verloverrides.plain_override(text)
     if fast is not None:
         assert hydra is not None
         assert (fast.type, fast.key_or_group, fast.value_type, fast.package, fast.input_line) == (
@@ -153,7 +153,7 @@ def test_plain_override_parse_is_hydras(text):
         assert [type(v) for v in fast._value or []] == [type(v) for v in hydra._value or []] \
             if isinstance(fast._value, list) else True
     if hydra is not None:
-        both = verlcheck.parse_overrides([text], OverridesParser)[0]
+        both = verloverrides.parse_overrides([text], OverridesParser)[0]
         assert (both.type, both.key_or_group, repr(both._value), both.value_type) == (
             hydra.type, hydra.key_or_group, repr(hydra._value), hydra.value_type)
 
@@ -170,6 +170,6 @@ def test_plain_override_parse_random_values():
     for _ in range(400):
         value = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 7)))
         text = f"a.b={value}"
-        fast, hydra = verlcheck.plain_override(text), parser.parse_overrides([text])[0]
+        fast, hydra = verloverrides.plain_override(text), parser.parse_overrides([text])[0]
         assert fast is not None
         assert (repr(fast._value), type(fast._value)) == (repr(hydra._value), type(hydra._value)), text
