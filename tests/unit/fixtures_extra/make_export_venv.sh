@@ -14,7 +14,7 @@ mkdir -p "$(dirname "$DIR")"
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/scripts/lib/pip.sh"  # py_install: uv, else pip
 # torch through pip: the machine's pip configuration may hold a CPU wheel of it that uv does
 # not see (uv would fetch PyPI's CUDA build); the rest through py_install, torch pinned there
-"$DIR/bin/pip" install -q torch==2.13.0 >&2
+pip_install "$DIR/bin/python" torch==2.13.0
 py_install "$DIR/bin/python" torch==2.13.0 'transformers>=5.5.3,<5.11,!=5.6.0' accelerate \
   'tensordict>=0.8.0,<=0.10.0,!=0.9.0' numpy tqdm packaging omegaconf ray pandas pyarrow
 py_install "$DIR/bin/python" --no-deps verl==0.9.1
