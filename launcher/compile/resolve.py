@@ -134,10 +134,6 @@ def _parents(key: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def layer_label(layer: str) -> str:
-    return {"method": "the method's defaults", "sf": "sf's defaults", "default:sf": "sf's defaults"}.get(layer, layer)
-
-
 def twice_in_a_layer(writes: list[Write]) -> list[SpecError]:
     """Two writes of one key (or of a key and its parent) by different items of one input layer."""
     errors: list[SpecError] = []
