@@ -229,7 +229,8 @@ def list_runs(as_json, limit, site_path, runs_dir):
     Records that have not ended yet are brought up to date first with ONE Slurm query for
     all of them (as `sf status` does); ended runs cost nothing."""
     root = runs_root(runs_dir, site_path=site_path)
-    listed = runs.list_runs(root)[:limit]
+    every = runs.list_runs(root)
+    listed = every[:limit]
     try:
         monitor.poll(listed, runs_dir=root, skip_ended=True)  # writes the states it learns back
     except SlurmError as exc:
@@ -255,3 +256,5 @@ def list_runs(as_json, limit, site_path, runs_dir):
                       [[r["id"], _kind(r), r.get("state"),
                         ",".join(r.get("job_ids") or []) or "-",
                         _short_time(r.get("created", "")), r.get("experiment", "")] for r in items]))
+    if len(every) > len(listed):
+        click.echo(f"(the newest {len(listed)} of {len(every)} runs; --limit {len(every)} shows them all)")
