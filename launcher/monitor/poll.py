@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from launcher import runs as runs_mod
 from launcher import slurm
 from launcher import states as vocabulary
 from launcher.errors import SpecError
+from launcher.monitor import progress
 from launcher.states import (
     CANCELLED,
     CANCELLING,
@@ -33,7 +34,6 @@ from launcher.states import (
     RUN_RUNNING,
     RUN_TERMINAL,
     RUNNING,
-    SLURM_REQUEUED,
     SUBMIT_FAILED,
     SUBMITTED,
     UNKNOWN,
@@ -242,21 +242,6 @@ def requeue_on(run: runs_mod.Run) -> bool:
         return True
 
 
-def controller_state(job_id: str, state: str) -> str:
-    """A NODE_FAIL of a job Slurm may requeue is final only when slurmctld says so: accounting
-    shows it for seconds before the requeue (the dev cluster: about 4 s), and a `--wait` must
-    not end on it. The controller's own state, lowered; `state` when it no longer knows the job."""
-    try:
-        live = slurm.show_job(job_id).get("JobState")
-    except Exception:  # the controller cannot be asked: accounting's answer stands
-        return state
-    if not live:
-        return state
-    if live == "NODE_FAIL":
-        return state
-    return REQUEUED_STATE if live in SLURM_REQUEUED else run_state(live)
-
-
 def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:
     job_ids = _active_ids(rec)
     job = None
@@ -281,9 +266,15 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
     elif job is not None and job.missing and states is not None and states.source == "squeue" \
             and state not in RUN_TERMINAL:
         state = GONE
-    if job is not None and job.state == "NODE_FAIL" and requeue_on(run):
-        state = controller_state(job.job_id, state)
     phases = rec.get("phases") or []
+    live = {}  # slurmctld's view, asked only of a run that started before and may be requeued
+    pends_again = state in (PENDING, REQUEUED_STATE) and bool(phases)
+    if job is not None and ((job.state == "NODE_FAIL" and requeue_on(run)) or pends_again):
+        live = progress.controller_view(job.job_id)
+        state = progress.controller_state(live, state) if job.state == "NODE_FAIL" else state
+        job = replace(job, reason=progress.pending_reason(live, job.reason))
+    requeues = max(int(rec.get("requeue_count") or 0), progress.restarts(live))
+    rec = {**rec, "requeue_count": requeues}
     event = vocabulary.latest_event(phases)
     phase = str(event["phase"]) if event else None
     wants_progress = state in (RUNNING, COMPLETING) or (
@@ -308,9 +299,10 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         job_ids=job_ids, slurm_state=job.state if job is not None else (final or {}).get("slurm_state"),
         reason=reason,
         nodes=job.nodelist if job is not None else (final or {}).get("nodes", ""),
-        elapsed=job.elapsed if job is not None else (final or {}).get("elapsed", ""),
+        elapsed=progress.elapsed_over_attempts(phases, job.elapsed, requeues) if job is not None
+        else (final or {}).get("elapsed", ""),
         exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
-        phase=phase, step=step, total_steps=total, step_at=step_at, requeue_count=int(rec.get("requeue_count") or 0),
+        phase=phase, step=step, total_steps=total, step_at=step_at, requeue_count=requeues,
         restarts_in_place=restarts_in_place(phases),
         exit_reason=rec.get("exit_reason"), sweep=rec.get("sweep"), created=rec.get("created", ""),
         jobs=jobs, done=run_ended(state) or not job_ids,

@@ -46,3 +46,42 @@ def test_one_word_for_a_line_of_sf_list():
     assert _kind({"kind": "run"}) == "run" and _kind({"kind": "sweep"}) == "sweep"
     assert _kind({"kind": "run", "sweep": {"id": "s", "index": 0}}) == "point"
     assert _kind({}) == "run"
+
+
+def test_slurm_time_reads_and_writes_as_slurm_does():
+    from launcher.monitor import progress
+
+    assert [progress.elapsed_seconds(t) for t in ("00:00:04", "03:04", "1-02:03:04", "", "Unknown", "1:2:3:4")] \
+        == [4, 184, 93784, None, None, None]
+    assert [progress.format_elapsed(s) for s in (4, 3725, 93784, -3)] == \
+        ["00:00:04", "01:02:05", "1-02:03:04", "00:00:00"]
+
+
+def test_elapsed_of_a_requeued_run_counts_every_attempt():
+    """Attempt 0 ran 100 s (allocated to its `ended` requeued), with a restart in place inside
+    it; Slurm's Elapsed of attempt 1 is 30 s: ELAPSED 130 s. Before any requeue, or while
+    attempt 0 still runs, Slurm's own figure stands."""
+    from launcher.monitor import progress
+
+    phases = [{"phase": "allocated", "time": 1000.0}, {"phase": "restarted_in_place", "time": 1040.0},
+              {"phase": "ended", "ending": "requeued", "time": 1100.0},
+              {"phase": "allocated", "time": 1130.0, "restart": 1}, {"phase": "driver_started", "time": 1140.0,
+                                                                     "restart": 1}]
+    assert progress.elapsed_over_attempts(phases, "00:00:30", 1) == "00:02:10"
+    assert progress.elapsed_over_attempts(phases, "00:00:00", 1) == "00:01:40"  # pending again
+    assert progress.elapsed_over_attempts(phases, "00:00:30", 0) == "00:00:30"
+    assert progress.elapsed_over_attempts(phases, "", 1) == ""
+    assert progress.earlier_attempts_s(phases, 2) == 110.0
+
+
+def test_slurmctld_gives_the_requeue_count_and_the_reason_at_once():
+    from launcher.monitor import progress
+
+    live = {"JobState": "PENDING", "Reason": "BeginTime", "Restarts": "1"}
+    assert progress.restarts(live) == 1 and progress.restarts({}) == 0
+    assert progress.restarts({"Restarts": "9" * 30}) == 0  # not a count
+    assert progress.pending_reason(live, "NodeFail") == "BeginTime"
+    assert progress.pending_reason({"JobState": "RUNNING", "Reason": "None"}, "x") == "x"
+    assert progress.controller_state(live, "node_fail") == "requeued"  # pending again after the NODE_FAIL
+    assert progress.controller_state({"JobState": "NODE_FAIL"}, "node_fail") == "node_fail"
+    assert progress.controller_state({}, "node_fail") == "node_fail"
