@@ -1,5 +1,6 @@
 """What `sf status` says of a run Slurm requeued: the requeue count and the pending reason
-as slurmctld has them, and ELAPSED over all attempts.
+as slurmctld has them, and ELAPSED over all attempts; and the lines `sf submit --wait`
+prints, in time order.
 
 After a requeue (a node failure, `scontrol requeue`, sf's own on a signal) accounting shows
 the old attempt's row (NODE_FAIL) or a new one whose Elapsed starts again at 0, and sf's
@@ -10,8 +11,10 @@ and the current pending reason. Only a run that has started before and pends aga
 """
 from __future__ import annotations
 
+import time
+
 from launcher import slurm
-from launcher.states import REQUEUED_STATE, SLURM_REQUEUED, run_state
+from launcher.states import REQUEUED_STATE, SLURM_REQUEUED, VERL_PHASE, run_state
 
 
 def controller_view(job_id: str) -> dict:
@@ -99,3 +102,29 @@ def elapsed_over_attempts(phases: list[dict], elapsed: str, current: int) -> str
         return elapsed
     before = earlier_attempts_s(phases, current)
     return format_elapsed(before + now) if before else elapsed
+
+
+# --- `sf submit --wait`: its lines, in time order ------------------------------------------
+
+_SHOWN = ("name", "step", "seconds", "node", "rc", "reason", "ray_nodes", "what")
+
+
+def event_line(event: dict) -> str:
+    """One phase of events.jsonl as `--wait` prints it: the time (local, as the state lines),
+    the phase, and for verl's phases their name (`verl_phase first_step step=3`)."""
+    when = event.get("time")
+    clock = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) \
+        and not isinstance(when, bool) and 0 <= when < 1e11 else str(event.get("iso", ""))[11:19]
+    words = [str(event["name"])] if event.get("phase") == VERL_PHASE and event.get("name") is not None else []
+    words += [f"{k}={event[k]}" for k in _SHOWN[1:] if event.get(k) is not None]
+    return " ".join([f"[{clock}]", str(event.get("phase")), *words])
+
+
+def wait_lines(events: list[dict], states: list[tuple[float, str]] = ()) -> list[str]:
+    """The lines of one `--wait` poll in time order: the new phases (several nodes append to
+    events.jsonl, each its own, so the file is not in time order) and the Slurm state lines
+    ((time seen, text)), which a poll sees after the phases that came before them."""
+    timed = [(when, event_line(event)) for event in events
+             for when in [event.get("time") if isinstance(event.get("time"), (int, float)) else 0.0]]
+    timed += [(when, f"[{time.strftime('%H:%M:%S', time.localtime(when))}] {text}") for when, text in states]
+    return [line for _, line in sorted(timed, key=lambda pair: pair[0])]

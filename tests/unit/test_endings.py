@@ -85,3 +85,19 @@ def test_slurmctld_gives_the_requeue_count_and_the_reason_at_once():
     assert progress.controller_state(live, "node_fail") == "requeued"  # pending again after the NODE_FAIL
     assert progress.controller_state({"JobState": "NODE_FAIL"}, "node_fail") == "node_fail"
     assert progress.controller_state({}, "node_fail") == "node_fail"
+
+
+def test_wait_prints_its_lines_in_time_order_with_verls_phase_named():
+    """events.jsonl as two nodes append it (the worker's line written after the head's later
+    one), and a Slurm state seen after both: printed oldest first, the state line last, verl's
+    phase with its name and step."""
+    from launcher.monitor import progress
+
+    t = time.time()
+    events = [{"phase": "head_up", "time": t + 2.0, "node": "dev1"},
+              {"phase": "node_started", "time": t + 1.0, "node": "dev2"},
+              {"phase": "verl_phase", "name": "first_step", "step": 1, "time": t + 3.0}]
+    lines = progress.wait_lines(events, [(t + 4.0, "job 7: RUNNING")])
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        "node_started node=dev2", "head_up node=dev1", "verl_phase first_step step=1", "job 7: RUNNING"]
+    assert lines[0][1:9] == time.strftime("%H:%M:%S", time.localtime(t + 1.0))  # one clock for all lines
