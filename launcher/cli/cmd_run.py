@@ -158,17 +158,12 @@ def next_poll_delay(delay: float, changed: bool) -> float:
     return POLL_FIRST_S if changed else min(POLL_MAX_S, delay * POLL_GROWTH)
 
 
-def _event_line(event: dict) -> str:
-    extra = " ".join(f"{k}={v}" for k, v in event.items()
-                     if k in ("seconds", "node", "rc", "reason", "ray_nodes", "what") and v is not None)
-    return f"[{event.get('iso', '')[11:19]}] {event.get('phase')} {extra}".rstrip()
-
-
 def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None, sleep=time.sleep) -> int:
     """Follow the run with monitor.poll: print each new Slurm state and phase; at the end
     the reason / preflight report. 0 when the job completed, else 1."""
     echo = echo or (lambda text: click.echo(text, err=as_json))
     from launcher.monitor import poll as monitor  # lazy: only --wait follows the job (start-up cost)
+    from launcher.monitor.progress import wait_lines
 
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S
     while True:
@@ -194,12 +189,11 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
         else:
             unknown_since = None
         changed = slurm_state != last_state
-        if changed:
-            echo(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {slurm_state}")
-            last_state = slurm_state
+        new_state = [(time.time(), f"job {job_id}: {slurm_state}")] if changed else []
+        last_state = slurm_state
         phases = runs.read_phases(run.dir)
-        for event in phases[seen:]:
-            echo(_event_line(event))
+        for line in wait_lines(phases[seen:], new_state):  # in time order, verl's phases named
+            echo(line)
         changed = changed or len(phases) > seen
         seen = len(phases)
         if status.done:
