@@ -113,6 +113,8 @@ def new(name, method, framework_version, as_json):
     finally:
         os.unlink(tmp)
     next_step = f"sf validate {name} --model PATH_OR_HF_ID --train-data FILE"
+    if catalog.get_method(version, m).teacher:  # no flag sets the teacher: config.yaml does
+        next_step = f"set teacher: {{model: PATH_OR_HF_ID}} in {target}, then {next_step}"
     if as_json:
         print_json({"ok": True, "created": str(target), "method": method, "framework_version": version,
                     "next": next_step})
