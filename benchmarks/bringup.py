@@ -135,7 +135,7 @@ def trial_sf(exp: Path, site: Path, nodes: int, sf_tree: Path | None = None) -> 
         by.setdefault(e["phase"], e)
     driver = _jsonl(run_dir / "bench_driver.jsonl")
     head = (by.get("allocated", {}).get("pools") or {}).get("train", [None])[0]
-    regs = common.gcs_registrations(f"/tmp/sf{job_id}_{head}") if head else []
+    regs = common.sf_gcs_registrations(run_dir, job_id, head) if head else []
     out = {"method": "sf_patched" if sf_tree else "sf", "nodes": nodes, "job_id": job_id, "state": state, "run": info["run"],
            "submit": t_submit, "registrations": regs, "head_node": head}
     if driver:

@@ -115,12 +115,25 @@ def other_jobs() -> list[str]:
 # --- Ray artefacts -----------------------------------------------------------------------
 
 def gcs_registrations(temp_dir: str) -> list[float]:
-    """Epoch times of every "Registering new node" line in the head's GCS log."""
+    """Epoch times of every "Registering new node" line in the head's GCS log under a Ray temp
+    dir (the baselines' /tmp/sf<job>_<head>)."""
+    logs = [p for p in Path(temp_dir).glob("session_*/logs/gcs_server.out")
+            if p.parent.parent.name != "session_latest"]  # a symlink to the session itself
+    return gcs_log_registrations(logs)
+
+
+def sf_gcs_registrations(run_dir: Path, job_id: str, head: str) -> list[float]:
+    """The same for an sf run: sf keeps each node's Ray logs in <run>/logs/ray/<job>-<node>/
+    (its Ray temp dir under /tmp is gone when the job ends)."""
+    return gcs_log_registrations([Path(run_dir) / "logs" / "ray" / f"{job_id}-{head}" / "gcs_server.out"])
+
+
+def gcs_log_registrations(paths) -> list[float]:
     from datetime import datetime
 
     times = []
-    for path in Path(temp_dir).glob("session_*/logs/gcs_server.out"):
-        if path.parent.parent.name == "session_latest":  # a symlink to the session itself
+    for path in paths:
+        if not path.is_file():
             continue
         for line in path.read_text(errors="replace").splitlines():
             if GCS_REGISTER in line and line.startswith("["):
