@@ -19,6 +19,14 @@ from launcher.states import SLURM_TERMINAL as TERMINAL  # sf's one table of stat
 # The test files import their shared helpers as `from helpers import ...` (tests/cluster/helpers.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The tests' own runs folder, beside the user's (site/dev.yaml's runs_dir, where the quickstart's
+# runs are): a pass submits ~100 runs, and `sf list` after scripts/test showed only those. Set
+# here, before any test module imports helpers (helpers.RUNS reads it), and inherited by every
+# sf the tests start; a test that needs a folder of its own still passes --runs-dir or its own
+# $SF_RUNS_DIR. Same owner and mode as the user's folder (root, 0755: made in the slurm fixture).
+TEST_RUNS = Path(os.environ.get("SF_DEV_STATE", "/var/lib/sfdev")) / "test-runs"
+os.environ["SF_RUNS_DIR"] = str(TEST_RUNS)
+
 
 @dataclass
 class Slurm:
@@ -88,6 +96,7 @@ def slurm() -> Slurm:
         pytest.fail(f"sinfo: {e}; {hint}", pytrace=False)
     if p.returncode != 0 or not p.stdout.strip():
         pytest.fail(f"sinfo rc={p.returncode}: {p.stderr.strip()}; {hint}", pytrace=False)
+    TEST_RUNS.mkdir(mode=0o755, exist_ok=True)
     return Slurm()
 
 

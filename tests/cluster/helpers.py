@@ -264,7 +264,7 @@ def submit_driver(exp: str, driver: str, **env) -> tuple[str, Path, str]:
     return out["run"], Path(out["run_dir"]), out["job_id"]
 
 
-RUNS = Path("/var/lib/sfdev/runs")
+RUNS = Path(os.environ["SF_RUNS_DIR"])  # the tests' own runs folder (conftest.py sets it)
 
 
 def render_job(tmp_name: str, *, site: str | None = None, nodes: str | None = None, entry: str | None = None,
@@ -441,9 +441,8 @@ def poll_until_done(sweep_id: str, timeout: float, touch: bool = False) -> list:
     poll is ONE sacct call and nothing else. Returns the last statuses."""
     from launcher import runs, slurm
     from launcher.monitor import poll as monitor
-    from launcher.spec.site import load_site
 
-    root = Path(load_site(None).runs_dir)
+    root = RUNS
     run = runs.open_run(root, sweep_id)
     deadline = time.monotonic() + timeout
     polls = 0
