@@ -51,7 +51,7 @@ def test_grpo_preflight_two_nodes():
     names = [e["phase"] for e in phases(RUNS / run_dir)]
     for p in ("allocated", "head_up", "all_joined", "driver_started", "ended"):
         assert p in names
-    print(f"\nbring-up 2 nodes: {bringup_seconds(Path('/var/lib/sfdev/runs') / run_dir):.1f}s")
+    print(f"\nbring-up 2 nodes: {bringup_seconds(RUNS / run_dir):.1f}s")
     # one Ray log per node, named by the Slurm node name: `sf logs --node` finds it
     head, worker = sorted(pool["joined"])
     logs = sf("logs", out["run"], "--node", worker)
@@ -76,7 +76,7 @@ def test_distillation_hetjob_one_ray_cluster_teacher_pinned():
     health = report["health"]
     assert health["ok"] and health["pairs"] == 6 and health["mode"] == "all pairs"  # 3 nodes, ordered pairs
     assert health["median_mib_per_s"] > 0 and health["failed"] == [] and health["suspect_nodes"] == []
-    print(f"\nbring-up 3 nodes (hetjob): {bringup_seconds(Path('/var/lib/sfdev/runs') / out['run']):.1f}s")
+    print(f"\nbring-up 3 nodes (hetjob): {bringup_seconds(RUNS / out['run']):.1f}s")
 
 
 def test_placement_follows_roles_not_pool_names(tmp_path):
