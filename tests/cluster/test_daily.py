@@ -319,9 +319,9 @@ def test_chain_sft_grpo_export_preflight_queued_at_once(tmp_path):
         assert grpo_info["JobState"] == "PENDING" and grpo_info["Dependency"].startswith(f"afterok:{export_job}")
         from launcher import runs
 
-        sft_rec = runs.open_run("/var/lib/sfdev/runs", sft_run).record()
+        sft_rec = runs.open_run(os.environ["SF_RUNS_DIR"], sft_run).record()
         [export] = sft_rec["exports"]
-        grpo = runs.open_run("/var/lib/sfdev/runs", grpo_run)
+        grpo = runs.open_run(os.environ["SF_RUNS_DIR"], grpo_run)
         target = export["target"]
         assert target == f"{grpo.dir.parent / sft_run}/exports/{export['id']}"
         assert grpo.record()["model_from"]["export_job"] == export_job
@@ -371,7 +371,7 @@ def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
         assert array_info["Dependency"].startswith(f"afterok:{export_job}"), array_info
         from launcher import runs
 
-        assert len(runs.open_run("/var/lib/sfdev/runs", sft_run).record()["exports"]) == 1
+        assert len(runs.open_run(os.environ["SF_RUNS_DIR"], sft_run).record()["exports"]) == 1
         tasks = [f"{array_job}_0", f"{array_job}_1"]
         _release(sft_job)
         times = _sacct_times_when_done([sft_job, export_job, *tasks])
@@ -379,7 +379,7 @@ def test_sweep_on_a_pending_run_queues_its_export_once(tmp_path):
         assert {job: t[0] for job, t in times.items()} == dict.fromkeys(times, "COMPLETED"), times
         assert all(times[task][1] >= times[export_job][2] for task in tasks), times
         for point in out["points"]:
-            member = runs.open_run("/var/lib/sfdev/runs", point["run"])
+            member = runs.open_run(os.environ["SF_RUNS_DIR"], point["run"])
             assert member.record()["model_from"]["export_job"] == export_job
             assert f"actor_rollout_ref.model.path={export['target']}\n" in (member.dir / "overrides.txt").read_text()
     finally:
@@ -403,7 +403,7 @@ def test_attach_reaches_an_array_sweep_point_through_a_real_step(tmp_path):
     assert task == f"{array}_0"
     from launcher import runs
 
-    run_dir = runs.open_run("/var/lib/sfdev/runs", run).dir
+    run_dir = runs.open_run(os.environ["SF_RUNS_DIR"], run).dir
     try:
         wait_event(run_dir, "driver_started", restart=0, timeout=180)
         allocated = [e for e in phases(run_dir) if e["phase"] == "allocated"][-1]
