@@ -20,7 +20,6 @@ def sf(*args) -> subprocess.CompletedProcess:
 
 def test_submitted_script_is_the_dry_run_modulo_run_id(slurm):
     from launcher import runs
-    from launcher.spec.site import load_site
     from launcher.submit import pipeline
 
     for extra in ([], ["--preflight", "--set", "rollout_n=4"]):
@@ -33,7 +32,7 @@ def test_submitted_script_is_the_dry_run_modulo_run_id(slurm):
             stored = slurm.run("scontrol", "write", "batch_script", out["job_id"], "-")
         finally:
             slurm.cancel(out["job_id"])
-        placeholder = pipeline.placeholder_run_dir(load_site(None).runs_dir, "grpo")
+        placeholder = pipeline.placeholder_run_dir(os.environ["SF_RUNS_DIR"], "grpo")
         assert placeholder in dry.stdout and out["run"] in stored
         # modulo the run id: in the run dir and in the job's name (sf-<run id>, its singleton)
         placeholder_id = Path(placeholder).name
@@ -73,8 +72,6 @@ def test_login_paths_reach_sbatch_but_not_the_job():
                           env={**os.environ, **login, "SF_TEST_DRIVER": driver})
     assert real.returncode == 0, real.stderr
     assert "left out of the job's environment: PYTHONPATH, LD_LIBRARY_PATH, VIRTUAL_ENV" in real.stderr
-    from launcher.spec.site import load_site
-
     run = json.loads(real.stdout[real.stdout.index("{"):])["run"]
-    seen = (Path(load_site(None).runs_dir) / run / "env-seen.txt").read_text()
+    seen = (Path(os.environ["SF_RUNS_DIR"]) / run / "env-seen.txt").read_text()
     assert seen.startswith("LD=") and "/login-only" not in seen, seen
