@@ -262,6 +262,6 @@ def test_the_submit_shells_slurm_and_ray_variables_do_not_steer_the_job(tmp_path
               env={"SF_TEST_DRIVER": "exit 7"}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout[proc.stdout.index("{"):])
-    run_dir = STATE / "runs" / out["run"]
+    run_dir = Path(os.environ["SF_RUNS_DIR"]) / out["run"]
     started = [e for e in phases(run_dir) if e["phase"] == "driver_started"]
     assert started and started[0]["what"] == "preflight", started
