@@ -82,7 +82,7 @@ def submit_wait(*args, env=None) -> dict:
     out = json.loads(proc.stdout[proc.stdout.index("{"):])
     out["rc"], out["stderr"] = proc.returncode, proc.stderr
     assert "run" in out, (proc.stdout[-3000:], proc.stderr[-3000:])
-    out["run_dir"] = str(STATE / "runs" / out["run"])
+    out["run_dir"] = str(Path(os.environ["SF_RUNS_DIR"]) / out["run"])
     return out
 
 
@@ -441,7 +441,7 @@ def test_a_container_that_never_starts_names_the_job_output_not_a_node_log(bundl
                   env={"FORGE_RUNTIME_REGISTRY_FILE": str(registry)}, timeout=420)
         out = json.loads(proc.stdout[proc.stdout.index("{"):])
         assert proc.returncode != 0, out
-        run_dir = STATE / "runs" / out["run"]
+        run_dir = Path(os.environ["SF_RUNS_DIR"]) / out["run"]
         job = out["job_id"]
         reason = out.get("reason") or ""
         node_logs = sorted(p.name for p in (run_dir / "logs").glob(f"{job}-ray-*.log"))
