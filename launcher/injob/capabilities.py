@@ -12,7 +12,7 @@ flash-attn compiled for another torch) fails only on import, not on find_spec.
 
   - `--preflight`: preflight.py reports every capability (preflight.json "capabilities") and
     fails with one line per missing one;
-  - a real job: the supervisor refuses before Ray starts (refuse_early), with the same line,
+  - a real job: the supervisor refuses before Ray starts (check_early), with the same line,
     instead of failing minutes into verl with a misleading last line.
 
 Standard library only.
@@ -127,7 +127,7 @@ def reasons(result: dict, method: str, runtime: str) -> list[str]:
         if cap is None:
             lines.append(f"runtime capability {name}: {entry['error']}")
             continue
-        # the fix first; the line is kept whole in the reason (supervise.PREFLIGHT_REASON_CHARS: the
+        # the fix first; the line is kept whole in the reason (failure_text.PREFLIGHT_REASON_CHARS: the
         # H200 run's lost its "why" at the 300 characters kept before)
         lines.append(f"runtime capability {name} missing: {method} needs it. Fix: install {cap.package} in the "
                      f"runtime ({runtime}), or {cap.instead}. "
@@ -171,28 +171,22 @@ def summary(result: dict) -> str:
                                or "none needed")
 
 
-def refuse_early(sup) -> int | None:
-    """The supervisor's hook before Ray starts: a real job whose method needs a capability
-    the runtime lacks ends now, with the reason (None: go on). --preflight reports it
-    itself, beside its other checks."""
-    if sup.preflight:
-        return None
-    method, runtime, needs = needs_of(sup.contract)
+def check_early(contract, runtime, env: dict, head_node: str, hetjob: bool) -> tuple[dict, list[str]] | None:
+    """The supervisor's check before Ray starts (a real job; --preflight reports it itself,
+    beside its other checks): (the probe's result, the reasons the job must not start: []
+    to go on), or None when the method needs no capability. `runtime` is the job's
+    launcher.runtime.Runtime; a container runtime's probe is a one-task srun step on the head."""
+    method, label, needs = needs_of(contract)
     if not needs:
         return None
     from launcher import slurm  # only here: the probe of a container runtime is an srun step
 
-    python = [sup.runtime.runtime_python()]
-    local = sup.runtime.local_argv(python)
-    env = sup.child_env()
+    python = [runtime.runtime_python()]
+    local = runtime.local_argv(python)
     if local is not None:
         result = check(local, needs, env=env)
     else:
-        result = check(sup.runtime.wrap(python), needs, env=env, popen=lambda argv, **kw: slurm.srun_popen(
-            argv, nodes=1, ntasks=1, nodelist=sup.job.head_node, overlap=True, extra=sup.runtime.srun_flags(),
-            het_group=0 if sup.hetjob else None, **kw))
-    sup.record(states.CAPABILITIES_CHECKED, capabilities=result)
-    missing = reasons(result, method, runtime)
-    if not missing:
-        return None
-    return sup.fail("; ".join(missing) + " (checked before Ray started; nothing else ran)", rc=1)
+        result = check(runtime.wrap(python), needs, env=env, popen=lambda argv, **kw: slurm.srun_popen(
+            argv, nodes=1, ntasks=1, nodelist=head_node, overlap=True, extra=runtime.srun_flags(),
+            het_group=0 if hetjob else None, **kw))
+    return result, reasons(result, method, label)

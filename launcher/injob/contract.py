@@ -127,7 +127,7 @@ class Contract:
 
 @dataclass(frozen=True)
 class Job:
-    """What every process of the job shares; the supervisor builds it (supervise.Supervisor.setup)
+    """What every process of the job shares; the supervisor builds it (bringup.Bringup.setup)
     and builds it again when a restart in place moves the head or swaps in a spare."""
 
     run_dir: str

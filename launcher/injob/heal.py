@@ -1,5 +1,5 @@
 """What healing decides (issues 23 and 36): pure functions from the evidence the supervisor
-gathers to a decision it carries out (launcher/injob/supervise.py, Supervisor.apply).
+gathers to a decision it carries out (launcher/injob/actuator.py, Actuator.apply).
 
   after_node_death  a node step ended while the job lives: a head whose port slot was taken
                     before Ray ran starts again on another slot; else restart in place (a spare
@@ -32,7 +32,7 @@ from launcher.injob.contract import HealSettings, Job
 
 @dataclass(frozen=True)
 class Standing:
-    """What a healing decision reads of the job (Supervisor.standing())."""
+    """What a healing decision reads of the job (Actuator.standing())."""
 
     job: Job  # the nodes in Ray, the spares left, the head
     stage: str  # states.STAGE_*: a death before the driver runs always fails
@@ -42,7 +42,7 @@ class Standing:
     max_restarts_in_place: int  # the bound per attempt (HealSettings)
     head_slot_redraws: int  # so far in this attempt (RedrawHeadSlot)
     restart: int  # SLURM_RESTART_COUNT: requeues so far
-    may_requeue: bool  # Supervisor.may_requeue(): a requeue lead and restart < max_requeues
+    may_requeue: bool  # Attempt.may_requeue(): a requeue lead and restart < max_requeues
     max_requeues: int | None
     requeue_lead: float
 
@@ -92,7 +92,7 @@ class Requeue:
 
 @dataclass(frozen=True)
 class RequeueWithout:
-    """The job back to Slurm with `nodes` excluded (Supervisor.requeue_without, which checks
+    """The job back to Slurm with `nodes` excluded (Actuator.requeue_without, which checks
     the bound and that not every node is suspect)."""
 
     nodes: tuple[str, ...]

@@ -14,7 +14,7 @@ checks the ports until it exits (the kernel drops the lock when the process dies
 reservation outlives its holder). Two jobs of one user starting on one host at once
 therefore never pick the same block; a job of another user, or any other program, that
 holds a port is still seen by the bind check and the block skipped; a collision that
-still happens is reported as one (node.py, supervise.py).
+still happens is reported as one (node.py, bringup.py).
 
 Start turns: the same directory holds `start<i>` lock files, one per turn; a Ray node holds
 one from `ray start` until Ray says it runs. Ray 2.60 gives a starting node two fixed 30 s

@@ -3,7 +3,7 @@ to its Slurm pool's nodes.
 
 Run on the head as `python -m launcher.injob.verl_main --entry MODULE <overrides>` (or
 `--script main.py <overrides>`, an experiment's own driver; the supervisor puts it in place of
-every Ray driver: supervise.pinned). verl 0.9.1 builds its pools in
+every Ray driver: driver_start.pinned). verl 0.9.1 builds its pools in
 `verl.single_controller.ray.base.RayResourcePool.get_placement_groups`, which calls the
 module-level `placement_group(bundles=..., strategy=..., name=..., lifetime=...)` once per
 node. We wrap get_placement_groups to remember which verl pool (its `name_prefix`:

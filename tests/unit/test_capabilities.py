@@ -162,13 +162,14 @@ def test_no_plan_json_means_nothing_is_known_to_be_needed(tmp_path):
 
 def test_the_missing_flash_attn_line_is_kept_whole_in_the_reason():
     """On the H200 the reason ended in "Why:": the supervisor kept 300 characters of the line."""
-    from launcher.injob import supervise
+    from launcher.injob import failure_text
 
     runtime = "/gpfs/projects/some-lab/envs/verl-0.9.1-cu128-torch2.9/" + "x" * 40
     error = "ModuleNotFoundError: No module named 'flash_attn'"
     line = capabilities.reasons({"flash_attn": {"ok": False, "module": "flash_attn", "error": error}},
                                 "verl/ppo", runtime)[0]
-    assert len(line) <= supervise.PREFLIGHT_REASON_CHARS and line.endswith(capabilities.CAPABILITIES['flash_attn'].why)
+    assert len(line) <= failure_text.PREFLIGHT_REASON_CHARS
+    assert line.endswith(capabilities.CAPABILITIES['flash_attn'].why)
     assert error in line
     assert "flash_attention_2" in line and "Fix: install flash-attn" in line and runtime in line
 
@@ -184,39 +185,54 @@ def test_an_unknown_capability_and_a_silent_interpreter_fail_with_their_cause(tm
     assert "FileNotFoundError" in result["flash_attn"]["error"]
 
 
-class FakeSupervisor:
-    def __init__(self, run_dir, preflight=False):
-        from launcher.injob.contract import Contract
+FAKE_RUNTIME = SimpleNamespace(runtime_python=lambda: sys.executable, local_argv=lambda argv: argv)
 
-        self.run_dir = run_dir
-        self.contract = Contract.read(run_dir)
-        self.preflight = preflight
-        self.runtime = SimpleNamespace(runtime_python=lambda: sys.executable, local_argv=lambda argv: argv)
-        self.recorded, self.failed = [], []
 
-    def child_env(self):
-        return None
+class FakeRecords:
+    def __init__(self):
+        self.recorded = []
 
     def record(self, phase, **info):
         self.recorded.append((phase, info))
+
+
+class FakeEnding:
+    def __init__(self):
+        self.failed = []
 
     def fail(self, reason, rc=1):
         self.failed.append(reason)
         return rc
 
 
+def supervisor(run_dir, preflight=False):
+    """A Supervisor whose records, ending and runtime are fakes: refuse_early alone."""
+    from launcher.injob.contract import Contract
+    from launcher.injob.supervise import Supervisor
+
+    sup = Supervisor(Contract.read(run_dir), run_dir, preflight=preflight)
+    sup.attempt.runtime = FAKE_RUNTIME
+    sup.attempt.job = SimpleNamespace(head_node="dev1")
+    sup.procs = SimpleNamespace(child_env=lambda: None)
+    sup.records, sup.ending = FakeRecords(), FakeEnding()
+    return sup
+
+
 def test_a_real_job_refuses_before_ray_with_the_reason(tmp_path, flash_attn_missing):
-    sup = FakeSupervisor(write_plan(tmp_path))
-    assert capabilities.refuse_early(sup) == 1
-    assert sup.recorded[0][0] == capabilities.CHECKED == "capabilities_checked"
-    [reason] = sup.failed
+    sup = supervisor(write_plan(tmp_path))
+    assert sup.refuse_early() == 1
+    assert sup.records.recorded[0][0] == capabilities.CHECKED == "capabilities_checked"
+    [reason] = sup.ending.failed
     assert reason.startswith("runtime capability flash_attn missing: verl/ppo needs it. Fix: install flash-attn")
     assert "checked before Ray started" in reason
 
 
 def test_preflight_and_methods_without_needs_are_not_refused_early(tmp_path, flash_attn_missing):
-    assert capabilities.refuse_early(FakeSupervisor(write_plan(tmp_path), preflight=True)) is None
+    assert supervisor(write_plan(tmp_path), preflight=True).refuse_early() is None
     other = tmp_path / "grpo"
     other.mkdir()
-    plain = FakeSupervisor(write_plan(other, "grpo", ()))
-    assert capabilities.refuse_early(plain) is None and plain.recorded == []
+    plain = supervisor(write_plan(other, "grpo", ()))
+    assert plain.refuse_early() is None and plain.records.recorded == []
+    from launcher.injob.contract import Contract
+
+    assert capabilities.check_early(Contract.read(str(other)), FAKE_RUNTIME, None, "dev1", False) is None

@@ -208,17 +208,17 @@ def test_placement_of_the_disaggregated_trainers():
 
 
 def test_supervisor_runs_each_ray_driver_through_the_pinning_wrapper():
-    from launcher.injob import supervise
+    from launcher.injob import driver_start
 
     for name in ("grpo", "grpo-one-step-off", "grpo-async", "distillation"):
         entry = list(catalog.get_method("0.9.1", name).entry)
-        assert supervise.pinned([*entry, "a=1"]) == [entry[0], "-m", supervise.PINNED_MAIN, "--entry",
+        assert driver_start.pinned([*entry, "a=1"]) == [entry[0], "-m", driver_start.PINNED_MAIN, "--entry",
                                                      *entry[2:], "a=1"]
     # an experiment's own main.py builds the same trainer's pools: pinned too
-    assert supervise.pinned(["/venv/bin/python", "/exp/main.py", "a=1"]) == [
-        "/venv/bin/python", "-m", supervise.PINNED_MAIN, "--script", "/exp/main.py", "a=1"]
+    assert driver_start.pinned(["/venv/bin/python", "/exp/main.py", "a=1"]) == [
+        "/venv/bin/python", "-m", driver_start.PINNED_MAIN, "--script", "/exp/main.py", "a=1"]
     # a driver that is no verl main (python -c) runs as it is
-    assert supervise.pinned(["python3", "-c", "pass"]) == ["python3", "-c", "pass"]
+    assert driver_start.pinned(["python3", "-c", "pass"]) == ["python3", "-c", "pass"]
 
 
 def test_main_py_on_a_disaggregated_method_keeps_the_methods_pools(tmp_path):

@@ -1,7 +1,7 @@
-"""supervise.first_cause: a failed driver's reason is the first exception of its last chain."""
+"""failure_text.first_cause: a failed driver's reason is the first exception of its last chain."""
 from __future__ import annotations
 
-from launcher.injob.supervise import first_cause
+from launcher.injob.failure_text import first_cause
 
 VERL_CRITIC = """\
 (TaskRunner pid=4242) Traceback (most recent call last):
@@ -106,7 +106,7 @@ def test_a_supervisor_line_is_one_write(monkeypatch):
     first_cause then found no error line (seen in CI). The node wrapper's lines too."""
     import sys
 
-    from launcher.injob import supervise
+    from launcher.injob import record_keeper
 
     class Recorder:
         def __init__(self):
@@ -121,7 +121,7 @@ def test_a_supervisor_line_is_one_write(monkeypatch):
 
     out = Recorder()
     monkeypatch.setattr(sys, "stdout", out)
-    supervise.log("watchdog: following metrics/attempt-0.jsonl")
+    record_keeper.log("watchdog: following metrics/attempt-0.jsonl")
     [line] = out.writes
     assert line.startswith("[sf ") and line.endswith("watchdog: following metrics/attempt-0.jsonl\n")
     # the node wrapper's lines share its node log with `ray start`'s processes: the same writer

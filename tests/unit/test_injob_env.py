@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import subprocess
 
-from launcher.injob.supervise import gpu_env_wrapper
+from launcher.injob.processes import gpu_env_wrapper
 
 
 def _env_seen(env: dict) -> str:

@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MODULES = ["supervise", "node", "barrier", "preflight", "health", "placement", "private", "ports", "auth",
            "gpus", "topology", "address", "verl_main", "evaluate", "contract", "heal", "ray_tuning",
-           "capabilities", "__main__"]
+           "capabilities", "attempt", "record_keeper", "processes", "bringup", "driver_start", "ending", "actuator",
+           "watch", "failure_text", "__main__"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -80,7 +80,7 @@ def test_what_the_job_already_exports_wins():
 def test_the_node_wrapper_and_the_supervisor_apply_it():
     text = Path(node.__file__).read_text()
     assert 'ray_tuning.apply(ray_env(os.environ), len(job.nodes), os.cpu_count() or 1)' in text
-    text = (Path(node.__file__).parent / "supervise.py").read_text()
+    text = (Path(node.__file__).parent / "processes.py").read_text()
     assert "ray_tuning.apply(auth.unshadowed(os.environ), len(job.nodes), os.cpu_count() or 1)" in text
 
 

@@ -240,20 +240,20 @@ def test_requeue_trap_bound_in_bash(tmp_path):
 
 
 def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
-    from launcher.injob import supervise
+    from launcher.injob import bringup, supervise
     from launcher.plan import SlurmOptions
 
     write_plan(tmp_path, slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=1))
     contract = supervise.read_contract(supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"]))
     assert contract.requeue_lead == 90 and contract.max_requeues == 1
-    sup = supervise.Supervisor(contract, str(tmp_path))
-    sup.end_ts = 10_000.0
-    sup.restart = 0
-    assert sup.expiration() == 10_000.0 - 90  # verl saves before the USR1 requeue
-    sup.restart = 1
-    assert sup.expiration() == 10_000.0  # at the bound: it runs to the end
+    attempt = supervise.Supervisor(contract, str(tmp_path)).attempt
+    attempt.end_ts = 10_000.0
+    attempt.restart = 0
+    assert attempt.expiration() == 10_000.0 - 90  # verl saves before the USR1 requeue
+    attempt.restart = 1
+    assert attempt.expiration() == 10_000.0  # at the bound: it runs to the end
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
-    assert supervise.restart_count() == 2
+    assert bringup.restart_count() == 2
 
 
 def test_cli_bad_point_fails_whole_sweep_before_anything(tmp_path, monkeypatch):
