@@ -254,7 +254,7 @@ def shown_dict(item: dict, hydra_value: Callable[[Any], str]) -> str:
         return hydra_value(one["value"])
 
     out = f"{text(item)}    [{item['source']}]"
-    if item.get("overrides"):
-        lower = item["overrides"][0]
+    lower = next((o for o in item.get("overrides") or () if o["source"] != item["source"]), None)  # a layer once
+    if lower:
         out += f" (overrides {text(lower)} from {lower['source']})"
     return out
