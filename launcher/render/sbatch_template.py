@@ -21,6 +21,7 @@ for a site's own template only. After changing templates/train.sbatch.j2, compil
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import shlex
 import sys
@@ -88,6 +89,31 @@ def sbatch_line(value) -> Shell:
     return Shell("#SBATCH " + value)
 
 
+# The biggest number and the longest text a template may compute: a script is at most 4 MB
+MAX_NUMBER_BITS = 4096
+MAX_PRODUCT_LEN = 4 * 1024 * 1024
+
+
+def check_binop(operator: str, left, right) -> None:
+    """`left ** right` and `left * right` only when their result stays small (SecurityError else)."""
+    from jinja2.exceptions import SecurityError  # only a site's template computes (start-up cost)
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if operator == "**" and number(left) and number(right):
+        if abs(left) > 1 and right > 0 and math.log2(abs(left)) * right > MAX_NUMBER_BITS:
+            raise SecurityError(f"{left!r} ** {right!r} is larger than {MAX_NUMBER_BITS} bits")
+    elif operator == "*":
+        if isinstance(left, int) and isinstance(right, int):
+            if abs(left).bit_length() + abs(right).bit_length() > MAX_NUMBER_BITS:
+                raise SecurityError(f"a product larger than {MAX_NUMBER_BITS} bits")
+        elif isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)):
+            seq, times = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
+            if isinstance(times, int) and len(seq) * max(times, 0) > MAX_PRODUCT_LEN:
+                raise SecurityError(f"a repetition longer than {MAX_PRODUCT_LEN} items")
+
+
 def source_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -135,7 +161,18 @@ def _make_environment():
                 raise jinja2.TemplateNotFound(template) from None
             return text, str(path), lambda: False
 
-    env = ImmutableSandboxedEnvironment(
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        """Jinja's immutable sandbox, and no number or text past what a batch script holds:
+        `**` and `*` are checked before they run (one `{{ 10 ** 10 ** 10 }}` holds the CPU in C
+        code, where no time limit can stop it, even while Jinja folds constants at compile time)."""
+
+        intercepted_binops = frozenset(("**", "*"))
+
+        def call_binop(self, context, operator, left, right):
+            check_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    env = BoundedSandbox(
         loader=Loader(), undefined=jinja2.StrictUndefined, autoescape=False, finalize=finalize,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, auto_reload=False)
     env.context_class = SfContext
