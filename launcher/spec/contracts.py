@@ -190,13 +190,44 @@ def _number_keys(data, where: list) -> list[tuple[list, str]]:
     return out
 
 
+# Environment names sf's batch script sets or reads for itself (templates/train.sbatch.j2: its
+# SF_* variables, Slurm's SLURM_* and the client variables of the srun steps it starts, the
+# supervisor's PYTHONSAFEPATH and verl's file logger path): never from a site's or a registry's env
+SF_ENV_PREFIXES = ("SF_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+SF_ENV_NAMES = ("PYTHONSAFEPATH", "VERL_FILE_LOGGER_PATH")
+
+
+def sf_owned_env(name) -> str | None:
+    """Why an `env:` entry may not set `name`, or None."""
+    if isinstance(name, str) and (name.startswith(SF_ENV_PREFIXES) or name in SF_ENV_NAMES):
+        return (f"{name} is a variable sf's batch script sets or reads itself (SF_*, SLURM_*, SBATCH_*, SRUN_*, "
+                f"SALLOC_*, {', '.join(SF_ENV_NAMES)}); remove it from env (sf's own settings are in the site "
+                "file's and the spec's slurm: sections)")
+    return None
+
+
+def _env_rules(env, where: list) -> list[tuple[list, str]]:
+    return [(where + [name], why) for name in (env if isinstance(env, dict) else {}) if (why := sf_owned_env(name))]
+
+
+def _registry_rules(data: dict) -> list[tuple[list, str]]:
+    """What runtimes.schema.json cannot say: no entry's env sets sf's own variables."""
+    out = []
+    for framework, versions in (data.items() if isinstance(data, dict) else ()):
+        for version, entry in (versions.items() if isinstance(versions, dict) else ()):
+            if isinstance(entry, dict):
+                out += _env_rules(entry.get("env"), [framework, version, "env"])
+    return out
+
+
 def _expand(value: str) -> str:
     return os.path.expandvars(os.path.expanduser(value))
 
 
 def _site_rules(data: dict) -> list[tuple[list, str]]:
     """What site.schema.json cannot say; `data` already has the schema's shape."""
-    out = []
+    out = _env_rules(data.get("env"), ["env"])
+    out += _env_rules(((data.get("ray") or {}).get("large_cluster") or {}).get("env"), ["ray", "large_cluster", "env"])
     for key_path in SITE_PATHS:
         node = data
         for part in key_path:
@@ -308,7 +339,7 @@ def check_registry(data, path: str, source: Path | None = None, every: bool = Fa
     """A runtime registry's content against runtimes.schema.json: one SpecError, as the
     runtime's other errors (its first problem, with how many more `sf doctor` lists), or with
     `every` SpecErrors of them all."""
-    errors = _check(data, REGISTRY_SCHEMA, path, source, None, "sf schema --registry", _registry_error)
+    errors = _check(data, REGISTRY_SCHEMA, path, source, _registry_rules, "sf schema --registry", _registry_error)
     if errors and every and len(errors) > 1:
         raise SpecErrors(errors)
     if errors:

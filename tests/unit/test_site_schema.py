@@ -179,6 +179,26 @@ def test_large_cluster_env_too(tmp_path):
     assert err.field == "site.ray.large_cluster.env" and "a list, not a mapping" in err.message
 
 
+@pytest.mark.parametrize("name", ["SF_RUN_DIR", "SF_MAX_REQUEUES", "SLURM_RESTART_COUNT", "SRUN_CPUS_PER_TASK",
+                                  "SBATCH_REQUEUE", "VERL_FILE_LOGGER_PATH"])
+def test_env_may_not_set_sfs_own_variables(tmp_path, name):
+    """A site's env exporting SF_RUN_DIR or SF_MAX_REQUEUES changed where the job wrote and how often it requeued."""
+    first = '  RAY_prestart_worker_first_driver: "0"\n'
+    path = _dev_with(tmp_path, first, f"{first}  {name}: x\n")
+    [err] = _refused(path)
+    assert err.field == f"site.env.{name}", err
+    assert err.message.startswith(f"{path}:{_line_of(path, name + ':')}: {name} is a variable sf's batch script "
+                                  "sets or reads itself")
+    path = _dev_with(tmp_path, "  barrier_timeout_s: 120\n",
+                     f"  barrier_timeout_s: 120\n  large_cluster: {{env: {{{name}: x}}}}\n")
+    [err] = _refused(path)
+    assert err.field == f"site.ray.large_cluster.env.{name}" and "sf's batch script" in err.message
+    _reg, site = _site_with_registry(tmp_path, f'verl:\n  "0.9.1": {{kind: venv, path: /opt/rt, env: {{{name}: x}}}}\n')
+    with pytest.raises(SpecError) as err:
+        resolve_runtime("verl", "0.9.1", site, environ={})
+    assert err.value.field == "runtime.env" and f"{name} is a variable sf's batch script" in err.value.message
+
+
 def test_gpu_directive_enumerated_and_refused_by_validate(tmp_path, monkeypatch):
     path = _dev_with(tmp_path, "    gpu_directive: gres\n", "    gpu_directive: magic\n")
     [err] = _refused(path)
