@@ -51,7 +51,9 @@ def rule_no_validation(ctx) -> None:
         ctx.set("trainer.test_freq", -1, "default")
     if not ctx.sft and "trainer.val_before_train" not in user:
         ctx.set("trainer.val_before_train", False, "default")
-    ctx.warn("no validation data: validation is off (test_freq=-1); pass --validation-data FILE to turn it on")
+    ctx.warn("no validation data: " + ("validation is off" if ctx.sft else "data.val_files reuses the training file "
+             "(verl needs one) and validation " + ("scores it (trainer.test_freq is set)" if "trainer.test_freq" in user
+                                                   else "is off (test_freq=-1)")) + "; pass --validation-data FILE")
 
 
 def rule_knobs(ctx) -> None:
