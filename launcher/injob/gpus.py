@@ -21,14 +21,24 @@ import subprocess
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
 
 
-def visible_entries(environ=None) -> list[str]:
-    """The step's device entries (indices or UUIDs), in order; [] when none are set."""
+# where a step's devices are named, first found wins (topology.gpus_given counts them)
+DEVICE_ENV_ORDER = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
+def device_entries(environ=None) -> list[str] | None:
+    """The step's device entries (indices or UUIDs), in order, from the first variable of
+    DEVICE_ENV_ORDER that is set; None when none is."""
     env = os.environ if environ is None else environ
-    for key in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+    for key in DEVICE_ENV_ORDER:
         value = env.get(key)
         if value is not None and value.strip() not in ("", "NoDevFiles"):
             return [v.strip() for v in value.split(",") if v.strip()]
-    return []
+    return None
+
+
+def visible_entries(environ=None) -> list[str]:
+    """The step's device entries (indices or UUIDs), in order; [] when none are set."""
+    return device_entries(environ) or []
 
 
 def parse_smi(text: str) -> dict[str, str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from launcher.injob import gpus
+
 POOL_PREFIX = "sf_pool_"
 NODE_PREFIX = "sf_node_"
 TAG_AMOUNT = 1000  # what a node advertises of its pool/node resource; a bundle asks 1
@@ -45,10 +47,9 @@ def node_name(environ=None) -> str:
 def gpus_given(environ=None) -> int:
     """GPUs Slurm gave this step on this node."""
     env = os.environ if environ is None else environ
-    for key in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        value = env.get(key)
-        if value is not None and value.strip() not in ("", "NoDevFiles"):
-            return len([v for v in value.split(",") if v.strip()])
+    entries = gpus.device_entries(env)
+    if entries is not None:
+        return len(entries)
     value = env.get("SLURM_GPUS_ON_NODE")
     if value and value.isdigit():
         return int(value)
