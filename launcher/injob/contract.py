@@ -53,6 +53,10 @@ class RaySettings:
                    exclude_bad_nodes=bool(data.get("exclude_bad_nodes")), dashboard=bool(data.get("dashboard")))
 
 
+# k x the median step time, when that is longer than hang_timeout_s (not in plan.json)
+STEP_FACTOR = 5.0
+
+
 @dataclass(frozen=True)
 class HealSettings:
     """plan.json "job"."heal": the progress watchdog (watchdog.py; 0: off) and restarts in place (heal.py)."""
@@ -60,6 +64,7 @@ class HealSettings:
     hang_timeout_s: float = HANG_TIMEOUT_S
     first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
     max_restarts_in_place: int = 0
+    factor: float = STEP_FACTOR  # the watchdog's limit: at least factor x the median step time
 
     @classmethod
     def from_dict(cls, data: dict) -> HealSettings:

@@ -119,12 +119,10 @@ def new_watchdog(settings: HealSettings, overrides, path: str, now: float) -> tu
         return None, "watchdog: off (hang_timeout_s is 0)"
     if not watchdog.file_logger_on(overrides):
         return None, "watchdog: off (trainer.logger has no `file` (no step records))"
-    limits = watchdog.Limits(hang_timeout_s=settings.hang_timeout_s,
-                             first_step_timeout_s=settings.first_step_timeout_s)
-    return watchdog.Watchdog(path, limits, now), (
-        f"watchdog: following {path}: a hang after {limits.hang_timeout_s:g} s without a step "
-        f"(or {limits.factor:g} x the median step time, when longer); "
-        f"{limits.first_step_timeout_s:g} s for the first step")
+    return watchdog.Watchdog(path, settings, now), (
+        f"watchdog: following {path}: a hang after {settings.hang_timeout_s:g} s without a step "
+        f"(or {settings.factor:g} x the median step time, when longer); "
+        f"{settings.first_step_timeout_s:g} s for the first step")
 
 
 def hang_reason(hang: watchdog.Hang, stacks_dir: str, silent: dict[str, str]) -> str:

@@ -36,27 +36,11 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from launcher.plan import FIRST_STEP_TIMEOUT_S, HANG_TIMEOUT_S  # the defaults, stated once
+# the watchdog's settings are plan.json's job "heal" (contract.HealSettings: the timeouts, the factor)
+from launcher.injob.contract import HealSettings
 
-# Defaults when neither the spec nor the site says (launcher/spec/site.py documents them).
-STEP_FACTOR = 5.0  # k x the median step time, when that is longer than hang_timeout_s
 MAX_INTERVALS = 50  # the median over the newest steps (a run's step time drifts)
 VALIDATION_PREFIXES = ("val-core/", "val-aux/", "val/", "val_")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The watchdog's settings (plan.json's job contract, "watchdog")."""
-
-    hang_timeout_s: float = HANG_TIMEOUT_S
-    first_step_timeout_s: float = FIRST_STEP_TIMEOUT_S
-    factor: float = STEP_FACTOR
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Limits:
-        return cls(hang_timeout_s=float(data.get("hang_timeout_s", HANG_TIMEOUT_S)),
-                   first_step_timeout_s=float(data.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
-                   factor=float(data.get("factor", STEP_FACTOR)))
 
 
 @dataclass
@@ -119,14 +103,14 @@ def observe(progress: Progress, record: dict, now: float) -> bool:
     return True
 
 
-def limit_s(limits: Limits, intervals: list[float]) -> float:
+def limit_s(limits: HealSettings, intervals: list[float]) -> float:
     """How long a step may take: hang_timeout_s, or factor x the median step time when longer."""
     if not intervals:
         return limits.hang_timeout_s
     return max(limits.hang_timeout_s, limits.factor * statistics.median(intervals))
 
 
-def decide(limits: Limits, progress: Progress, now: float) -> Hang | None:
+def decide(limits: HealSettings, progress: Progress, now: float) -> Hang | None:
     """A Hang when training made no progress for longer than allowed, else None."""
     if progress.training_steps == 0:
         idle = now - progress.started
@@ -190,7 +174,7 @@ class Follower:
 class Watchdog:
     """The supervisor's handle: follow the file, say when it hangs."""
 
-    def __init__(self, path: str, limits: Limits, now: float):
+    def __init__(self, path: str, limits: HealSettings, now: float):
         self.follower = Follower(path)
         self.limits = limits
         self.progress = Progress(started=now)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from launcher.injob import watchdog as wd
-from launcher.injob.watchdog import Limits, Progress
+from launcher.injob.contract import STEP_FACTOR, HealSettings
+from launcher.injob.watchdog import Progress
 
 TRAIN = {"step": 1, "data": {"actor/pg_loss": 0.1, "timing_s/step": 3.0}}
 VAL = {"step": 0, "data": {"val-core/openai/gsm8k/reward/mean@1": 0.2}}
@@ -20,7 +21,7 @@ def steps(progress: Progress, times: list[float], first: int = 1) -> Progress:
 
 
 def test_no_hang_before_the_first_step_allowance_runs_out():
-    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    limits = HealSettings(hang_timeout_s=60, first_step_timeout_s=600)
     p = Progress(started=100.0)
     assert wd.decide(limits, p, 100.0 + 600) is None
     hang = wd.decide(limits, p, 100.0 + 601)
@@ -29,7 +30,7 @@ def test_no_hang_before_the_first_step_allowance_runs_out():
 
 
 def test_validation_before_training_is_not_the_first_step():
-    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    limits = HealSettings(hang_timeout_s=60, first_step_timeout_s=600)
     p = Progress(started=0.0)
     wd.observe(p, VAL, 50.0)
     assert p.training_steps == 0 and p.last_record == 50.0
@@ -38,7 +39,7 @@ def test_validation_before_training_is_not_the_first_step():
 
 
 def test_hang_after_the_limit_names_the_last_step():
-    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    limits = HealSettings(hang_timeout_s=60, first_step_timeout_s=600)
     p = steps(Progress(started=0.0), [100.0, 102.0, 104.0], first=7)
     assert p.last_step == 9 and p.intervals == [2.0, 2.0]
     assert wd.decide(limits, p, 164.0) is None
@@ -48,7 +49,7 @@ def test_hang_after_the_limit_names_the_last_step():
 
 
 def test_slow_steps_stretch_the_limit_to_k_times_the_median():
-    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600, factor=5)
+    limits = HealSettings(hang_timeout_s=60, first_step_timeout_s=600, factor=5)
     p = steps(Progress(started=0.0), [100.0, 130.0, 160.0, 250.0])  # median of 30, 30, 90: 30
     assert wd.limit_s(limits, p.intervals) == 150
     assert wd.decide(limits, p, 250.0 + 149) is None
@@ -62,7 +63,7 @@ def test_the_median_follows_the_newest_steps():
 
 
 def test_only_a_higher_step_number_resets_the_idle_clock():
-    limits = Limits(hang_timeout_s=60, first_step_timeout_s=600)
+    limits = HealSettings(hang_timeout_s=60, first_step_timeout_s=600)
     p = steps(Progress(started=0.0), [10.0], first=4)
     assert wd.observe(p, VAL, 30.0) is False  # validation only (a loop in validation): no progress
     assert wd.observe(p, {"step": 4, "data": {"actor/pg_loss": 0.0}}, 50.0) is False  # step 4 again
@@ -101,9 +102,9 @@ def test_file_logger_on(overrides, on):
 
 
 def test_limits_from_the_job_contract():
-    limits = Limits.from_dict({"hang_timeout_s": 20, "first_step_timeout_s": 90})
-    assert (limits.hang_timeout_s, limits.first_step_timeout_s, limits.factor) == (20, 90, wd.STEP_FACTOR)
-    assert Limits.from_dict({}) == Limits()
+    limits = HealSettings.from_dict({"hang_timeout_s": 20, "first_step_timeout_s": 90})
+    assert (limits.hang_timeout_s, limits.first_step_timeout_s, limits.factor) == (20, 90, STEP_FACTOR)
+    assert HealSettings.from_dict({}) == HealSettings()
 
 
 def test_follower_reads_whole_lines_once_and_survives_a_rewrite(tmp_path):
@@ -122,7 +123,7 @@ def test_follower_reads_whole_lines_once_and_survives_a_rewrite(tmp_path):
 
 def test_watchdog_polls_at_most_once_a_second(tmp_path):
     path = tmp_path / "m.jsonl"
-    dog = wd.Watchdog(str(path), Limits(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
+    dog = wd.Watchdog(str(path), HealSettings(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
     path.write_text(json.dumps(TRAIN) + "\n")
     assert dog.poll(1.0) is None and dog.progress.training_steps == 1
     assert dog.poll(7.0) is not None  # 6 s after step 1
@@ -133,7 +134,7 @@ def test_a_failed_driver_is_read_to_its_end(tmp_path):
     """The driver's failure is judged by all it logged (heal.after_driver_failure: no restart
     in place before the first training step), not by what the last poll, up to a second ago, saw."""
     path = tmp_path / "m.jsonl"
-    dog = wd.Watchdog(str(path), Limits(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
+    dog = wd.Watchdog(str(path), HealSettings(hang_timeout_s=5, first_step_timeout_s=10), now=0.0)
     assert dog.poll(1.0) is None and dog.progress.training_steps == 0
     path.write_text(json.dumps(TRAIN) + "\n")
     assert dog.poll(1.5) is None and dog.progress.training_steps == 0  # not looked again yet
