@@ -20,11 +20,11 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass
 
 from launcher import states
+from launcher.injob import json_lines
 from launcher.injob.contract import Contract, UnreadableContract
 
 
@@ -91,13 +91,7 @@ def probe_argv(python_argv: list[str], needs: list[str]) -> list[str]:
 
 
 def parse_probe(output: str) -> dict | None:
-    for line in reversed(output.splitlines()):
-        if line.startswith("SF_CAPABILITIES "):
-            try:
-                return json.loads(line.split(" ", 1)[1])
-            except ValueError:
-                return None
-    return None
+    return json_lines.last_object(output, "SF_CAPABILITIES ")
 
 
 def report(needs: list[str], imported: dict | None, probe_error: str = "") -> dict:

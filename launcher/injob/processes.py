@@ -5,7 +5,6 @@ contract.child_env builds, and how they stop. Stdlib only.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -14,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from launcher import slurm
-from launcher.injob import auth, ray_tuning
+from launcher.injob import auth, json_lines, ray_tuning
 from launcher.injob.attempt import Attempt
 from launcher.injob.contract import Job, child_env
 from launcher.injob.record_keeper import log
@@ -51,17 +50,11 @@ def gpu_env_wrapper(argv: list[str]) -> list[str]:
 
 
 def last_json(popen: subprocess.Popen, rc: int) -> dict:
-    """The JSON line a checking step (barrier, health) printed last, or why there is none. Lines
-    after it are skipped: a container runtime may log after the step's command ended (runc's
-    "unable to get oom kill count" in a rootless container)."""
+    """The JSON line a checking step (barrier, health) printed last (json_lines.last_object), or
+    why there is none."""
     out = popen.stdout.read().decode(errors="replace") if popen.stdout else ""
-    for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                break
-    return {"ok": False, "error": f"exited {rc} without a result: {out[-500:]}"}
+    result = json_lines.last_object(out)
+    return result if result is not None else {"ok": False, "error": f"exited {rc} without a result: {out[-500:]}"}
 
 
 def signal_steps(steps: list[Step], signum: int, grace: float, kill: bool = False) -> None:

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODULES = ["supervise", "node", "barrier", "preflight", "health", "placement", "private", "ports", "auth",
            "gpus", "topology", "address", "verl_main", "evaluate", "contract", "heal", "ray_tuning",
            "capabilities", "attempt", "record_keeper", "processes", "bringup", "driver_start", "ending", "actuator",
-           "watch", "failure_text", "__main__"]
+           "watch", "failure_text", "json_lines", "__main__"]
 
 
 @pytest.mark.parametrize("module", MODULES)
