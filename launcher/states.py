@@ -28,7 +28,7 @@ AGGREGATE_END_ORDER = ("NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "FAILED", "TIM
                        "PREEMPTED", "REVOKED", "CANCELLED", "GONE", "COMPLETED")
 
 # Slurm's state when Slurm itself ends a running job -> the ending the supervisor records
-# (launcher/injob/supervise.py). Only the states in which Slurm ends a running job appear;
+# (launcher/injob/ending.py). Only the states in which Slurm ends a running job appear;
 # anything else is the job's own failure.
 SLURM_ENDINGS = {
     "CANCELLED": "cancelled", "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
@@ -82,7 +82,7 @@ def run_ended(state: str) -> bool:
 
 # --- phases the job emits ---------------------------------------------------------------
 
-# launcher/injob/supervise.py (batch step), in the order a start goes through them.
+# the supervisor (launcher/injob/supervise.py and its parts), in the order a start goes through them.
 ALLOCATED = "allocated"
 RESTARTED = "restarted"  # a start after a requeue
 WALL_TIME = "wall_time"  # the job's end time exported to verl
@@ -112,7 +112,7 @@ NODE_STARTED, NODE_EXIT, NODE_SKIPPED = "node_started", "node_exit", "node_skipp
 NODE_STOPPED = "node_stopped"  # the job is done: the supervisor asked the node to stop Ray
 NODE_RETRY = "node_retry"  # a worker's start failed before Ray ran: started again
 NODE_PHASES = (NODE_STARTED, NODE_EXIT, NODE_SKIPPED, NODE_STOPPED, NODE_RETRY)
-# What the supervisor is doing now (Supervisor.stage): the "during phase X" of a failure's
+# What the supervisor is doing now (Attempt.stage): the "during phase X" of a failure's
 # reason. Not events: the phases above are what the job records in events.jsonl.
 STAGE_ALLOCATED, STAGE_BRINGUP, STAGE_BARRIER, STAGE_HEALTH, STAGE_DRIVER, STAGE_PREFLIGHT = (
     "allocated", "bringup", "barrier", "health", "driver", "preflight")
