@@ -19,6 +19,7 @@ import collections
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from launcher.errors import SlurmError
@@ -57,6 +58,23 @@ from launcher.slurm_parse import (  # noqa: F401
 CALLS: collections.Counter = collections.Counter()
 DEFAULT_TIMEOUT_S = 60
 QUEUE_LOOK_TIMEOUT_S = 5  # squeue's second look after sacct, best effort (a down slurmctld: 18 s)
+CANCEL_CONFIRM_S = 30.0  # how long sf waits for Slurm to say a cancelled job ended
+CANCEL_POLL_S = 0.5
+
+# What Slurm's clients read from their environment as options: SCANCEL_STATE=PENDING makes
+# scancel skip a running job, SQUEUE_*/SACCT_* change what the state reads see, SLURM_TIME_FORMAT
+# their dates, SLURM_JOB_ID/SRUN_* the target of an srun. None of them reaches sf's own calls.
+CLIENT_PREFIXES = ("SCANCEL_", "SQUEUE_", "SACCT_", "SACCTMGR_", "SCONTROL_", "SINFO_", "SBATCH_",
+                   "SRUN_", "SALLOC_", "SLURM_")
+CLIENT_KEPT = ("SLURM_CONF",)  # which cluster the clients talk to
+
+
+def client_env(environ=None) -> dict:
+    """`environ` (default: ours) less the Slurm client variables (CLIENT_PREFIXES, but
+    SLURM_CONF): the environment of every Slurm command sf runs on the login side."""
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in environ.items()
+            if name in CLIENT_KEPT or not name.startswith(CLIENT_PREFIXES)}
 
 
 # --- running commands -----------------------------------------------------------------
@@ -77,7 +95,8 @@ def _run(argv: list[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd=None, check
     CALLS["total"] += 1
     shown = " ".join([name, *argv[1:]])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                              env=client_env() if env is None else env,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         raise SlurmError(f"`{shown}`: {name} not found; is Slurm installed and on PATH "
@@ -137,6 +156,21 @@ def scancel(job_ids, *, signal: str | None = None, batch: bool = False, full: bo
     if full:
         argv.append("--full")
     _run([*argv, *ids])
+
+
+def scancel_confirmed(job_ids, *, timeout_s: float = CANCEL_CONFIRM_S) -> dict[str, str]:
+    """scancel the jobs, then read Slurm's state of each until every one has ended or
+    `timeout_s` has passed: {job id: state} of those Slurm does not say ended (empty: all did).
+    A job's state is Slurm's (sacct, squeue for what sacct has not recorded yet), never sf's."""
+    ids = [str(i) for i in job_ids if str(i)]
+    scancel(ids)
+    until = time.monotonic() + timeout_s
+    while True:
+        left = {job_id: state.state for job_id, state in job_states(ids).items()
+                if job_id in ids and not state.done}
+        if not left or time.monotonic() >= until:
+            return left
+        time.sleep(CANCEL_POLL_S)
 
 
 def requeue(job_id) -> None:
@@ -287,6 +321,16 @@ def run_on_a_node(partition: str, argv: list[str], timeout: float = 60) -> str:
     return proc.stdout
 
 
+def srun_help(timeout: float = 30) -> str | None:
+    """`srun --help`'s text (the options a SPANK plugin adds are in it); None when srun does not
+    answer."""
+    try:
+        proc = _run(["srun", "--help"], timeout=timeout, check=False)
+    except SlurmError:
+        return None
+    return (proc.stdout or "") + (proc.stderr or "")
+
+
 def accounting_check() -> str | None:
     """None when sacct answers from the accounting database, else why not."""
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID",
@@ -303,6 +347,6 @@ def exec_srun(argv: list[str]) -> None:
     CALLS["total"] += 1
     path = _bin("srun")
     try:
-        os.execv(path, [path, *argv[1:]])
+        os.execve(path, [path, *argv[1:]], client_env())
     except OSError as exc:
         raise SlurmError(f"cannot run srun: {exc}") from None

@@ -79,7 +79,7 @@ def attach(run_id, node, role, print_only, command, as_json, site_path, runs_dir
     if not token:
         click.echo(f"sf: warning: no Ray token in {auth.token_path(str(run.dir), where.job_id).parent}; "
                    "RAY_AUTH_* are not set", err=True)
-    att.enter(argv)
+    att.enter(argv, run, rec, where.job_id)  # refused unless Slurm shows the job is this run's
 
 
 @click.command()

@@ -49,7 +49,8 @@ def busy_ports(address: str, ports, *, head: bool) -> list[int]:
 def ports_taken_text(address: str, port_range, busy: list[int]) -> str:
     """The reason when no slot of the range is free on a host: the ports seen taken, the fix."""
     return (f"port collision: no port slot of ray.port_range {port_range[0]}-{port_range[1]} is free on {address} "
-            f"(last slot tried: {taken_text(busy)}); widen or move ray.port_range in the site file, "
+            f"(every slot tried; {ports_mod.range_holders_text(port_range)}; last slot tried: {taken_text(busy)}); "
+            "widen or move ray.port_range in the site file, ask the users named to free their ports, "
             "or exclude the node")
 
 

@@ -17,6 +17,8 @@ import pwd
 import secrets
 from dataclasses import asdict, dataclass
 
+from launcher.injob import stacks
+
 SLOT_SIZE = 128
 SLOTS_PER_JOB = 8
 JOB_BLOCK = SLOT_SIZE * SLOTS_PER_JOB
@@ -192,7 +194,8 @@ def listeners(port: int, proc: str = "/proc") -> list[dict]:
     """Who listens on TCP `port` on this host, on any address, from the kernel's socket tables
     of this network namespace: [{"uid", "inode", "pid", "command", "slurm_job"}]. pid, command
     and Slurm job only where this process may read the holder's /proc entries (its own user's:
-    another user's open files and environment are not readable, and need not be)."""
+    another user's open files are not readable, and need not be); the Slurm job is the one
+    whose cgroup holds the process (its environment could name any job)."""
     found: dict[str, int] = {}  # socket inode -> uid
     for table in ("net/tcp", "net/tcp6"):
         try:
@@ -215,7 +218,7 @@ def listeners(port: int, proc: str = "/proc") -> list[dict]:
                 continue
             if inode and holders[inode]["pid"] is None:
                 holders[inode].update(pid=int(pid), command=_read(f"{proc}/{pid}/comm").strip() or None,
-                                      slurm_job=_environ_value(f"{proc}/{pid}/environ", "SLURM_JOB_ID"))
+                                      slurm_job=stacks.cgroup_job(_read(f"{proc}/{pid}/cgroup"))[1])
     return list(holders.values())
 
 
@@ -236,6 +239,31 @@ def holder_text(port: int, proc: str = "/proc") -> str:
     return "listened on by " + "; ".join(parts)
 
 
+def range_listeners(port_range, proc: str = "/proc") -> dict[int, int]:
+    """{uid: how many ports of `port_range` that user's sockets listen on} on this host, from
+    the kernel's socket tables (one read, however wide the range)."""
+    lo, hi = int(port_range[0]), int(port_range[1])
+    seen: dict[int, set[int]] = {}
+    for table in ("net/tcp", "net/tcp6"):
+        for line in _read(f"{proc}/{table}").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN:
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if lo <= port <= hi:
+                    seen.setdefault(int(fields[7]), set()).add(port)
+    return {uid: len(ports) for uid, ports in seen.items()}
+
+
+def range_holders_text(port_range, proc: str = "/proc") -> str:
+    """"listening in the range: user nobody (uid 65534) on 96 ports, user alice (uid 1001) on
+    12": who took the range, most ports first, for the reason when no slot is free."""
+    held = sorted(range_listeners(port_range, proc).items(), key=lambda item: -item[1])
+    if not held:
+        return "nothing listens in the range (the ports are bound without listening, or closing)"
+    return "listening in the range: " + ", ".join(
+        f"user {_user_name(uid)} (uid {uid}) on {count} port{'s' if count > 1 else ''}" for uid, count in held[:5])
+
+
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
@@ -249,16 +277,6 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
-
-
-def _environ_value(path: str, name: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            entries = f.read().split(b"\0")
-    except OSError:
-        return None
-    prefix = name.encode() + b"="
-    return next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
 
 
 def _user_name(uid: int) -> str:

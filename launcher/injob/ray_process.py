@@ -58,7 +58,10 @@ def ray_start_argv(*, role: str, node: str, pool: str, address: str, head: str, 
             f"--dashboard-agent-listen-port={ports.dashboard_agent_listen}",
             f"--metrics-export-port={ports.metrics_export}",
             f"--runtime-env-agent-port={ports.runtime_env_agent}",
-            f"--min-worker-port={ports.min_worker}", f"--max-worker-port={ports.max_worker}"]
+            # Ray's workers bind ports the kernel gives them (0: Ray 2.60 passes port 0 to each
+            # worker): Ray hands out a fixed worker range lazily, so another user could take its
+            # ports once the head is up and each worker start would then fail
+            "--min-worker-port=0", "--max-worker-port=0"]
     if role == "head":
         argv += ["--head", f"--port={ports.gcs}", f"--ray-client-server-port={ports.client_server}"]
         if dashboard:

@@ -11,9 +11,11 @@ GIL-deadlocked process never does. The dev runtime (verl-0.9.1) ships py-spy 0.4
 
 `python -m launcher.injob stacks --out DIR` runs on one node (one srun task per node,
 --overlap, beside the Ray node step) and writes DIR/<node>.txt: for every Python process
-of this job on this node (its environment has this step's SLURM_JOB_ID and
-SLURMD_NODENAME: on a shared host, or with several emulated nodes on one machine, other
-jobs and other nodes are left out) except sf's own `launcher.injob` helpers and Ray's
+of this job on this node (by Slurm's facts, never by environment variables, which any
+user can set in a process of their own: the job's cgroup, `job_<id>` under this node's
+`slurm[_<node>]` in /proc/PID/cgroup, else `scontrol listpids`; and owned by this job's user.
+On a shared host, or with several emulated nodes on one machine, other jobs, other users
+and other nodes are left out) except sf's own `launcher.injob` helpers and Ray's
 daemons, a header line and `py-spy dump`. py-spy first pauses the process for a
 consistent dump; a process that cannot be paused (SIGSTOPped: "Failed to suspend
 process") is read without pausing (--nonblocking). The Ray workers of the node and,
@@ -94,19 +96,6 @@ def preflight_warning(run_dir: str) -> str | None:
     return missing_line(hang_limit(run_dir))
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
-
-
 def _cmdline(pid: int) -> list[str]:
     try:
         return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
@@ -145,33 +134,93 @@ def _state(pid: int) -> str:
     return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
 
 
+def cgroup_job(text: str) -> tuple[str | None, str | None]:
+    """(node, job id) of a process from its /proc/PID/cgroup text (pure): the `job_<id>`
+    component of a Slurm cgroup path and the node of the `slurm_<node>` (v1, several slurmd
+    on one host) or `slurmstepd_<node>.scope` component above it (None: one slurmd a host).
+    (None, None) outside every Slurm job. Only root and slurmd move a process between these
+    cgroups: no user can put one of theirs into another's job."""
+    for line in text.splitlines():
+        parts = line.split(":", 2)[-1].split("/")
+        jobs = [k for k, part in enumerate(parts) if part.startswith("job_") and part[4:].isdigit()]
+        if not jobs:
+            continue
+        node = None
+        for part in parts[:jobs[0]]:
+            if part.startswith("slurm_"):
+                node = part[len("slurm_"):]
+            elif part.startswith("slurmstepd_") and part.endswith(".scope"):
+                node = part[len("slurmstepd_"):-len(".scope")]
+        return node, parts[jobs[0]][4:]
+    return None, None
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def job_pids(job_id: str, node: str, skip: set[int], uid: int | None = None) -> list[int]:
+    """The pids of job `job_id` on `node` (this host), by Slurm's facts: those whose cgroup is
+    the job's on this node; where no process here is in a Slurm cgroup (proctrack/linuxproc),
+    those `scontrol listpids` names. Only processes of `uid` (default: ours, the job's user).
+    Never by a process's environment (SLURM_JOB_ID, SLURMD_NODENAME can be forged)."""
+    uid = os.getuid() if uid is None else uid
+    found, cgroups_seen = [], False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            text = Path(f"/proc/{entry}/cgroup").read_text()
+        except OSError:
+            continue
+        where, job = cgroup_job(text)
+        cgroups_seen = cgroups_seen or job is not None
+        if job == job_id and where in (None, node) and _owner(int(entry)) == uid:
+            found.append(int(entry))
+    if not cgroups_seen:
+        found = [pid for pid in listed_pids(job_id) if pid not in skip and _owner(pid) == uid]
+    return sorted(found)
+
+
+def listed_pids(job_id: str) -> list[int]:
+    """`scontrol listpids JOB` on this node: the pids slurmd's process tracking holds for the
+    job (the job side's one scontrol call outside launcher/slurm.py: this file runs alone in a
+    runtime, without sf)."""
+    try:
+        proc = subprocess.run(["scontrol", "listpids", str(job_id)], capture_output=True, text=True,
+                              timeout=DUMP_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_listpids(proc.stdout)
+
+
+def parse_listpids(text: str) -> list[int]:
+    """Pure: the PID column of `scontrol listpids` ("PID JOBID STEPID LOCALID GLOBALID")."""
+    pids = []
+    for line in text.splitlines():
+        first = line.split()[0] if line.split() else ""
+        if first.isdigit():
+            pids.append(int(first))
+    return pids
+
+
 def stopped_processes(job_id: str, node: str, skip: set[int]) -> list[int]:
     """Every process of this job on this node (Python or not: raylet, GCS, NCCL helpers) that
     is stopped (SIGSTOP, or held by a tracer): the evidence that the node did not answer."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip or _state(int(entry)) not in ("T", "t"):
-            continue
-        env = _environ(int(entry))
-        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME", node) == node:
-            found.append(int(entry))
-    return sorted(found)
+    return [pid for pid in job_pids(job_id, node, skip) if _state(pid) in ("T", "t")]
 
 
 def job_processes(job_id: str, node: str, skip: set[int]) -> list[tuple[int, list[str]]]:
     """(pid, argv) of this job's Python processes on this node, oldest first."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        pid = int(entry)
+    for pid in job_pids(job_id, node, skip):
         argv = _cmdline(pid)
-        if not wanted(argv) or not _is_python(pid, argv):
-            continue
-        env = _environ(pid)
-        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME", node) == node:
+        if wanted(argv) and _is_python(pid, argv):
             found.append((pid, argv))
-    return sorted(found)
+    return found
 
 
 def dump(py_spy: str, pid: int) -> str:

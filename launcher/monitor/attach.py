@@ -13,7 +13,8 @@ every pool in the current attempt (the `allocated` phase), the Ray head's addres
                        <run>/.ray-auth/<job>.token), activating the runtime, then an
                        interactive bash or CMD
   - `dashboard_line(...)`  the ssh port-forward to the head's Ray dashboard.
-  - `enter(argv)`      the one call that is not pure: this process becomes that srun.
+  - `enter(argv, ...)` the one call that is not pure: once Slurm's record shows the job is
+                       the run's (job_owner), this process becomes that srun.
 
 Every value that reaches SETUP is quoted (render.quote); the argv never passes a shell on
 the login node.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from launcher import slurm
 from launcher.errors import SpecError
 from launcher.injob import auth, ports
+from launcher.monitor import job_owner
 from launcher.render.script import quote
 from launcher.slurm import srun_argv
 from launcher.states import ALLOCATED, HEAD_UP
@@ -162,6 +164,9 @@ def dashboard_line(w: Where, login_host: str, user: str, local_port: int = DASHB
     return f"ssh -N -L {local_port}:{host}:{port} {shlex.quote(user)}@{shlex.quote(login_host)}"
 
 
-def enter(argv: list[str]) -> None:
-    """`sf attach`: this process becomes the srun step of `shell_argv` (launcher.slurm)."""
+def enter(argv: list[str], run=None, record: dict | None = None, job_id: str | None = None) -> None:
+    """`sf attach`: this process becomes the srun step of `shell_argv` (launcher.slurm), once
+    Slurm's record of `job_id` shows it is `run`'s (job_owner.check_jobs: NotTheRunsJob else)."""
+    if run is not None and job_id:
+        job_owner.check_jobs(run, record or {}, [job_id])
     slurm.exec_srun(argv)

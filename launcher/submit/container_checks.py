@@ -16,7 +16,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,12 +57,8 @@ def _on_node(site, argv: list[str], timeout: float) -> tuple[str | None, str | N
 
 def srun_has_option(option: str, timeout: float = 30) -> bool | None:
     """Whether `srun --help` lists `option` (a SPANK plugin's), None when srun does not answer."""
-    try:
-        proc = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return option in (proc.stdout + proc.stderr)
+    text = slurm.srun_help(timeout)
+    return None if text is None else option in text
 
 
 def check_pyxis(name, rt, site, timeout: float = 30) -> list:
@@ -110,11 +105,9 @@ def oci_conf_path() -> Path | None:
     conf = os.environ.get("SLURM_CONF")
     if not conf:
         try:
-            out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
+            conf = slurm.show_config().get("SLURM_CONF")
+        except SlurmError:
             return None
-        conf = next((line.split("=", 1)[1].strip() for line in out.splitlines()
-                     if line.split("=", 1)[0].strip() == "SLURM_CONF"), None)
     return Path(conf).parent / "oci.conf" if conf else None
 
 

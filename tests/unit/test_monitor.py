@@ -3,6 +3,7 @@ binaries (SF_SLURM_BIN_DIR) and run records in a temp dir."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -172,12 +173,26 @@ def test_status_watch_ctrl_c_exits_130_without_cancelling(fake_slurm, monkeypatc
     assert fake_slurm.calls("scancel") == []
 
 
+def slurm_shows(fake, run, job_id):
+    """scontrol's next `show job` answer: the job is this user's and this run's (job_owner)."""
+    fake.set("scontrol", f"JobId={job_id} JobName=sf-{run.id} UserId=me({os.getuid()}) "
+             f"StdOut={run.dir}/logs/slurm-{job_id}.out\n", from_call=len(fake.calls("scontrol")) + 1)
+
+
+def cancelled_after_scancel(fake, rows):
+    """sacct's answer after sf cancel's poll (its next call): Slurm says the jobs ended."""
+    fake.set("sacct", rows, from_call=len(fake.calls("sacct")) + 2)
+
+
 def test_cancel_run_and_sweep(fake_slurm):
     root = fake_slurm.runs_dir
     run = submitted_run(root, "grpo", "100")
     ended = submitted_run(root, "old", "101")
     fake_slurm.set("sacct", sacct_row("100+0", "RUNNING") + sacct_row("100+1", "RUNNING")
                    + sacct_row("101", "COMPLETED"))
+    slurm_shows(fake_slurm, run, "100")
+    cancelled_after_scancel(fake_slurm, sacct_row("100+0", "CANCELLED") + sacct_row("100+1", "CANCELLED")
+                            + sacct_row("101", "COMPLETED"))
     runner = CliRunner()
     result = runner.invoke(main, ["cancel", run.id, "--json"])
     assert result.exit_code == 0, result.output
@@ -192,7 +207,12 @@ def test_cancel_run_and_sweep(fake_slurm):
     sweep = runs.create_run(root, "hs", kind="sweep")
     p0 = submitted_run(root, "hs", "110", sweep={"id": sweep.id, "index": 0})
     p1 = submitted_run(root, "hs", "112", sweep={"id": sweep.id, "index": 1})
-    fake_slurm.set("sacct", sacct_row("110+0", "RUNNING") + sacct_row("110+1", "RUNNING") + sacct_row("112", "PENDING"))
+    running = sacct_row("110+0", "RUNNING") + sacct_row("110+1", "RUNNING") + sacct_row("112", "PENDING")
+    fake_slurm.set("sacct", running, from_call=len(fake_slurm.calls("sacct")) + 1)
+    slurm_shows(fake_slurm, p0, "110")
+    fake_slurm.set("scontrol", f"JobId=112 JobName=sf-{p1.id} UserId=me({os.getuid()}) "
+                   f"StdOut={p1.dir}/logs/slurm-112.out\n", from_call=len(fake_slurm.calls("scontrol")) + 2)
+    cancelled_after_scancel(fake_slurm, running.replace("RUNNING", "CANCELLED").replace("PENDING", "CANCELLED"))
     result = runner.invoke(main, ["cancel", sweep.id, "--json"])
     assert result.exit_code == 0, result.output
     assert sorted(json.loads(result.stdout)["cancelled"]) == sorted([p0.id, p1.id])
@@ -202,6 +222,7 @@ def test_cancel_run_and_sweep(fake_slurm):
 def test_cancel_slurm_failure_exits_1(fake_slurm):
     run = submitted_run(fake_slurm.runs_dir, "grpo", "120")
     fake_slurm.set("sacct", sacct_row("120", "RUNNING"))
+    slurm_shows(fake_slurm, run, "120")
     fake_slurm.set("scancel", "", "scancel: error: Unable to contact slurm controller\n", 1)
     result = CliRunner().invoke(main, ["cancel", run.id])
     assert result.exit_code == 1 and "Unable to contact" in result.output

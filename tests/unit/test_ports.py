@@ -343,8 +343,12 @@ def test_a_ports_holder_is_named_from_the_kernels_socket_tables(tmp_path):
     (pid / "fd").mkdir(parents=True)
     (pid / "fd" / "7").symlink_to("socket:[111]")
     (pid / "comm").write_text("gcs_server\n")
-    (pid / "environ").write_bytes(b"PATH=/bin\0SLURM_JOB_ID=51\0")
+    # the Slurm job is the one whose cgroup holds the process; its environment may name any job
+    (pid / "environ").write_bytes(b"PATH=/bin\0SLURM_JOB_ID=99\0")
+    (pid / "cgroup").write_text("6:freezer:/slurm_dev3/uid_0/job_51/step_0\n4:memory:/\n0::/\n")
     assert ports.holder_text(20000, str(tmp_path)) == "listened on by gcs_server (pid 4242, Slurm job 51, user root)"
+    (pid / "cgroup").write_text("0::/user.slice\n")
+    assert ports.holder_text(20000, str(tmp_path)) == "listened on by gcs_server (pid 4242, user root)"
     assert ports.holder_text(20001, str(tmp_path)) == "listened on by a process of user nobody (uid 65534)"
     assert ports.holder_text(20002, str(tmp_path)).startswith("no process listens on it")
 
@@ -380,3 +384,14 @@ def test_a_worker_gets_its_slot_with_its_reservation_and_the_next_node_the_next_
     again, reservation, _ = node.pick_ports(**args)
     assert again == first
     reservation.release()
+
+
+def test_who_took_a_port_range_is_counted_by_user(tmp_path):
+    """The reason when no slot is free names the users listening in the range, most ports first."""
+    fake_socket_tables(tmp_path, [("0D00007F:4E20", "0A", 65534, 1), ("0D00007F:4E21", "0A", 65534, 2),
+                                  ("00000000:4E22", "0A", 0, 3), ("0D00007F:4E23", "01", 0, 4),
+                                  ("0D00007F:9C40", "0A", 0, 5)])  # 40000: outside the range
+    assert ports.range_listeners((20000, 30000), str(tmp_path)) == {65534: 2, 0: 1}
+    assert ports.range_holders_text((20000, 30000), str(tmp_path)) == (
+        "listening in the range: user nobody (uid 65534) on 2 ports, user root (uid 0) on 1 port")
+    assert ports.range_holders_text((50000, 50100), str(tmp_path)).startswith("nothing listens in the range")
