@@ -1,7 +1,10 @@
 """The supervisor: the batch step of every sf job (`python -m launcher.injob supervise`).
 
 Runs on the batch host (the first node of het group 0) and holds every process of the
-job as a Popen:
+job as a Popen (processes.Step). This module is the entry and the coordinator; the work is
+its parts': bringup (Ray up, the barrier), driver_start, watch (the loop), actuator (heal.py's
+decisions carried out), ending, record_keeper, on the state in attempt.Attempt
+(docs/architecture.md, "Inside the job", draws who calls whom). A start goes:
 
   allocated     the pools' Slurm hosts are known
   head          one srun step on the first node of het group 0: `ray start --head --block`
