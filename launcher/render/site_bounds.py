@@ -46,6 +46,8 @@ def _child(write_fd: int, work, where: str, seconds: float) -> None:
                       "to render (a template prints a few KB of shell): compute less")
         except RecursionError:
             result = ("spec", "site.templates_dir", f"{where}: recurses without end while it renders")
+        except Exception as exc:  # noqa: BLE001 - one line naming the file, never a traceback from the child
+            result = ("spec", "site.templates_dir", f"{where}: {type(exc).__name__}: {exc}")
         data = pickle.dumps(result)
         view = memoryview(data)
         while view:

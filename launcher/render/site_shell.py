@@ -21,6 +21,10 @@ CONTEXT_NAMES = {WORD: "a plain word", SQUOTE: "single quotes", DQUOTE: "double 
 _META = set(" \t\n;&|<>()")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[^]]*\])?\+?=")
+_ORDINARY = re.compile(r"[^\s;&|<>()\\'\"$`@!?*+]+")
+_SPECIAL = re.compile(r"[\\'\"$`*?\[{~]")
+_BLANKS = re.compile(r"[ \t]*")
+_OPERATOR = re.compile(r";;&|;;|;&|&&|\|\||\|&|[;&|()]")
 _REDIRECT = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(<<<|<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")
 # words after which the next word is in command position again
 _RESERVED_LEAD = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "coproc"}
@@ -64,7 +68,9 @@ class Lexer:
 
     # -- characters ---------------------------------------------------------------------
     def _mark(self, start: int, end: int, kind: int) -> None:
-        self.ctx[start:end] = bytes([kind]) * (end - start)
+        end = min(end, self.n)
+        if start < end:
+            self.ctx[start:end] = bytes([kind]) * (end - start)
 
     def _single(self, kind: int) -> None:  # at the opening '
         start = self.i
@@ -163,6 +169,10 @@ class Lexer:
     def _word(self) -> Word:
         start, t = self.i, self.t
         while self.i < self.n and t[self.i] not in _META:
+            plain = _ORDINARY.match(t, self.i)  # a run of characters with no meaning of their own
+            if plain:
+                self.i = plain.end()
+                continue
             c = t[self.i]
             if c == "\\":
                 self.i += 2
@@ -181,6 +191,7 @@ class Lexer:
         return Word(raw, start, _literal(raw))
 
     def _skip_blanks(self) -> None:
+        self.i = _BLANKS.match(self.t, self.i).end()
         while self.i < self.n:
             c = self.t[self.i]
             if c in " \t":
@@ -254,7 +265,7 @@ class Lexer:
             self._heredocs.append((delimiter, op == "<<-"))
 
     def _operator(self, st: _State) -> None:
-        op = re.match(r";;&|;;|;&|&&|\|\||\|&|[;&|()]", self.t[self.i:]).group(0)
+        op = _OPERATOR.match(self.t, self.i).group(0)
         self.i += len(op)
         cmd = st.cmd
         if op == "(" and st.pattern:  # case (pattern)
@@ -358,6 +369,8 @@ class Lexer:
             if self.t.startswith("]]", self.i):
                 self.i += 2
                 return
+            if self.i >= self.n:
+                return
             if self.t[self.i] == "\n":
                 self._newline()
                 continue
@@ -374,6 +387,8 @@ class Lexer:
 def _literal(raw: str) -> str | None:
     """The word's value once quotes and backslashes are removed; None when it expands
     something ($, `, a glob) and so has no value before it runs."""
+    if not _SPECIAL.search(raw):
+        return raw
     out, i = [], 0
     while i < len(raw):
         c = raw[i]

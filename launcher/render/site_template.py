@@ -265,6 +265,10 @@ def _render_checked(context: dict, site_file: Path) -> str:
     except Exception as exc:  # undefined names, the sandbox's refusals, a failing expression
         line = getattr(exc, "lineno", None) if isinstance(exc, jinja2.TemplateError) else None
         _refuse(site_file, line or _template_line(exc, site_file), f"{type(exc).__name__}: {exc}")
+    site_chars = sum(end - start for _name, start, end in marked.blocks)
+    if site_chars > MAX_TEMPLATE_BYTES:
+        _refuse(site_file, None, f"its blocks render {site_chars // 1024} KiB of lines, more than the "
+                f"{MAX_TEMPLATE_BYTES // 1024} KiB a site's template may hold; print less (a loop over too much?)")
     _check_blocks_whole_shell(marked, block_lines, site_file)
     _check_site_header(marked.text, context["components"], site_file)
     _check_whole_script(marked, block_lines, site_file)

@@ -210,3 +210,22 @@ def test_a_nul_or_non_utf8_template_is_refused_naming_the_file(tmp_path, data, s
         with pytest.raises(SpecError) as err:
             check()
         assert err.value.message.startswith(f"{file}{says}")
+
+
+def test_blocks_that_render_more_than_a_template_may_hold_are_refused(tmp_path):
+    """The whole script is lexed in Python: its site part is bounded as the template file is (256 KiB)."""
+    message = refused(tmp_path, block("prologue", "{% for i in range(40000) %}echo {{ i }}\n{% endfor %}"))
+    assert "KiB of lines, more than the 256 KiB a site's template may hold" in message
+
+
+def test_the_lexer_never_fails_on_shell_fragments():
+    import random
+
+    fragments = ["'", '"', "$(", ")", "`", "<<EOF\n", "EOF\n", "\n", "case x in a) b;; esac", "((", "))", "${", "}",
+                 "[[", "]]", "#", "\\", "f() {", ";", "&&", "|", "a=(", "for i in", "do", "done", "$((", "<(",
+                 "echo ", "x", " ", "<<-'E'\n", "\tE\n", "$'", "function "]
+    rng = random.Random(44)
+    for _ in range(3000):
+        text = "".join(rng.choice(fragments) for _ in range(rng.randint(1, 30)))
+        lexer = site_shell.lex(text)
+        assert len(lexer.ctx) == len(text)
