@@ -82,6 +82,8 @@ def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     SpecError(s) on any problem; nothing is written."""
     spec, plan, site = check(name, flags)
     runtime = resolve_runtime(plan.framework, plan.framework_version, site)
+    if site.templates_dir:  # a site's own template is checked as it renders, before any run exists
+        render_script(plan, site, runtime, preflight=preflight)
     upstream = None
     if spec.chain_export is not None:  # --model run:RUN, RUN without an export: export it first
         upstream = chain.export_request(spec.chain_export, site, preflight=preflight)
