@@ -52,12 +52,9 @@ def array_directive(size: int, max_parallel: int | None = None, indices=None) ->
     return f"--array={spec}"
 
 
-# long: one het group's #SBATCH lines in the order they are written
-def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = None) -> list[str]:
-    if pool.series not in site.series:
-        raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "
-                        f"known: {', '.join(sorted(site.series)) or 'none'}")
-    series = site.series[pool.series]
+def _name_and_output(plan: Plan, pool, first: bool, array: dict | None) -> list[str]:
+    """The job's name, its log files and requeue lines (het group 0), or a later het
+    component's own name."""
     s = plan.slurm
     d: list[str] = []
     if first:
@@ -84,6 +81,30 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
         # Each component gets its own name, so each waits only for its counterpart of another job.
         d.append("--job-name=" + sbatch_values.name(f"sf-{os.path.basename(plan.run_dir)}.g{pool.het_group}",
                                                     "run_dir"))
+    return d
+
+
+def _gpu_directives(series, gpus: int) -> list[str]:
+    """A node's GPUs as the series asks for them: --gpus-per-node or --gres=NAME:N."""
+    if not gpus:
+        return []
+    if series.gpu_directive == "gpus-per-node":
+        return [f"--gpus-per-node={gpus}"]
+    if series.gpu_directive == "gres":
+        name = sbatch_values.gres_name(series.gres_name, f"site.series.{series.name}.gres_name")
+        return [f"--gres={name}:{gpus}"]
+    raise SpecError(f"site.series.{series.name}.gpu_directive",
+                    f"{series.gpu_directive!r} is not gres or gpus-per-node")
+
+
+def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = None) -> list[str]:
+    """One het group's #SBATCH lines, in the order they are written."""
+    if pool.series not in site.series:
+        raise SpecError(f"pools.{pool.name}.series", f"unknown GPU series {pool.series!r} in site {site.name}; "
+                        f"known: {', '.join(sorted(site.series)) or 'none'}")
+    series = site.series[pool.series]
+    s = plan.slurm
+    d = _name_and_output(plan, pool, first, array)
     account = s.account or site.account
     qos = s.qos or site.qos
     if account:
@@ -97,16 +118,7 @@ def _pool_directives(plan: Plan, pool, site, first: bool, array: dict | None = N
     spares = sbatch_values.whole(pool.spare_nodes, f"pools.{pool.name}.spare_nodes", 0)
     d.append(f"--nodes={nodes + spares}")  # the spares are allocated too, kept out of Ray until needed
     d.append("--ntasks-per-node=1")
-    gpus = sbatch_values.whole(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0)
-    if gpus:
-        if series.gpu_directive == "gpus-per-node":
-            d.append(f"--gpus-per-node={gpus}")
-        elif series.gpu_directive == "gres":
-            name = sbatch_values.gres_name(series.gres_name, f"site.series.{series.name}.gres_name")
-            d.append(f"--gres={name}:{gpus}")
-        else:
-            raise SpecError(f"site.series.{series.name}.gpu_directive",
-                            f"{series.gpu_directive!r} is not gres or gpus-per-node")
+    d += _gpu_directives(series, sbatch_values.whole(pool.gpus_per_node, f"pools.{pool.name}.gpus_per_node", 0))
     if series.constraint:
         sbatch_values.constraint(series.constraint, f"site.series.{series.name}.constraint")
         if not s.constraint:  # else joined with the user's constraint (scheduler_options)
