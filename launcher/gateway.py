@@ -60,11 +60,12 @@ def _trusted(uid: int) -> bool:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder")):
+    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISDIR, "a folder")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "not a regular file"  # pragma: no cover - a door (Solaris) or an unknown kind
 
 
 def _parts(path: str) -> list[str]:
@@ -139,29 +140,33 @@ def resolve(path: str | os.PathLike, field: str = "path") -> str:
 
 
 @contextlib.contextmanager
-def folder(path: str | os.PathLike, field: str = "path", *, own: bool = False):
-    """The folder `path` opened safely (a descriptor); `own`: it must be the caller's."""
+def folder(path: str | os.PathLike, field: str = "path", *, own: bool = False, sticky_ok: bool = False):
+    """The folder `path` opened safely (a descriptor); `own`: it must be the caller's and closed
+    to others (`sticky_ok`: or root's or the caller's with the sticky bit, like /tmp, where nobody
+    can rename or remove what the caller makes in it)."""
     fd, real = _walk(os.fspath(path), field)
     try:
         if own:
-            _check_own_folder(os.fstat(fd), real, field)
+            _check_own_folder(os.fstat(fd), real, field, sticky_ok)
         yield fd
     finally:
         os.close(fd)
 
 
 @contextlib.contextmanager
-def parent(path: str | os.PathLike, field: str = "path", *, own: bool = False):
+def parent(path: str | os.PathLike, field: str = "path", *, own: bool = False, sticky_ok: bool = False):
     """(fd of the folder of `path`, the last name of `path`): the folder opened as `folder` does."""
     path = os.path.abspath(os.fspath(path))
     name = os.path.basename(path)
     if not name or name in (".", ".."):
         raise UnsafeFile(field, f"{path} names no file; fix {field}", path)
-    with folder(os.path.dirname(path), field, own=own) as fd:
+    with folder(os.path.dirname(path), field, own=own, sticky_ok=sticky_ok) as fd:
         yield fd, name
 
 
-def _check_own_folder(st: os.stat_result, shown: str, field: str) -> None:
+def _check_own_folder(st: os.stat_result, shown: str, field: str, sticky_ok: bool = False) -> None:
+    if sticky_ok and _trusted(st.st_uid) and st.st_mode & stat.S_ISVTX:
+        return
     if st.st_uid != os.getuid():
         raise UnsafeFile(field, f"{shown} belongs to {user_name(st.st_uid)}, not to you: sf never writes into "
                          "another user's folder (someone may have put it there); remove it or choose another path",
@@ -289,7 +294,7 @@ def make_dir(path: str | os.PathLike, mode: int = 0o700, *, gid: int | None = No
     """mkdir `path` in a folder of the caller's, with exactly `mode` (and group `gid`) whatever the
     umask; an existing one (exist_ok) must be the caller's real folder, not open to others, and is
     given the mode too. Returns its link-free path."""
-    with parent(path, field, own=True) as (fd, name):
+    with parent(path, field, own=True, sticky_ok=True) as (fd, name):
         real_parent = _real_of(fd)
         shown = os.path.join(real_parent, name)
         try:

@@ -24,15 +24,15 @@ import os
 import pwd
 import stat
 
-from launcher.errors import SpecError
+from launcher import gateway
 
 # who may read a run: its folders and files, for the job's user alone or with a group
 PRIVATE_DIR, SHARED_DIR = 0o700, 0o2750  # setgid: what the job makes inherits the group
 PRIVATE_UMASK, SHARED_UMASK = 0o077, 0o027
 
 
-class UnsafePath(SpecError):
-    """A path sf would use is not safe on a shared cluster (exit 2, one line)."""
+# A path sf would use is not safe on a shared cluster (exit 2, one line): the gateway's refusal.
+UnsafePath = gateway.UnsafeFile
 
 
 def user_name(uid: int) -> str:

@@ -49,25 +49,35 @@ it is bounded (LOCK_WAIT_S): a command gives up naming the lock file instead of 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import json
-import math
 import os
 import re
 import secrets
 import socket
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from launcher import ownership
+from launcher import gateway, ownership, run_listing
 from launcher.errors import SpecError
-from launcher.states import ALLOCATED, CREATED, ENDED, REQUEUED
+from launcher.run_record import (
+    EVENTS_MAX,
+    REASON_MAX,
+    RECORD,
+    RECORD_MAX,
+    DamagedRecord,
+    as_int,
+    parse_events,
+    parse_record,
+    plan_damage,
+    unreadable,
+)
+from launcher.runs_folder import make_runs_root
+from launcher.states import CREATED, ENDED, REQUEUED
 
-RECORD = "record.json"
+__all__ = ["DamagedRecord", "RECORD", "make_runs_root"]  # re-exported: callers know them as runs.*
 PLAN = "plan.json"
 EVENTS = "events.jsonl"
 REASON = "reason"
@@ -109,96 +119,9 @@ def new_entry_id(kind: str) -> str:
         secrets.choice(_B32) for _ in range(4))
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write `data` to `path` via a temp file in the same directory, fsync, os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-class DamagedRecord(SpecError, ValueError):
-    """A record.json that cannot be read or is not a run record (or another file of the run:
-    events.jsonl, reason, plan.json); `path` is that file."""
-
-    def __init__(self, field: str, message: str, path: Path | None = None):
-        super().__init__(field, message)
-        self.path = path
-
-
-_DAMAGED = object()
-_TEXT, _WHOLE, _LIST, _MAP, _NONE = (str,), (int,), (list,), (dict,), (type(None),)
-# the fields sf reads from every record, and what each must be (a field may be absent)
-_RECORD_FIELDS = {"id": _TEXT, "experiment": _TEXT, "kind": _TEXT, "created": _TEXT, "state": _TEXT,
-                  "exit_reason": _TEXT + _NONE, "requeue_count": _WHOLE + _NONE, "job_ids": _LIST,
-                  "history": _LIST, "members": _LIST, "sweep": _MAP + _NONE,
-                  # what `sf status`, `attach`, `metrics` and `export` compute with
-                  "total_steps": _WHOLE + _NONE, "final": _MAP + _NONE, "runtime": _MAP + _NONE,
-                  "params": _MAP + _NONE, "points": _LIST + _WHOLE + _NONE, "max_parallel": _WHOLE + _NONE,
-                  "grid": _LIST, "exports": _LIST, "chain_exports": _LIST, "model_from": _MAP + _NONE}
-_OBJECT_LISTS = ("history", "grid", "exports", "chain_exports")  # lists of objects sf calls .get on
-
-
-# a job id sf records: "123", an array task "123_4" (a hetjob's components are "123+1"); anything
-# else would reach sacct's --jobs, which then fails for every run of the same poll
-_JOB_ID = re.compile(r"\d{1,15}(?:[_+]\d{1,9})?")
-
-
-def _record_problem(rec: dict) -> str | None:
-    """What makes a record.json object unusable (a field sf reads of another type), or None."""
-    for name, types in _RECORD_FIELDS.items():
-        value = rec.get(name)
-        if name in rec and (isinstance(value, bool) or not isinstance(value, types)):
-            return f"its {name} is {json.dumps(value)[:40]}, not {' or '.join(t.__name__ for t in types)}"
-    if any(isinstance(j, bool) or not isinstance(j, (str, int)) or not _JOB_ID.fullmatch(str(j))
-           for j in rec.get("job_ids") or ()):
-        return "its job_ids are not Slurm job ids"
-    for name in _OBJECT_LISTS:
-        if not all(isinstance(item, dict) for item in rec.get(name) or ()):
-            return f"its {name} holds something other than objects"
-    if not all(isinstance(m, str) for m in rec.get("members") or ()):
-        return "its members are not run ids"
-    sweep = rec.get("sweep") or {}
-    if not isinstance(sweep.get("id", ""), str) or isinstance(sweep.get("index", 0), bool) \
-            or not isinstance(sweep.get("index", 0), int):
-        return "its sweep is not {id, index}"
-    return None
-
-
-# the parts of plan.json sf reads on the login node (status, attach, export), and what each must be
-_PLAN_FIELDS = {"overrides": _LIST, "slurm": _MAP, "pools": _LIST}
-
-
-def _plan_problem(plan) -> str | None:
-    """What makes a plan.json unusable (not an object, a part sf reads of another type), or None."""
-    if not isinstance(plan, dict):
-        return "not a JSON object"
-    for name, types in _PLAN_FIELDS.items():
-        if name in plan and not isinstance(plan[name], types):
-            return f"its {name} is {json.dumps(plan[name])[:40]}, not {types[0].__name__}"
-    if not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in plan.get("pools") or ()):
-        return "its pools are not objects with a name"
-    return None
+    """Write `data` to `path` (in a folder of the caller's) via a temp file, fsync, rename."""
+    gateway.write(path, data, "run")
 
 
 class Run:
@@ -207,6 +130,8 @@ class Run:
     def __init__(self, run_dir: str | os.PathLike):
         self.dir = Path(run_dir)
         self.id = self.dir.name
+        self._where = str(self.dir)
+        self._fd: int | None = None  # the run folder, open while a listing reads many runs (opened)
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"
@@ -229,45 +154,70 @@ class Run:
     def checkpoints_dir(self) -> Path:
         return self.dir / "checkpoints"
 
-    # reading -------------------------------------------------------------------------
-    def raw_record(self) -> dict:
-        """record.json as stored (no merge of events.jsonl / reason). A record that cannot be
-        read or is not a JSON object (binary, empty, `[]`, `null`): DamagedRecord naming the
-        file, one line (a SpecError; a ValueError too, so listings that skip bad records skip it)."""
-        path = self.dir / RECORD
-        if path.is_symlink():  # sf writes its own file: a link would make commands act on another run's jobs
-            raise DamagedRecord(self.id, f"{path} is a symbolic link, not the record sf wrote; remove the link "
-                                "(sf reads and writes run records only as files of their own)", path)
+    # reading (launcher.gateway: regular files of this user or root, never a link, capped) ----
+    @contextlib.contextmanager
+    def opened(self, fd: int):
+        """Read through `fd`, the run folder already opened (a listing of many runs walks the
+        runs folder once, not once per file)."""
+        self._fd = fd
         try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
+            yield self
+        finally:
+            self._fd = None
+
+    def _open_file(self, name: str, limit: int) -> int:
+        """A descriptor of the run's regular file `name`; FileNotFoundError when absent,
+        DamagedRecord naming it when it is not a file sf wrote or cannot be opened."""
+        shown = f"{self._where}/{name}"  # a string, not a Path: a listing opens thousands
+        try:
+            if self._fd is not None:
+                return gateway.open_read(self._fd, name, shown, "run", limit=limit)
+            with gateway.parent(shown, "run") as (fd, base):
+                return gateway.open_read(fd, base, shown, "run", limit=limit)
+        except gateway.UnsafeFile as exc:
+            raise DamagedRecord(self.id, exc.message, Path(shown)) from None
         except FileNotFoundError:
             raise
         except OSError as exc:
-            raise DamagedRecord(self.id, f"cannot read {path}: {exc.strerror}; fix its permissions", path) from None
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            data = _DAMAGED
-        if not isinstance(data, dict):
-            raise DamagedRecord(self.id, f"{path} is damaged (not a JSON object of a run record); restore it from "
-                                "a backup or remove the run's folder", path)
-        problem = _record_problem(data)
-        if problem:
-            raise DamagedRecord(self.id, f"{path} is damaged ({problem}); restore it from a backup or remove the "
-                                "run's folder", path)
-        if "job_ids" in data:  # a hand-written 123: text, as sf writes them (joined, compared)
-            data["job_ids"] = [str(j) for j in data["job_ids"]]
-        return data
+            raise unreadable(self.id, Path(shown), exc) from None
+
+    def read_bytes(self, name: str, limit: int = gateway.MAX_READ) -> bytes:
+        """The bytes of the run's file `name` (see _open_file)."""
+        fd = self._open_file(name, limit)
+        shown = f"{self._where}/{name}"
+        try:
+            return gateway.read_fd(fd, limit, shown, "run")
+        except gateway.UnsafeFile as exc:
+            raise DamagedRecord(self.id, exc.message, Path(shown)) from None
+        except OSError as exc:
+            raise unreadable(self.id, Path(shown), exc) from None
+        finally:
+            os.close(fd)
+
+    def raw_record(self) -> dict:
+        """record.json as stored (no merge of events.jsonl / reason). A record that cannot be
+        read or is not a run record (binary, empty, `[]`, a link, a FIFO, oversize): DamagedRecord
+        naming the file, one line (a SpecError; a ValueError too, so listings skip it)."""
+        return parse_record(self.read_bytes(RECORD, RECORD_MAX), self.id, f"{self._where}/{RECORD}")
+
+    def phases(self) -> list[dict]:
+        """The events of events.jsonl in order ([] when it is absent)."""
+        try:
+            return parse_events(self.read_bytes(EVENTS, EVENTS_MAX).decode("utf-8", "replace"))
+        except FileNotFoundError:
+            return []
 
     def record(self) -> dict:
         """The record with phases (events.jsonl), requeue count and reason merged in."""
         rec = self.raw_record()
         rec["id"] = self.id  # the folder names the run: a copied folder's record still holds the old id
-        phases = read_phases(self.dir)
+        phases = self.phases()
         rec["phases"] = phases
-        restarts = [_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
+        restarts = [as_int(p.get("restart")) for p in phases if p.get("phase") != "requeue_refused"]
         requeued = sum(1 for p in phases if p.get("phase") == REQUEUED)
         # an attempt Slurm requeued (`scontrol requeue` by hand, a node failure) records its
         # `ended` with ending=requeued: counted from that moment, not once the next one starts
-        by_slurm = [_int(p.get("restart")) + 1 for p in phases
+        by_slurm = [as_int(p.get("restart")) + 1 for p in phases
                     if p.get("phase") == ENDED and p.get("ending") == "requeued"]
         rec["requeue_count"] = max([int(rec.get("requeue_count") or 0), requeued, *restarts, *by_slurm])
         if not rec.get("exit_reason"):
@@ -279,27 +229,23 @@ class Run:
     def check(self) -> None:
         """That record() can read this run, without parsing its events (a listing checks every
         run this way): record.json as raw_record() reads it, events.jsonl and, with no exit
-        reason in the record, reason openable; DamagedRecord naming the file if not."""
-        names = (EVENTS,) if self.raw_record().get("exit_reason") else (EVENTS, REASON)
-        for name in names:
+        reason in the record, reason: regular files within their caps; DamagedRecord if not."""
+        names = ((EVENTS, EVENTS_MAX),) if self.raw_record().get("exit_reason") else (
+            (EVENTS, EVENTS_MAX), (REASON, REASON_MAX))
+        for name, limit in names:
             try:
-                with open(self.dir / name, "rb"):
-                    pass
+                os.close(self._open_file(name, limit))
             except FileNotFoundError:
                 continue
-            except OSError as exc:
-                raise _unreadable(self.id, self.dir / name, exc) from None
 
     def read_text(self, name: str, errors: str = "replace") -> str | None:
         """A text file of the run (reason, job.sbatch, ...), None when absent; bytes that are not
-        UTF-8 are replaced (a job may write anything into `reason`). One that cannot be read (a
-        folder, a symlink loop, no permission): DamagedRecord naming it."""
+        UTF-8 are replaced (a job may write anything into `reason`). One that is not a regular
+        file of this user's or cannot be read: DamagedRecord naming it."""
         try:
-            return (self.dir / name).read_text(errors=errors)
+            return self.read_bytes(name, REASON_MAX if name == REASON else gateway.MAX_READ).decode("utf-8", errors)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise _unreadable(self.id, self.dir / name, exc) from None
 
     def read_json(self, name: str) -> Any:
         """A JSON file of the run (plan.json, ...), None when absent; DamagedRecord naming it when
@@ -315,16 +261,17 @@ class Run:
         """plan.json, None when absent; DamagedRecord naming it when it is not JSON, not an object
         or a part sf reads is of another type (a hand edit, another tool's plan.json)."""
         plan = self.read_json(PLAN)
-        problem = None if plan is None else _plan_problem(plan)
-        if problem:
-            raise DamagedRecord(self.id, f"{self.dir / PLAN} is damaged ({problem}); restore it from a backup or "
-                                "remove the run's folder", self.dir / PLAN)
+        plan_damage(plan, self.id, self.dir / PLAN)
         return plan
 
     # writing -------------------------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
+        """Replace the run's file `name` atomically (launcher.gateway: only in a folder of this user's)."""
         path = self.dir / name
-        atomic_write(path, text)
+        for depth in range(1, len(Path(name).parts)):  # a folder of the run it needs (logs/...): private
+            with contextlib.suppress(FileExistsError):
+                gateway.make_dir(self.dir.joinpath(*Path(name).parts[:depth]), ownership.PRIVATE_DIR, field="run")
+        gateway.write(path, text, "run")
         return path
 
     def write_json(self, name: str, obj: Any) -> Path:
@@ -334,7 +281,7 @@ class Run:
     def locked(self, wait_s: float = LOCK_WAIT_S):
         """Exclusive lock on the record (fcntl on .record.lock, 0600, this user's, never through
         a symlink); not reentrant. RecordBusy, naming the file, after `wait_s` without it."""
-        fd = ownership.open_own_file(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = gateway.open_own(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600, "run")
         try:
             os.fchmod(fd, 0o600)  # a lock file of an older sf was 0644: others could take it
             deadline = time.monotonic() + wait_s
@@ -386,13 +333,6 @@ class Run:
         return self.update(job_ids=ids)
 
 
-def _int(value) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None) -> dict:
     now = utc_now()
     return {
@@ -409,22 +349,6 @@ def _initial_record(run_id: str, experiment: str, kind: str, sweep: dict | None)
     }
 
 
-def make_runs_root(runs_dir, share_group: str | None = None, field: str = "runs_dir") -> Path:
-    """The runs folder, made (with its missing parents) when it is not there: every existing
-    folder on its path must be trusted (ownership.trusted_chain), what sf makes is 0700, or
-    0750 with the site's share_group so that the group reaches the runs shared with it."""
-    root = Path(runs_dir).expanduser().absolute()
-    ownership.trusted_chain(root, field)
-    missing = [p for p in (root, *root.parents) if not p.exists()]
-    for folder in reversed(missing):
-        try:
-            ownership.make_own_dir(folder, 0o750 if share_group else ownership.PRIVATE_DIR, group=share_group,
-                                   field=field)
-        except FileExistsError:  # another sf command made it a moment ago
-            ownership.trusted_chain(folder, field)
-    return root
-
-
 def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | None = None,
                share_group: str | None = None, **fields) -> Run:
     """Make `<runs_dir>/<id>/` (logs/, checkpoints/, metrics/) with record state "created".
@@ -436,10 +360,11 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
         raise ValueError(f"kind must be 'run' or 'sweep', not {kind!r}")
     root = make_runs_root(runs_dir, share_group)
     mode = ownership.SHARED_DIR if share_group else ownership.PRIVATE_DIR
+    gid = ownership.group_id(share_group)
     for _ in range(100):
         run_id = new_run_id(experiment)
         try:
-            ownership.make_own_dir(root / run_id, mode, group=share_group)
+            gateway.make_dir(root / run_id, mode, gid=gid, field="runs_dir")
         except FileExistsError:
             continue
         break
@@ -454,13 +379,21 @@ def create_run(runs_dir, experiment: str, *, kind: str = "run", sweep: dict | No
 
 
 def make_run_dir(path, share_group: str | None = None) -> Run:
-    """`sf render -o DIR`: DIR as a run dir the job will accept (its parent trusted, DIR this
-    user's with the modes of create_run; an existing DIR must be this user's already), for a
-    job submitted by hand. Its files are the caller's to write (Run.write_text)."""
+    """`sf render -o DIR`: DIR as a run dir the job will accept (its parent trusted and reached
+    through no other user's link, DIR this user's with the modes of create_run), for a job
+    submitted by hand. An existing DIR must be this user's already and hold no run yet: the
+    plan.json of a run is never overwritten. Its files are the caller's to write (Run.write_text)."""
     path = Path(path).absolute()
-    make_runs_root(path.parent, share_group, field="--output")
+    path = make_runs_root(path.parent, share_group, field="--output", per_user=False) / path.name
     mode = ownership.SHARED_DIR if share_group else ownership.PRIVATE_DIR
-    ownership.make_own_dir(path, mode, group=share_group, exist_ok=True, field="--output")
+    gateway.make_dir(path, mode, gid=ownership.group_id(share_group), exist_ok=True, field="--output")
+    try:
+        gateway.lstat(path / PLAN, "--output")
+    except FileNotFoundError:
+        pass
+    else:
+        raise SpecError("--output", f"{path} already holds a run ({PLAN}): sf render never overwrites one; "
+                        "choose a new folder, or remove that run's folder first")
     make_subdirs(path, mode, group=share_group, exist_ok=True, field="--output")
     return Run(path)
 
@@ -469,67 +402,31 @@ def make_subdirs(run_dir, mode: int, *, group: str | None = None, exist_ok: bool
                  field: str = "run") -> None:
     """A run's SUBDIRS with `mode` (the run's own: private, or shared with `group`), but the
     PRIVATE_SUBDIRS, which are its user's alone whatever the run's mode."""
+    gid = ownership.group_id(group)
     for sub in SUBDIRS:
         private = sub in PRIVATE_SUBDIRS
-        ownership.make_own_dir(Path(run_dir) / sub, ownership.PRIVATE_DIR if private else mode,
-                               group=None if private else group, exist_ok=exist_ok, field=field)
-
-
-def _run_ids(root: Path) -> list[str]:
-    try:
-        return sorted(p.name for p in root.iterdir() if (p / RECORD).is_file())
-    except FileNotFoundError:
-        return []
+        gateway.make_dir(Path(run_dir) / sub, ownership.PRIVATE_DIR if private else mode,
+                         gid=None if private else gid, exist_ok=exist_ok, field=field)
 
 
 def open_run(runs_dir, run_id: str) -> Run:
-    """The run `run_id` (or the only run whose id starts with it). SpecError naming the
-    closest ids otherwise."""
-    root = Path(runs_dir).expanduser()
-    run_id = (run_id or "").strip().rstrip("/")
-    if run_id and "/" not in run_id and run_id not in (".", "..") and (root / run_id / RECORD).is_file():
-        return Run(root / run_id)
-    ids = _run_ids(root)
-    prefixed = [i for i in ids if run_id and i.startswith(run_id)]
-    if len(prefixed) == 1:
-        return Run(root / prefixed[0])
-    close = prefixed or difflib.get_close_matches(run_id, ids, n=5, cutoff=0.5)
-    if not close:
-        close = [i for i in ids if run_id and run_id in i][:5]
-    hint = f"; did you mean: {', '.join(close[:5])}" if close else (
-        "; `sf list` shows the runs" if ids else
-        " (it holds no runs); pass the runs dir the run is in (--runs-dir, $SF_RUNS_DIR or the site's runs_dir)")
-    what = "several runs start with" if len(prefixed) > 1 else "no run"
-    raise SpecError("run", f"{what} {run_id!r} in {root}{hint}")
+    """The caller's run `run_id` (or the only one whose id starts with it): launcher.run_listing."""
+    return run_listing.open_run(runs_dir, run_id, Run)
 
 
 def list_runs(runs_dir) -> list[Run]:
-    """Every run and sweep under runs_dir, newest first (by record 'created')."""
-    root = Path(runs_dir).expanduser()
-    keyed = []
-    for run_id in _run_ids(root):
-        run = Run(root / run_id)
-        try:
-            created = run.raw_record().get("created", "")
-        except (OSError, ValueError):
-            continue
-        keyed.append((created, run_id, run))
-    keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)
-    return [run for _, _, run in keyed]
+    """The caller's runs and sweeps under runs_dir, newest first: launcher.run_listing."""
+    return run_listing.list_runs(runs_dir, Run)
 
 
 def sweep_members(runs_dir, sweep_id: str) -> list[Run]:
-    """Runs whose record says they are points of `sweep_id`, by index."""
-    members = []
-    for run in list_runs(runs_dir):
-        try:
-            sweep = run.raw_record().get("sweep") or {}
-        except (OSError, ValueError):
-            continue
-        if sweep.get("id") == sweep_id:
-            members.append((sweep.get("index", 0), run))
-    members.sort(key=lambda item: item[0])
-    return [run for _, run in members]
+    """The caller's runs whose record says they are points of `sweep_id`, by index."""
+    return run_listing.sweep_members(runs_dir, sweep_id, Run)
+
+
+def damaged_runs(runs_dir) -> dict[str, Path]:
+    """{run id: its damaged file} of the caller's runs under runs_dir: launcher.run_listing."""
+    return run_listing.damaged_runs(runs_dir, Run)
 
 
 # --- inside the job ------------------------------------------------------------------
@@ -550,7 +447,7 @@ def record_phase(run_dir, phase: str, **info) -> dict:
             event["restart"] = int(os.environ["SLURM_RESTART_COUNT"])
     event.update(info)
     line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
-    fd = ownership.open_own_file(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = gateway.open_own(Path(run_dir) / EVENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600, "run")
     try:
         os.write(fd, line)
     finally:
@@ -558,72 +455,7 @@ def record_phase(run_dir, phase: str, **info) -> dict:
     return event
 
 
-def _unreadable(run_id: str, path: Path, exc: OSError) -> DamagedRecord:
-    return DamagedRecord(run_id, f"cannot read {path}: {exc.strerror or exc}; fix or remove it (restore it from a "
-                                 "backup), or remove the run's folder", path)
-
-
 def read_phases(run_dir) -> list[dict]:
-    """The events of events.jsonl in order; a torn or malformed line is skipped (_event). An
-    events.jsonl that cannot be read (a folder, a symlink loop): DamagedRecord naming it."""
-    path = Path(run_dir) / EVENTS
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise _unreadable(Path(run_dir).name, path, exc) from None
-    events = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            event = _event(json.loads(line))
-        except (ValueError, RecursionError):
-            continue
-        if event is not None:
-            events.append(event)
-    return events
-
-
-# the fields of an event that sf computes with, and what each must be (others are detail)
-_EVENT_TEXTS = ("phase", "iso", "node", "name", "label", "what", "ending", "address")
-_EVENT_COUNTS = ("restart", "restart_in_place", "step", "resumed_from")
-_EVENT_NODE_LISTS = ("missing", "left_out", "spares_used")
-
-
-def _event(event) -> dict | None:
-    """An events.jsonl line's object with its time a float and its counts ints (a shell writes
-    `"restart": "1"`), or None when it is not an event sf can use: no phase, or a field sf
-    computes with of another type (a hand edit, another tool, NaN or 1e400 as the time)."""
-    if not isinstance(event, dict) or not isinstance(event.get("phase"), str) or not event["phase"]:
-        return None
-    if any(name in event and not isinstance(event[name], str) for name in _EVENT_TEXTS):
-        return None
-    if "time" in event:
-        try:
-            event["time"] = float(event["time"]) if not isinstance(event["time"], (bool, str)) else math.nan
-        except (TypeError, OverflowError):
-            return None
-        if not math.isfinite(event["time"]):
-            return None
-    for name in _EVENT_COUNTS:
-        value = event.get(name)
-        if isinstance(value, str) and value.isdigit() and len(value) < 10:
-            event[name] = int(value)
-        elif value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            return None
-    nodes = event.get("nodes")  # node names; allocated's is their count
-    if nodes is not None and not _texts(nodes) and not (event["phase"] == ALLOCATED and isinstance(nodes, int)):
-        return None
-    if any(event.get(name) is not None and not _texts(event[name]) for name in _EVENT_NODE_LISTS):
-        return None
-    pools = event.get("pools", {})  # pool -> its hosts (allocated), host -> its pool (barrier_waiting)
-    if not isinstance(pools, dict) or not all(isinstance(v, str) or _texts(v) for v in pools.values()):
-        return None
-    return event
-
-
-def _texts(value) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    """The events of events.jsonl in order; a torn or malformed line is skipped (run_record). An
+    events.jsonl that is not a regular file of the run's user, or cannot be read: DamagedRecord."""
+    return Run(run_dir).phases()

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import stat
 from pathlib import Path
 
-from launcher import ownership
+from launcher import gateway, ownership
 
 MODE = "token"
 FOLDER = ".ray-auth"
@@ -41,11 +40,13 @@ def token_path(run_dir: str, job_id: str) -> Path:
 def make_token(run_dir: str, job_id: str) -> Path:
     """Write a fresh random token, readable by this user only, into a token folder this very
     call makes (an earlier attempt's goes first: a folder that is not this user's own, or a
-    symlink, is refused, never reused: its owner could swap the token); returns its path."""
+    symlink, is refused, never reused: its owner could swap the token); returns its path.
+    Everything through launcher.gateway: the run folder is reached through no other user's
+    link, and the token is written through the descriptor of the folder just made."""
     path = token_path(run_dir, job_id)
     folder = path.parent
     try:
-        st = os.lstat(folder)
+        st = gateway.lstat(folder, "run")
     except FileNotFoundError:
         pass
     else:
@@ -53,9 +54,11 @@ def make_token(run_dir: str, job_id: str) -> Path:
             raise ownership.UnsafePath("run", f"{folder} is not a folder sf made ({ownership.user_name(st.st_uid)}'s"
                                        f"{', a symlink' if stat.S_ISLNK(st.st_mode) else ''}): the job's Ray token is "
                                        "never written there; remove it and submit again")
-        shutil.rmtree(folder)  # an earlier attempt's (a requeue): a new folder, a new token
-    ownership.make_own_dir(folder, 0o700)  # exclusive: fails if anything appeared meanwhile
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        gateway.remove_tree(folder, "run")  # an earlier attempt's (a requeue): a new folder, a new token
+    gateway.make_dir(folder, 0o700, field="run")  # exclusive: fails if anything appeared meanwhile
+    with gateway.folder(folder, "run", own=True) as folder_fd:
+        fd = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=folder_fd)
     try:
         os.write(fd, secrets.token_hex(32).encode())
     finally:
@@ -86,7 +89,7 @@ def pin(env: dict, path: Path) -> dict:
 
 
 def remove_token(path: Path) -> None:
-    path.unlink(missing_ok=True)
+    gateway.unlink(path, "run")
 
 
 def ray_supports_tokens(version: str) -> bool:

@@ -13,6 +13,14 @@ import os
 import sys
 from pathlib import Path
 
+from launcher import gateway
+
+# Ray's own logs a node keeps in the run (their last RAY_LOG_MAX_BYTES each, at most RAY_LOG_MAX_FILES)
+RAY_LOG_FILES = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err", "monitor.log",
+                 "ray_process_exit.log", "dashboard.log", "runtime_env_agent.log")
+RAY_LOG_MAX_BYTES = 1 << 20
+RAY_LOG_MAX_FILES = 20
+
 
 def write_line(text: str, *, err: bool = False) -> None:
     """`text` and its newline as one write to stdout (stderr with `err`): the job runs with
@@ -71,3 +79,54 @@ def node_logs_text(run_dir: str, job_id: str, step_name: str, nodes: list[str], 
                 f"container or srun failed before it ran); srun's own error is in {output}")
         text = f"{text}; {none}" if text else none
     return text
+
+
+def _tail(folder_fd: int, name: str, max_bytes: int) -> bytes | None:
+    """The last `max_bytes` of the regular file `name` (not a link, FIFO or device), None if not one."""
+    try:
+        fd = gateway.open_read(folder_fd, name, name, "ray logs", limit=None, any_owner=False)
+    except (OSError, gateway.UnsafeFile):
+        return None
+    try:
+        os.lseek(fd, max(0, os.fstat(fd).st_size - max_bytes), os.SEEK_SET)
+        chunks, left = [], max_bytes  # Ray may still be writing it: read what was there, no more
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str, failed_try: int | None = None,
+                  names=RAY_LOG_FILES, max_bytes: int = RAY_LOG_MAX_BYTES) -> None:
+    """Ray's own logs of this node (raylet, GCS, process exits) into the run dir before the
+    node-local temp dir goes: the last `max_bytes` of each, logs/ray/<job>-<node>/ (a start that
+    failed and is tried again: <job>-<node>-try<N>/, its raylet's own error). Through
+    launcher.gateway: logs/ray and the node's folder must be this user's real folders (a planted
+    `logs/ray` link is refused, never written through), each file is written into the folder's
+    descriptor. A copy that fails is said, never a reason to fail."""
+    dest = Path(run_dir) / "logs" / "ray" / (f"{job_id}-{node}" + (f"-try{failed_try}" if failed_try else ""))
+    try:
+        with gateway.folder(Path(temp) / "session_latest" / "logs", "ray logs") as src:
+            wanted = sorted(n for n in os.listdir(src) if n in names or n.startswith("python-core-driver"))
+            tails = [(n, _tail(src, n, max_bytes)) for n in wanted[:RAY_LOG_MAX_FILES]]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except (OSError, gateway.UnsafeFile) as exc:
+        write_line(f"[sf node {node}] cannot read Ray's logs: {exc}")
+        return
+    try:
+        for folder in (dest.parent, dest):  # an existing one must be a real folder of this user's
+            gateway.make_dir(folder, 0o700, exist_ok=True, field="run")
+        with gateway.folder(dest, "run", own=True) as fd:
+            for name, data in tails:
+                if data is not None:
+                    gateway.write_at(fd, name, data)
+    except (OSError, gateway.UnsafeFile) as exc:  # a log copy is never a reason to fail
+        write_line(f"[sf node {node}] cannot keep Ray's logs: {exc}")

@@ -120,7 +120,7 @@ def test_an_unreadable_events_or_reason_file_is_one_line_naming_it(cli_env, fake
         os.symlink(name, path)
     timeline = [["status", bad.id, "--timeline"]] if name == runs.EVENTS else []  # reads no reason
     for args in (["status", bad.id], ["cancel", bad.id], ["logs", bad.id], *timeline):
-        refused(sf_cli(*args), str(path), "cannot read")
+        refused(sf_cli(*args), str(path), "not a file sf wrote")
     _listed_without(bad, good, path)
 
 
@@ -213,6 +213,53 @@ def test_a_record_that_is_a_symlink_to_another_runs_is_refused(cli_env, fake_slu
     (bad.dir / runs.RECORD).unlink()
     (bad.dir / runs.RECORD).symlink_to(other.dir / runs.RECORD)
     for command in ("status", "cancel"):
-        refused(sf_cli(command, bad.id), f"{bad.dir / runs.RECORD} is a symbolic link, not the record sf wrote")
+        refused(sf_cli(command, bad.id), f"{bad.dir / runs.RECORD} is a symbolic link, not a file sf wrote")
     assert fake_slurm.calls("scancel") == []  # the other run's jobs untouched
     _listed_without(bad, good, bad.dir / runs.RECORD)
+
+
+# --- damaged run data and run identity (issue 44, 47) -------------------------------------------
+
+def test_a_fifo_or_sparse_record_events_or_reason_is_damage_never_read(cli_env, fake_slurm):
+    """A FIFO would hang every `sf list`; a sparse 3 GB file would cost seconds and 3 GB: both are
+    refused on the open descriptor, named in one line, and the other runs listed."""
+    root = cli_env / "runs"
+    good = _ended(root, "good")
+    fifo_events, sparse_record, fifo_reason = (_ended(root, n) for n in ("fifo", "sparse", "reason"))
+    os.mkfifo(fifo_events.dir / runs.EVENTS)
+    with open(sparse_record.dir / runs.RECORD, "r+b") as handle:
+        handle.truncate(3 << 30)
+    os.mkfifo(fifo_reason.dir / runs.REASON)
+    result = sf_cli("list", "--json")
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    doc = json.loads(result.stdout)
+    assert [r["id"] for r in doc["runs"]] == [good.id]
+    assert sorted(doc["damaged"]) == sorted([fifo_events.id, sparse_record.id, fifo_reason.id])
+    refused(sf_cli("status", fifo_events.id), str(fifo_events.dir / runs.EVENTS), "is a FIFO")
+    refused(sf_cli("status", sparse_record.id), str(sparse_record.dir / runs.RECORD), "3221225472 bytes")
+
+
+def test_an_absurd_restart_count_is_not_shown_as_requeues(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    with open(run.dir / runs.EVENTS, "a") as handle:
+        handle.write(json.dumps({"phase": "allocated", "time": 1.0, "restart": 10**30}) + "\n")
+        handle.write(json.dumps({"phase": "ended", "time": 2.0, "ending": "requeued", "restart": 10**30}) + "\n")
+        handle.write(json.dumps({"phase": "allocated", "time": 3.0, "restart": 1}) + "\n")
+    rec = run.record()
+    assert rec["requeue_count"] == 1 and [p["time"] for p in rec["phases"]] == [3.0]
+
+
+def test_a_record_requeue_count_no_job_reaches_is_damage(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    data = json.loads((run.dir / runs.RECORD).read_text())
+    (run.dir / runs.RECORD).write_text(json.dumps({**data, "requeue_count": 10**30}))
+    with pytest.raises(runs.DamagedRecord, match="requeue_count"):
+        run.record()
+
+
+@pytest.mark.parametrize("member", ["../../etc", "/etc", "..", "a/b"])
+def test_a_sweep_whose_members_point_outside_the_runs_folder_is_damage(tmp_path, member):
+    sweep = runs.create_run(tmp_path, "grid", kind="sweep", members=[member])
+    with pytest.raises(runs.DamagedRecord, match="members are not run ids"):
+        sweep.record()
+    assert runs.list_runs(tmp_path) == [] and list(runs.damaged_runs(tmp_path)) == [sweep.id]

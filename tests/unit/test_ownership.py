@@ -6,6 +6,7 @@ these pin the rules one by one on local folders.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from launcher import ownership, runs, slurm
+from launcher.errors import SpecError
 from launcher.injob import auth, ports
 from launcher.injob.node import busy_ports
 from launcher.spec.site import site_from_dict
@@ -74,8 +76,9 @@ def test_a_runs_folder_others_may_write_without_the_sticky_bit_is_refused(tmp_pa
     with pytest.raises(ownership.UnsafePath, match="sticky"):  # a folder below it is no better: it can be renamed
         runs.create_run(shared / "alice", "grpo")
     assert list(shared.iterdir()) == []  # nothing half-made
-    os.chmod(shared, 0o1777)  # like /tmp: allowed
-    assert runs.create_run(shared, "grpo").dir.parent == shared
+    os.chmod(shared, 0o1777)  # like /tmp: allowed, and the run goes into the caller's own folder in it
+    assert runs.create_run(shared, "grpo").dir.parent == shared / pwd.getpwuid(os.getuid()).pw_name
+    assert mode(shared / pwd.getpwuid(os.getuid()).pw_name) == 0o700
 
 
 def test_a_runs_folder_of_another_user_is_refused(tmp_path):
@@ -103,7 +106,7 @@ def test_events_are_never_appended_through_a_symlink(tmp_path):
     target.write_text("theirs\n")
     os.chmod(target, 0o644)
     (run.dir / runs.EVENTS).symlink_to(target)
-    with pytest.raises(ownership.UnsafePath, match="symlink"):
+    with pytest.raises(ownership.UnsafePath, match="symbolic link"):
         runs.record_phase(run.dir, "allocated")
     assert target.read_text() == "theirs\n" and mode(target) == 0o644
 
@@ -204,3 +207,77 @@ def test_a_squatted_worker_port_makes_the_slot_busy():
         squatter.listen()
         assert busy_ports("127.0.0.1", slot, head=False) == [slot.min_worker + 50]
     assert busy_ports("127.0.0.1", slot, head=True) == []
+
+
+def _planted_run(root, name, job_id="101"):
+    """A run folder of `nobody` in a shared runs folder, its record naming `job_id`."""
+    folder = root / name
+    folder.mkdir()
+    (folder / runs.RECORD).write_text(json.dumps({"id": name, "experiment": "x", "kind": "run", "state": "running",
+                                                  "created": "2999-01-01T00:00:00Z", "job_ids": [job_id]}))
+    for path in (folder / runs.RECORD, folder):
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+    return folder
+
+
+def test_in_a_shared_runs_folder_only_the_callers_runs_are_listed_or_opened(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    mine = runs.create_run(shared, "grpo")
+    mine.update(job_ids=["101"])
+    _planted_run(shared, "grpo-aaaaa")  # names my job id, and is newer than mine
+    private = shared / "private-bbbbb"
+    private.mkdir(mode=0o700)
+    os.chown(private, NOBODY.pw_uid, NOBODY.pw_gid)
+    (shared / "link-ccccc").symlink_to(mine.dir)
+    assert runs.list_runs(shared) == [mine]
+    assert runs.damaged_runs(shared) == {}
+    assert runs.open_run(shared, mine.id) == mine
+    for theirs in ("grpo-aaaaa", "link-ccccc", "private-bbbbb"):
+        with pytest.raises(SpecError, match="no run of yours"):
+            runs.open_run(shared, theirs)
+
+
+def test_a_runs_folder_through_another_users_link_is_refused_and_the_real_path_used(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "runs-link"
+    link.symlink_to(real)
+    assert runs.create_run(link, "grpo").dir.parent == real  # my own link: the real path goes into the job
+    theirs = tmp_path / "their-link"
+    theirs.symlink_to(real)
+    os.lchown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="their-link is a symbolic link of nobody"):
+        runs.create_run(theirs, "grpo")
+    with pytest.raises(ownership.UnsafePath, match="symbolic link of nobody"):
+        runs.make_run_dir(theirs / "out")
+    assert len(list(real.iterdir())) == 1
+
+
+def test_render_output_never_overwrites_a_runs_plan(tmp_path):
+    run = runs.create_run(tmp_path, "grpo")
+    run.write_json("plan.json", {"mine": True})
+    with pytest.raises(SpecError, match="already holds a run"):
+        runs.make_run_dir(run.dir)
+    assert json.loads((run.dir / "plan.json").read_text()) == {"mine": True}
+    assert runs.make_run_dir(tmp_path / "fresh").dir == tmp_path / "fresh"
+
+
+def test_ray_logs_are_never_copied_through_a_planted_logs_ray_link(tmp_path):
+    from launcher.injob import node_logs
+
+    temp = tmp_path / "temp"
+    (temp / "session_latest" / "logs").mkdir(parents=True)
+    (temp / "session_latest" / "logs" / "raylet.out").write_text("raylet says\n")
+    run = runs.create_run(tmp_path / "runs", "grpo")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run.dir / "logs" / "ray").symlink_to(elsewhere)
+    os.lchown(run.dir / "logs" / "ray", NOBODY.pw_uid, NOBODY.pw_gid)
+    node_logs.keep_ray_logs(str(temp), str(run.dir), "7", "dev1")
+    assert list(elsewhere.iterdir()) == []
+    (run.dir / "logs" / "ray").unlink()
+    node_logs.keep_ray_logs(str(temp), str(run.dir), "7", "dev1")
+    assert (run.dir / "logs" / "ray" / "7-dev1" / "raylet.out").read_text() == "raylet says\n"
+    assert mode(run.dir / "logs" / "ray" / "7-dev1") == 0o700
