@@ -197,21 +197,9 @@ def _say_damaged(root: Path) -> list[str]:
 
 
 def _damaged_records(root: Path) -> dict[str, Path]:
-    """{run id: the damaged file} of the run folders under `root` whose record.json cannot be
-    read as a run record (or whose events.jsonl or reason, merged into it, cannot be read)."""
-    out = {}
-    try:
-        folders = sorted(p for p in Path(root).iterdir() if (p / runs.RECORD).is_file())
-    except OSError:
-        return out
-    for folder in folders:
-        try:
-            runs.Run(folder).check()
-        except runs.DamagedRecord as exc:
-            out[folder.name] = exc.path or folder / runs.RECORD
-        except (OSError, ValueError):
-            out[folder.name] = folder / runs.RECORD
-    return out
+    """{run id: the damaged file} of the caller's run folders under `root` whose record.json cannot
+    be read as a run record (or whose events.jsonl or reason, merged into it, cannot be read)."""
+    return runs.damaged_runs(root)
 
 
 def _kind(rec: dict) -> str:
