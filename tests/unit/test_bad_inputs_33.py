@@ -420,14 +420,15 @@ def damaged(request, ckpt_env, monkeypatch):
     record = folder / "record.json"
     record.write_bytes(DAMAGE[request.param])
     if request.param == "unreadable":  # the suite runs as root, which reads every file: simulated
-        real = Path.read_bytes
+        from launcher import gateway
+        real = gateway.open_read
 
-        def refuse(self):
-            if self == record:
-                raise PermissionError(13, "Permission denied", str(self))
-            return real(self)
+        def refuse(fd, name, shown, *args, **kwargs):
+            if shown == str(record):
+                raise PermissionError(13, "Permission denied", shown)
+            return real(fd, name, shown, *args, **kwargs)
 
-        monkeypatch.setattr(Path, "read_bytes", refuse)
+        monkeypatch.setattr(gateway, "open_read", refuse)
     return {"cli_env": ckpt_env, "record": record, "good": good, "kind": request.param}
 
 
