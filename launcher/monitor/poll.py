@@ -242,24 +242,30 @@ def requeue_on(run: runs_mod.Run) -> bool:
         return True
 
 
+def _jobs_of(job_ids: list[str], states: slurm.JobStates | None) -> tuple[slurm.JobState | None, dict]:
+    """The run's job (its jobs aggregated when several) and every job's and part's state."""
+    job, jobs = None, {}
+    if states is None or not job_ids:
+        return job, jobs
+    if len(job_ids) == 1:
+        job = states.get(job_ids[0])
+    else:
+        parts = [states[j] for j in job_ids if j in states]
+        job = slurm.aggregate(",".join(job_ids), parts, "group") if parts else None
+    for job_id in job_ids:
+        js = states.get(job_id)
+        if js is None:
+            continue
+        jobs[job_id] = js.to_dict()
+        for part in js.parts:
+            if part in states:
+                jobs[part] = states[part].to_dict()
+    return job, jobs
+
+
 def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:
     job_ids = _active_ids(rec)
-    job = None
-    jobs = {}
-    if states is not None and job_ids:
-        if len(job_ids) == 1:
-            job = states.get(job_ids[0])
-        else:
-            parts = [states[j] for j in job_ids if j in states]
-            job = slurm.aggregate(",".join(job_ids), parts, "group") if parts else None
-        for job_id in job_ids:
-            js = states.get(job_id)
-            if js is None:
-                continue
-            jobs[job_id] = js.to_dict()
-            for part in js.parts:
-                if part in states:
-                    jobs[part] = states[part].to_dict()
+    job, jobs = _jobs_of(job_ids, states)
     state = rec.get("state", CREATED)
     if job is not None and not job.missing:
         state = run_state(job.state)
@@ -389,7 +395,7 @@ def _read_records(runs: list[runs_mod.Run], runs_dir) -> tuple[dict, dict]:
     members: dict[runs_mod.Run, list[runs_mod.Run]] = {}
     for run, rec in list(records.items()):
         if rec.get("kind") == "sweep":
-            root = runs_dir or run.dir.parent
+            root = run.dir.parent  # members are run folders beside the sweep (per-user in a shared runs folder)
             if rec.get("members"):
                 members[run] = [runs_mod.Run(Path(root) / m) for m in rec["members"]
                                 if (Path(root) / m / runs_mod.RECORD).is_file()]
