@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher import runs
 from launcher.errors import SpecError
 
 METRICS_DIR = "metrics"
@@ -341,7 +342,7 @@ def load_sweep_points(sweep_dir: str | Path, record: dict) -> list[SweepPoint]:
     for position, member in enumerate(record.get("members") or []):
         run_dir = root / member
         try:
-            rec = json.loads((run_dir / "record.json").read_text())
+            rec = runs.Run(run_dir).raw_record()  # a member's record: a regular file of the user's, capped
         except (OSError, ValueError):
             rec = {}
         data = read_metrics(run_dir)
