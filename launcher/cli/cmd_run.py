@@ -163,7 +163,7 @@ def wait_for_job(run, job_id: str, *, preflight: bool, as_json: bool, echo=None,
     the reason / preflight report. 0 when the job completed, else 1."""
     echo = echo or (lambda text: click.echo(text, err=as_json))
     from launcher.monitor import poll as monitor  # lazy: only --wait follows the job (start-up cost)
-    from launcher.monitor.progress import wait_lines
+    from launcher.monitor.progress import wait_lines  # lazy: as monitor above
 
     seen, last_state, unknown_since, delay = 0, None, None, POLL_FIRST_S
     while True:
