@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from launcher import slurm_versions
 from launcher.errors import SlurmError
 
 # Re-exported: callers name the parsed types and helpers through launcher.slurm.
@@ -329,6 +330,16 @@ def srun_help(timeout: float = 30) -> str | None:
     except SlurmError:
         return None
     return (proc.stdout or "") + (proc.stderr or "")
+
+
+def version() -> tuple[int, int, int] | None:
+    """The Slurm release of the client tools sf runs (`scontrol --version`: `slurm 24.11.5`);
+    None when they do not answer (sf doctor and the preflight say so; slurm_versions)."""
+    try:
+        proc = _run(["scontrol", "--version"], check=False, timeout=15)
+    except SlurmError:
+        return None
+    return slurm_versions.parse_version(proc.stdout)
 
 
 def accounting_check() -> str | None:

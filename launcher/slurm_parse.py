@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from launcher.errors import SlurmError
-from launcher.sbatch_values import LOGIN_ENV
+from launcher.sbatch_values import LOGIN_ENV, TIME
 from launcher.states import AGGREGATE_ACTIVE_ORDER, AGGREGATE_END_ORDER, SLURM_PENDING, SLURM_TERMINAL, slurm_done
 
 # sacct fields, in order (all exist in 22.05; 22.05 has no Restarts: use show_job).
@@ -186,6 +186,12 @@ def _expand_array(base: str, bracket: str) -> list[str]:
     return [f"{base}_{t}" for t in tasks]
 
 
+def _time_limit(text: str) -> str:
+    """sacct's Timelimit as Slurm writes a time, else unknown (empty): 24.11 prints
+    `Partition_Limit` there for a requeued job pending again (slurm_versions, pending_timelimit)."""
+    return text if TIME.match(text) else ""
+
+
 def _row_to_state(values: dict[str, str], job_id: str) -> JobState:
     raw = values.get("State", "")
     return JobState(
@@ -194,7 +200,7 @@ def _row_to_state(values: dict[str, str], job_id: str) -> JobState:
         start=values.get("Start", ""), end=values.get("End", ""),
         elapsed=values.get("Elapsed", ""), nodelist=values.get("NodeList", ""),
         reason=values.get("Reason", ""), submit=values.get("Submit", ""),
-        timelimit=values.get("Timelimit", ""),
+        timelimit=_time_limit(values.get("Timelimit", "")),
         kind="task" if "_" in job_id else "component" if "+" in job_id else "job",
     )
 

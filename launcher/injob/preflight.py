@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher import runs
+from launcher import runs, slurm, slurm_versions
 from launcher.checkpoints import tracked_step
 from launcher.injob import capabilities, health, mounts, placement, stacks, topology
 from launcher.injob.contract import Job
@@ -166,8 +166,6 @@ def compiled(pool) -> dict:
 
 def srun_paths(job: Job) -> dict:
     """torchrun jobs have no Ray: one srun task per node checks the paths."""
-    from launcher import slurm
-
     report = {}
     paths, _ = job_paths(job)
     code = ("import json,sys,os;from launcher.injob.preflight import check_paths_here as c;"
@@ -274,6 +272,7 @@ def main() -> int:
     # The GPUs each node's step sees (UUIDs where nvidia-smi answers): the supervisor already
     # refused shared or missing ones before the preflight started.
     report["gpu_ids"] = dict(job.gpu_ids)
+    report["slurm"] = slurm_versions.version_text(slurm.version())
     report["checkpoint"] = latest_checkpoint(job.checkpoint_dir or "")
     report["seconds"] = round(time.time() - t0, 2)
     report["ok"] = not report["failures"]
@@ -305,6 +304,8 @@ def summary(report: dict) -> str:
                      f" {'ok' if role['ok'] else 'WRONG (lands on pool ' + role['placed_on_pool'] + ')'}")
     o = report.get("overrides", {})
     lines.append(f"overrides: {'compose' if o.get('ok') else 'FAIL'}")
+    if report.get("slurm"):
+        lines.append(f"slurm: {report['slurm']}")
     lines.append(capabilities.summary(report.get("capabilities") or {}))
     paths = report.get("paths", {})
     lines.append(f"paths: checked on {len(paths)} nodes")

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launcher import ownership, sbatch_values, slurm
+from launcher import ownership, sbatch_values, slurm, slurm_versions
 from launcher import runs as runs_mod
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.spec.contracts import load_registry
@@ -438,6 +438,14 @@ def check_site_values(site) -> list[Check]:
     return checks
 
 
+def version_check(version) -> Check:
+    """Slurm's release, and a warning when sf was not tested on it (slurm_versions)."""
+    warning = slurm_versions.version_warning(version)
+    if warning:
+        return Check("slurm version", WARN, warning, "docs/admins.md, 'Supported versions'")
+    return Check("slurm version", OK, f"Slurm {slurm_versions.version_text(version)}")
+
+
 def run_checks(site_path: str | None = None) -> list[Check]:
     """Every check, the site file's own first: a site that cannot be read or breaks its schema
     (configs/schema/site.schema.json) raises its SpecError(s), one line each, exit 2, and
@@ -450,6 +458,7 @@ def run_checks(site_path: str | None = None) -> list[Check]:
     try:
         partitions, nodes = slurm.show_partitions(), slurm.show_nodes()
         checks.append(Check("slurmctld", OK, f"{len(partitions)} partitions, {len(nodes)} nodes"))
+        checks.append(version_check(slurm.version()))
         checks += check_series(site, partitions, nodes)
         checks += check_sbatch(site)
         checks += check_node_limits(site)

@@ -26,7 +26,7 @@ import os
 import pwd
 import re
 
-from launcher import slurm
+from launcher import slurm, slurm_versions
 from launcher.errors import SlurmError, SpecError, SpecErrors
 
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
@@ -47,7 +47,9 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
         return ["not checked against the cluster (Slurm reported no partitions)"]
     errors, warnings = check(plan, site, cap)
     try:
-        errors += verify_accounts(plan, site, provenance)
+        config = slurm.show_config()
+        errors += verify_accounts(plan, site, provenance, config)
+        warnings += version_warnings(config)
     except SlurmError as exc:
         warnings.append(f"account/QOS not checked against the cluster (Slurm did not answer: {exc})")
     if errors:
@@ -55,10 +57,19 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
     return warnings
 
 
-def verify_accounts(plan, site, provenance: dict | None = None) -> list[SpecError]:
+def version_warnings(config: dict) -> list[str]:
+    """A Slurm older or newer than sf was tested on, from `scontrol show config`'s
+    SLURM_VERSION (slurm_versions); nothing when it is not there (sf doctor says so)."""
+    version = slurm_versions.parse_version(config.get("SLURM_VERSION", ""))
+    warning = slurm_versions.version_warning(version) if version else None
+    return [warning] if warning else []
+
+
+def verify_accounts(plan, site, provenance: dict | None = None, config: dict | None = None) -> list[SpecError]:
     """The account/QOS part of `verify`: nothing is asked of sacctmgr (and nothing said)
-    unless `scontrol show config` says the cluster enforces associations."""
-    config = slurm.show_config()
+    unless `scontrol show config` (`config`, else asked here) says the cluster enforces
+    associations."""
+    config = slurm.show_config() if config is None else config
     enforce = enforcement(config.get("AccountingStorageEnforce", ""))
     if not enforce & ENFORCE_ASSOCIATIONS:
         return []
