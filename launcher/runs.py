@@ -74,10 +74,10 @@ from launcher.run_record import (
     plan_damage,
     unreadable,
 )
-from launcher.runs_folder import make_runs_root
+from launcher.runs_folder import make_runs_root, real_path
 from launcher.states import CREATED, ENDED, REQUEUED
 
-__all__ = ["DamagedRecord", "RECORD", "make_runs_root"]  # re-exported: callers know them as runs.*
+__all__ = ["DamagedRecord", "RECORD", "make_runs_root", "real_path"]  # re-exported: callers know them as runs.*
 PLAN = "plan.json"
 EVENTS = "events.jsonl"
 REASON = "reason"

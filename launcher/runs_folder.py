@@ -51,6 +51,14 @@ def _existing_real(path: Path, field: str) -> tuple[str, list[str]]:
             probe = probe.parent
 
 
+def real_path(path, field: str = "path") -> Path:
+    """`path` with every existing folder of it walked (no other user's link followed) and its
+    links resolved: the path to hand a job, which no flipped link can redirect; what does not
+    exist yet is kept as given."""
+    real, missing = _existing_real(Path(path).expanduser().absolute(), field)
+    return Path(real, *missing)
+
+
 def make_runs_root(runs_dir, share_group: str | None = None, field: str = "runs_dir", *,
                    per_user: bool = True) -> Path:
     """The runs folder as its real path, made (with its missing parents, 0700 or 0750 with the

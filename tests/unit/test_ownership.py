@@ -281,3 +281,16 @@ def test_ray_logs_are_never_copied_through_a_planted_logs_ray_link(tmp_path):
     node_logs.keep_ray_logs(str(temp), str(run.dir), "7", "dev1")
     assert (run.dir / "logs" / "ray" / "7-dev1" / "raylet.out").read_text() == "raylet says\n"
     assert mode(run.dir / "logs" / "ray" / "7-dev1") == 0o700
+
+
+def test_render_output_through_another_users_link_is_refused_and_own_links_resolved(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    mine = tmp_path / "mine"
+    mine.symlink_to(real)
+    assert runs.real_path(mine / "new" / "run1", "--output") == real / "new" / "run1"
+    theirs = tmp_path / "theirs"
+    theirs.symlink_to(real)
+    os.lchown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="--output: .*theirs is a symbolic link of nobody"):
+        runs.real_path(theirs / "run1", "--output")
