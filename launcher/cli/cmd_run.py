@@ -58,7 +58,7 @@ def render(name, out_dir, preflight, as_json, **kwargs):
         ce = request.spec.chain_export
         raise SpecError("--model", f"run {ce.run_id} has no export yet and sf render submits nothing; "
                         f"`sf submit` queues the export first, or `sf export {ce.run_id}` and render after it")
-    out = expand_user(out_dir, "--output").resolve()
+    out = runs.real_path(expand_user(out_dir, "--output"), "--output")  # no other user's link followed
     written = write_render(request, out)
     _warn(request.warnings)
     if as_json:
