@@ -150,9 +150,10 @@ def _command_rule(cmd, names: set[str]) -> str | None:
     if head == "set" and any(a.startswith(("-", "+")) and a != "--" and not re.fullmatch(r"[-+][xv]+", a)
                              for a in args):
         return "site blocks may set only -x/-v: sf's script runs with -uo pipefail and relies on it"
-    if head in ("declare", "typeset", "local", "export") and any(a.startswith("-") and ("r" in a or "f" in a)
-                                                                 for a in args):
-        return f"{head} -r/-f: read-only names and functions are sf's"
+    if head in ("declare", "typeset", "local", "export") and any(
+            a.startswith("-") and set(a[1:]) & ({"r", "f"} if head == "export" else {"r", "f", "n"}) for a in args):
+        return f"{head} -r/-f/-n: read-only names, functions and name references (a second name for one of " \
+               "sf's variables) are not for site blocks"
     named = [a for a in args if not a.startswith("-")] if head in _NAME_ARGS else []
     if head == "printf" and "-v" in args[:-1]:
         named = [args[args.index("-v") + 1]]
