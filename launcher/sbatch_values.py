@@ -18,8 +18,8 @@ from launcher.errors import SpecError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # account, qos, partition
-TIME = re.compile(r"^(?:\d+-\d{1,2}(?::\d{2}){0,2}|\d{1,6}(?::\d{2}){0,2}|UNLIMITED|INFINITE)$")
-MEM = re.compile(r"^\d+[KMGT]?$")
+TIME = re.compile(r"^(?:[0-9]+-[0-9]{1,2}(?::[0-9]{2}){0,2}|[0-9]{1,6}(?::[0-9]{2}){0,2}|UNLIMITED|INFINITE)$")
+MEM = re.compile(r"^[0-9]+[KMGT]?$")
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*:!,-]{1,200}$")
 GRES = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")  # no spaces, %, #, quotes
@@ -115,7 +115,7 @@ MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND"
               "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 MAIL_USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}(?:@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*)?$")
 _DEP_ONE = (r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
-            r"(?::\d{1,12}(?:_\d{1,9})?(?:\+\d{1,6})?)+)")
+            r"(?::[1-9][0-9]{0,11}(?:_[0-9]{1,9})?(?:\+[0-9]{1,6})?)+)")
 DEPENDENCY = re.compile(rf"^{_DEP_ONE}(?:(?:,{_DEP_ONE})*|(?:\?{_DEP_ONE})*)$")
 _HOSTS = r"[A-Za-z0-9._-]+(?:\[[0-9,-]+\][A-Za-z0-9._-]*)*"  # node07, node[01-03], gpu[1,3]x
 NODELIST = re.compile(rf"^{_HOSTS}(?:,{_HOSTS})*$")
@@ -123,7 +123,7 @@ SBATCH_KEY = re.compile(r"^[a-z][a-z-]{1,40}$")
 
 TIMEISH = re.compile(r"^[A-Za-z0-9:+_-]{1,32}$")  # now+1hour, 2026-12-01T10:00, 16:00, midnight
 WORDS = re.compile(r"^[A-Za-z0-9._:=,@/+-]{1,200}$")  # a comment, a network spec: one word
-INT = re.compile(r"^-?\d{1,9}$")
+INT = re.compile(r"^-?[0-9]{1,9}$")
 
 # the scalar keys (flag, config key, pattern, what, job-wide?)
 SCALARS = (
@@ -144,28 +144,29 @@ ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
     "deadline": (TIMEISH, "a time such as 2026-12-01T10:00", True),
     "comment": (WORDS, "one word of letters, digits and ._:=,@/+- (no spaces)", True),
     "nice": (INT, "a whole number", True),
-    "priority": (re.compile(r"^(?:\d{1,9}|TOP)$"), "a whole number or TOP", True),
+    "priority": (re.compile(r"^(?:[0-9]{1,9}|TOP)$"), "a whole number or TOP", True),
     "kill-on-invalid-dep": (re.compile(r"^(?:yes|no)$"), "yes or no", True),
     "wckey": (ACCOUNT, "letters, digits and ._- only", True),
     "acctg-freq": (re.compile(r"^[A-Za-z0-9=,]{1,64}$"), "like task=30,energy=60", True),
     "profile": (re.compile(r"^[A-Za-z,]{1,64}$"), "like all or energy,task", True),
     "delay-boot": (TIME, "minutes or HH:MM:SS", True),
     "mcs-label": (NAME, "letters, digits and ._- only", True),
-    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?(?:[,|][A-Za-z0-9_.@-]{1,64}(?::\d{1,6})?){0,15}$"),
+    "licenses": (re.compile(r"^[A-Za-z0-9_.@-]{1,64}(?::[0-9]{1,6})?"
+                            r"(?:[,|][A-Za-z0-9_.@-]{1,64}(?::[0-9]{1,6})?){0,15}$"),
                  "like matlab:2,fluent", False),
     "gres-flags": (re.compile(r"^[a-z-]{1,40}(?:,[a-z-]{1,40}){0,3}$"), "like enforce-binding", False),
     "mem-per-gpu": (MEM, "a size such as 32G", False),
     "mem-per-cpu": (MEM, "a size such as 4G", False),
-    "cpus-per-gpu": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "cpus-per-gpu": (re.compile(r"^[0-9]{1,4}$"), "a whole number", False),
     "tmp": (MEM, "a size such as 100G", False),
     "hint": (re.compile(r"^(?:compute_bound|memory_bound|multithread|nomultithread)$"),
              "compute_bound, memory_bound, multithread or nomultithread", False),
     "network": (WORDS, "one word of letters, digits and ._:=,@/+-", False),
-    "switches": (re.compile(r"^\d{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
+    "switches": (re.compile(r"^[0-9]{1,4}(?:@[0-9:-]{1,16})?$"), "like 1 or 1@10:00", False),
     "prefer": (CONSTRAINT, "features joined by & | , only; no spaces", False),
     "cpu-freq": (re.compile(r"^[A-Za-z0-9:-]{1,40}$"), "like high or 2400000-3000000:performance", False),
-    "core-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
-    "thread-spec": (re.compile(r"^\d{1,4}$"), "a whole number", False),
+    "core-spec": (re.compile(r"^[0-9]{1,4}$"), "a whole number", False),
+    "thread-spec": (re.compile(r"^[0-9]{1,4}$"), "a whole number", False),
     "gpu-bind": (re.compile(r"^[A-Za-z0-9_:,.-]{1,64}$"), "like closest or map_gpu:0,1", False),
     "gpu-freq": (re.compile(r"^[A-Za-z0-9_=:,.-]{1,64}$"), "like high or memory=high", False),
     "distribution": (re.compile(r"^[A-Za-z0-9:,*]{1,40}$"), "like block:cyclic", False),

@@ -127,6 +127,12 @@ def all_methods() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def config_names(version: str) -> tuple[str, ...]:
+    """The verl config names the methods of `version` compose (ppo_trainer, sft_trainer_engine, ...)."""
+    return tuple(sorted({get_method(version, m).config_name for m in methods(version)}))
+
+
+@lru_cache(maxsize=None)
 def trainer_pools(version: str) -> dict[str, dict[str, str]]:
     """trainer family -> {role: the verl resource pool its workers land in} (_trainers.yaml)."""
     data = yaml.safe_load((methods_dir(version) / TABLES).read_text()) or {}

@@ -40,6 +40,7 @@ DISTILLATION_LOSS_MODES = ("forward_kl_topk", "kl", "k1", "abs", "mse", "k2", "l
 ROLLOUT_NAMES = ("vllm", "sglang", "trtllm")
 RESUME_MODES = ("auto", "disable", "resume_path")
 MODEL_ENGINES = ("dp", "megatron", "torchtitan", "veomni")
+KL_CTRL_TYPES = ("fixed", "adaptive")  # verl 0.9.1 core_algos.get_kl_controller raises on any other
 
 # Hydra keys whose values verl checks only at run time: sf checks them before queueing.
 ENUM_KEYS: dict[str, tuple[str, ...]] = {
@@ -53,6 +54,7 @@ ENUM_KEYS: dict[str, tuple[str, ...]] = {
     "actor_rollout_ref.rollout.name": ROLLOUT_NAMES,
     "trainer.resume_mode": RESUME_MODES,
     "model_engine": MODEL_ENGINES,
+    "algorithm.kl_ctrl.type": KL_CTRL_TYPES,
 }
 
 # ----------------------------------------------------------------------------- knobs
@@ -140,7 +142,9 @@ KNOBS: dict[str, Knob] = {
     "rollout_rs_threshold": Knob(CORRECTION + "rollout_rs_threshold", "rs_threshold"),
     # DAPO
     "filter_groups": Knob("algorithm.filter_groups.enable", "bool"),
-    "filter_metric": Knob("algorithm.filter_groups.metric", "str"),
+    "filter_metric": Knob("algorithm.filter_groups.metric", "str",
+                          help="the metric DAPO's group filter reads (acc, score, seq_reward, reward); null: verl's "
+                               "default, reward"),
     "max_inflight_gen_batches": Knob("algorithm.filter_groups.max_inflight_gen_batches", "int"),
     "reward_manager": Knob("reward.reward_manager.name", "enum", choices=REWARD_MANAGERS),
     "overlong_buffer": Knob(OVERLONG + "enable", "bool"),
@@ -181,11 +185,11 @@ def coerce_knob(name: str, value: Any) -> Any:
             raise SpecError(field, f"{value!r}: sf does not read '_' as a digit separator; write the number "
                             f"without it, e.g. {name}: {text.replace('_', '')}")
         value = parse_scalar(text)
-    if isinstance(value, str) and t == "bool":
+    if isinstance(value, str) and t in ("bool", "str"):
         word = value.strip().lower()
-        if word in BOOL_WORDS:
+        if t == "bool" and word in BOOL_WORDS:
             value = BOOL_WORDS[word]
-        elif word in ("null", "none", "~"):
+        elif word in ("null", "none", "~"):  # --set filter_metric=null: verl's default, as `filter_metric: null`
             value = None
     if value is None:
         return None

@@ -13,7 +13,7 @@ import re
 from launcher.errors import SpecError, quoted_short
 
 FORMS = "MINUTES, MINUTES:SECONDS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00 or 1-12:00:00)"
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME = re.compile(r"^(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?$")
 # Slurm (22.05, time_str2secs/time_str2mins) adds a limit up in seconds in a signed 32-bit int
 # and rounds it up to minutes with +59 in the same int: anything longer wraps, silently, into
 # another limit (sbatch --time=9999999-00:00:00 asks for 8234-19:19:00, 24855-03:13:09 for

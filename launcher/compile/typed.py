@@ -129,3 +129,38 @@ def unresolved(ctx) -> list[tuple[str, str]]:
             out.append((w.field, f"{key}={text} does not resolve in verl's config ({why}); verl would fail reading it: "
                                  "point the interpolation at a key verl has, or write the value"))
     return out
+
+
+def _element_kind(items: list):
+    """The one type of a list's elements (float for numbers), or None when mixed or not scalar."""
+    kinds = {float if type(v) in (int, float) else type(v) for v in items}
+    return kinds.pop() if len(kinds) == 1 and kinds <= {bool, float, str} else None
+
+
+def list_problems(ctx) -> list[tuple[str, str]]:
+    """(field, message) for each user-written list verl's own default fixes the shape of: a list
+    of numbers keeps its length (`optim.betas`, `profile_interval`: verl and torch unpack it),
+    and every element keeps the default's element type (`trainer.logger=[console,1]`)."""
+    out: list[tuple[str, str]] = []
+    if ctx.effective is None:
+        return out
+    for key, entry in ctx.resolution.entries.items():
+        w = entry.write
+        if w.layer not in resolve.INPUT_LAYERS or w.op in (resolve.DEFAULT, resolve.DELETE):
+            continue
+        base, value = ctx.effective.base(key), ctx.effective.get(key, _ABSENT)
+        if not (isinstance(base, list) and base and isinstance(value, list)):
+            continue
+        kind = _element_kind(base)
+        if kind is None:
+            continue
+        shown, example = f"{key}={hydra_value(value)}", f"{key}={hydra_value(base)}"
+        wrong = [v for v in value if (float if type(v) in (int, float) else type(v)) is not kind]
+        if wrong:
+            out.append((w.field, f"{shown}: {hydra_value(wrong[0])} is not {_NAMES[kind]}, but every element of "
+                                 f"verl's {key} is (default {hydra_value(base)}); write e.g. {example}"))
+        elif kind is float and len(value) != len(base):
+            out.append((w.field, f"{shown} has {len(value)} element{'s' if len(value) != 1 else ''}, but verl's {key} "
+                                 f"takes {len(base)} (default {hydra_value(base)}); write e.g. {example}"))
+    return out
+

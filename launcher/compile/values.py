@@ -9,8 +9,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
-NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-HYDRA_NUMBERISH = re.compile(r"^[+-]?([\d_]+\.?[\d_]*|\.[\d_]+)([eE][+-]?[\d_]+)?$|^[+-]?(inf|nan)$", re.I)
+NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+HYDRA_NUMBERISH = re.compile(r"^[+-]?([0-9_]+\.?[0-9_]*|\.[0-9_]+)([eE][+-]?[0-9_]+)?$|^[+-]?(inf|nan)$", re.I)
 BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
 

@@ -75,6 +75,10 @@ def runtime_from_entry(framework: str, version: str, entry: dict, source: str) -
     mounts = tuple(str(m) for m in (entry.get("mounts") or entry.get("binds") or ()))
     for m in mounts:
         _check_token(m, "mounts", source)
+        if "," in m:  # pyxis' --container-mounts and apptainer's --bind split their list at commas
+            raise SpecError("runtime.mounts", f"{m!r} in {source} holds a comma, so the container would get two "
+                            "mounts instead of this one; give each mount as its own list item (a path with a comma "
+                            "cannot be mounted); fix the runtime registry")
     env = tuple((str(k), str(v)) for k, v in (entry.get("env") or {}).items())
     common = dict(framework=framework, version=version, kind=kind, source=source, env=env,
                   overrides=_default_overrides(framework, version, entry.get("overrides"), source))

@@ -302,7 +302,7 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
 # cluster guide) and sbatch wraps a node count past 32 bits silently. config.yaml's schema
 # bounds spec.resources.pools[i].nodes alike (tests/unit/compiler_fixtures/genschema.py).
 MAX_POOL_NODES = 65536
-_PROFILE = re.compile(r"^(?P<series>[A-Za-z0-9_.-]+):(?:(?P<nodes>\d+)x)?(?P<gpus>\d+)$")
+_PROFILE = re.compile(r"^(?P<series>[A-Za-z0-9_.-]+):(?:(?P<nodes>[0-9]+)x)?(?P<gpus>[0-9]+)$")
 
 
 def parse_profile(text: str, site: Site) -> tuple[str, int, int]:

@@ -21,6 +21,7 @@ dependency, the one thing its script does not know before submit.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -34,7 +35,7 @@ from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.render.script import overrides_text, plan_json, render_script
 from launcher.spec.files import check_folder_path
-from launcher.spec.runtimes import resolve_runtime
+from launcher.spec.runtimes import registry_path, resolve_runtime
 from launcher.spec.site import load_site, with_runs_root
 from launcher.states import COMPLETED, FAILED, RUNNING, SUBMIT_FAILED, SUBMITTED, SUBMITTING
 from launcher.submit import chain
@@ -49,41 +50,72 @@ from launcher.verlcheck import version_note
 
 # --- training runs ------------------------------------------------------------------------
 
-def _runtime_defaults(spec, site) -> dict:
-    """The published runtime's default overrides ({verl config name: lines}); none when no
-    runtime is published here (`sf validate` works without one; `sf submit` then refuses)."""
-    try:
-        return dict(resolve_runtime("verl", spec.framework_version or "0.9.1", site).overrides)
-    except SpecError:
-        return {}
+def check_runs_folder(site) -> None:
+    """What making a run under the site's runs folder would refuse, asked without writing
+    anything: a file or an unwritable folder on its path, a folder of it another user owns or
+    may write in without the sticky bit (ownership.trusted_chain, the check runs.create_run
+    makes), a share_group that does not exist here or that this user cannot give folders to."""
+    check_folder_path(site.runs_dir, "runs_dir")
+    ownership.trusted_chain(absolute_runs_dir(site.runs_dir), "runs_dir")
+    gid = ownership.group_id(site.share_group)
+    if gid is not None and os.getuid() != 0 and gid not in (os.getgid(), *os.getgroups()):
+        raise SpecError("site.share_group", f"you are not in group {site.share_group!r}, so sf cannot give your runs "
+                        "to it; fix share_group in the site file (`id -Gn` lists your groups) or ask to be added")
 
 
-def check(name: str, flags: dict, run_dir: str | None = None):
-    """The prepare step: the site (its runs dir resolved: launcher.spec.site.runs_root),
-    load_spec with --after / --model run:RUN resolved (launcher.submit.chain), compile_plan,
-    and the verl compose check (remembered when clean: launcher.compile.verlcache).
-    Returns (spec, plan, site); raises SpecErrors."""
+def _published_runtime(version: str, site):
+    """(the runtime of verl `version`, None) or, when the site publishes no runtime at all (no
+    registry named, no $FORGE_IMAGE_VERL), (None, why): `sf validate` then warns and `sf submit`
+    refuses. A registry that is named is read and checked here, whatever the command: a file
+    that is not there, a FIFO or device, an entry submit would refuse is an error for all three."""
+    if not os.environ.get("FORGE_IMAGE_VERL") and not registry_path(site):
+        try:
+            return resolve_runtime("verl", version, site), None
+        except SpecError as exc:
+            return None, f"{exc.message}; `sf submit` refuses until one is published"
+    return resolve_runtime("verl", version, site), None
+
+
+def checked(name: str, flags: dict, run_dir: str | None = None):
+    """The one checked path of `sf validate`, `sf submit --dry-run` and `sf submit` (and of
+    render, sweep): the site (its runs dir resolved: launcher.spec.site.runs_root) and its runs
+    folder, load_spec with --after / --model run:RUN resolved (launcher.submit.chain), the
+    runtime, compile_plan, and the verl compose check (remembered when clean:
+    launcher.compile.verlcache). Whatever submit would refuse before asking Slurm is refused
+    here, so the three commands refuse the same things.
+    Returns (spec, plan, site, runtime: None when none is published); raises SpecError(s)."""
     site = with_runs_root(load_site(flags.get("site")), flags.get("runs_dir"))
-    check_folder_path(site.runs_dir, "runs_dir")  # what submit would trip on, said by the dry run too
+    check_runs_folder(site)
     spec = chain.load_chained(name, flags, site)
+    runtime, unpublished = _published_runtime(spec.framework_version or "0.9.1", site)
     plan = compile_plan(spec, site, run_dir or placeholder_run_dir(site.runs_dir, spec.name),
-                        runtime_overrides=_runtime_defaults(spec, site))
+                        runtime_overrides=dict(runtime.overrides) if runtime else {})
+    if runtime is not None and runtime.version != plan.framework_version:
+        runtime = resolve_runtime(plan.framework, plan.framework_version, site)
     errors = checked_overrides(plan.config_name, plan.overrides, plan.framework_version)
     if errors:
         raise SpecErrors(errors)
     note = version_note(plan.framework_version)
-    if note:
-        plan = replace(plan, warnings=plan.warnings + (note,))
+    extra = tuple(w for w in (note, unpublished) if w)
+    if extra:
+        plan = replace(plan, warnings=plan.warnings + extra)
+    if site.templates_dir and runtime is not None:  # a site's own template, checked as it renders (no run yet)
+        render_script(plan, site, runtime)
+    return spec, plan, site, runtime
+
+
+def check(name: str, flags: dict, run_dir: str | None = None):
+    """`checked` without the runtime: (spec, plan, site) for `sf validate`."""
+    spec, plan, site, _runtime = checked(name, flags, run_dir)
     return spec, plan, site
 
 
 def prepare_run(name: str, flags: dict, *, preflight: bool = False) -> Request:
     """spec -> compile (once, checked against verl) -> runtime -> a Request for `sf submit`.
     SpecError(s) on any problem; nothing is written."""
-    spec, plan, site = check(name, flags)
-    runtime = resolve_runtime(plan.framework, plan.framework_version, site)
-    if site.templates_dir:  # a site's own template is checked as it renders, before any run exists
-        render_script(plan, site, runtime, preflight=preflight)
+    spec, plan, site, runtime = checked(name, flags)
+    if runtime is None:  # none published here: the error names what to publish
+        runtime = resolve_runtime(plan.framework, plan.framework_version, site)
     upstream = None
     if spec.chain_export is not None:  # --model run:RUN, RUN without an export: export it first
         upstream = chain.export_request(spec.chain_export, site, preflight=preflight)

@@ -108,8 +108,16 @@ def expand(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
 
 
 def point_sets(params: dict[str, str]) -> list[str]:
-    """The `--set` items of a point."""
-    return [f"{k}={v}" for k, v in params.items()]
+    """The `--set` items of a point. A raw Hydra key's value with a comma (`\\,` in the grid)
+    is quoted for Hydra, which would read a bare `a,b` as an ambiguous sweep and refuse it;
+    a knob reads its own text (a list knob splits it), a [list] or {dict} is Hydra's own."""
+    return [f"{k}={_hydra_text(k, v)}" for k, v in params.items()]
+
+
+def _hydra_text(key: str, value: str) -> str:
+    if "," not in value or value[:1] in "[{'\"" or set_field(key, "sweep").startswith("knobs."):
+        return value
+    return hydra_value(value)
 
 
 def point_values(params: dict[str, str], resolved: dict) -> dict[str, Any]:

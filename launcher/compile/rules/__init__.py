@@ -85,6 +85,7 @@ JUDGES: tuple[Rule, ...] = (
     start_values.rule_enum_values,
     start_values.rule_raw_number_spelling,
     start_values.rule_value_types,
+    start_values.rule_added_key_spelling,
     pitfalls.rule_pitfalls,
     pitfalls.rule_batch_sizes,
     pitfalls.rule_micro_batch_sizes,

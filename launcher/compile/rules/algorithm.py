@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from launcher.compile import resolve
 from launcher.compile.knobs import ACTOR, CORRECTION, parse_rs_threshold, parse_threshold
 from launcher.compile.values import is_number
 from launcher.errors import SpecError
@@ -44,6 +45,11 @@ def rule_filter_metric(ctx) -> None:
     at start when algorithm.filter_groups.metric is empty or null (`filter_metric: ""`)."""
     if ctx.get("algorithm.filter_groups.enable") is not True:
         return
+    key = "algorithm.filter_groups.metric"
+    entry = ctx.resolution.entries.get(key)
+    if entry is not None and entry.write.op == resolve.DEFAULT and entry.write.layer in resolve.INPUT_LAYERS:
+        ctx.warn(f"{entry.write.field}: null means verl's default metric, {ctx.get(key)}; "
+                 "name the metric DAPO filters by (acc, score, seq_reward, reward) to say it")
     metric = ctx.get("algorithm.filter_groups.metric")
     if metric is None or not str(metric).strip():
         ctx.error(ctx.culprit("algorithm.filter_groups.metric", "knobs.filter_metric"),
@@ -101,6 +107,12 @@ def rule_rollout_correction_inputs(ctx) -> None:
                   "rollout correction (rollout_is/rollout_rs) compares against the rollout's own log probs, which "
                   "calculate_log_probs=false turns off; set rollout_calculate_log_probs: true or drop "
                   "rollout_is/rollout_rs")
+    user = {key for _source, key in ctx.user_keys()}
+    for threshold, switch, on, example in (("rollout_is_threshold", "rollout_is", is_on, "token"),
+                                           ("rollout_rs_threshold", "rollout_rs", rs_on, "token_k1")):
+        if rc + threshold in user and not on:  # verl reads the threshold only with its switch on
+            ctx.warn(f"{ctx.culprit(rc + threshold, 'knobs.' + threshold)}: {threshold} is set but {switch} is not, "
+                     f"so verl ignores it; set {switch} (e.g. {switch}: {example}) or drop {threshold}")
     if is_on:
         src = ctx.culprit(rc + "rollout_is_threshold", "knobs.rollout_is_threshold")
         try:

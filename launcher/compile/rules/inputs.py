@@ -3,12 +3,14 @@ function), the knobs, raw overrides, the runtime's defaults, the entry."""
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from launcher import verlcheck
+from launcher.compile import catalog
 from launcher.compile.knobs import KNOBS, POLICY_LOSS_MODES, coerce_knob, knob_key
 from launcher.compile.rules.owned import is_legacy, legacy_rewrite
-from launcher.compile.values import flatten, parse_value
+from launcher.compile.values import flatten, parse_scalar, parse_value
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override
 
@@ -76,6 +78,11 @@ def rule_knobs(ctx) -> None:
                           + ("; SFT knobs: " + ", ".join(k for k, kn in KNOBS.items() if kn.sft_key)
                              if ctx.sft else ""))
                 continue
+            if layer == "config.yaml" and ctx.spec.provenance.get(f"knobs.{name}") == "config.yaml" \
+                    and _quoted_number(name, raw):  # read from the file: sf's loader types its numbers
+                ctx.error(f"knobs.{name}", f"{raw!r} is quoted, so YAML reads text, not a number; write it without "
+                                           f"quotes: {name}: {raw.strip()}")
+                continue
             try:
                 value = coerce_knob(name, raw)
             except SpecError as exc:
@@ -89,6 +96,15 @@ def rule_knobs(ctx) -> None:
                 ctx.set(key, None, "knob", prefix="default", source=f"knobs.{name}", layer=layer)
             else:
                 ctx.set(key, value, "knob", source=f"knobs.{name}", layer=layer)
+
+
+def _quoted_number(name: str, raw) -> bool:
+    """A number knob's config.yaml value that YAML read as text although it spells a number:
+    it was quoted in the file ("1e-6"; unquoted, sf's loader reads 1e-6 as a number:
+    launcher.spec.experiment.ConfigLoader)."""
+    if KNOBS[name].type not in ("int", "float") or not isinstance(raw, str) or "_" in raw:
+        return False
+    return isinstance(parse_scalar(raw), (int, float))
 
 
 def rule_raw_overrides(ctx) -> None:
@@ -126,6 +142,13 @@ def rule_runtime_defaults(ctx) -> None:
     the method's defaults, below the site, config.yaml, --set and the sweep point."""
     name = ctx.method.config_name
     table = ctx.runtime_overrides
+    known = catalog.config_names(ctx.method.version)
+    for other in table:
+        if other not in known:  # a misspelt name's overrides would be dropped without a word
+            close = difflib.get_close_matches(str(other), known, n=1, cutoff=0.6)
+            ctx.error("runtime.overrides", f"the runtime registry's overrides name {other!r}, which is no verl config "
+                      f"of verl {ctx.method.version} ({', '.join(known)}): its overrides would never be used; "
+                      + (f"did you mean {close[0]}? " if close else "") + "fix the runtime registry")
     # an experimental trainer's config starts from ppo_trainer: the image's needs are the same
     # (the H200's one-step-off run took flash-attention without them), unless the runtime
     # names that config itself

@@ -4,6 +4,8 @@ another way than written, a command line too long to exec."""
 
 from __future__ import annotations
 
+import difflib
+
 from launcher.compile import typed
 from launcher.compile.knobs import ACTOR, ENUM_KEYS, KNOBS, ROLLOUT, coerce_knob
 from launcher.compile.rules.owned import effective_key
@@ -85,8 +87,9 @@ def rule_enum_values(ctx) -> None:
             ctx.error(ctx.culprit(key), "verl calls GMPO 'geo_mean'; use the knob policy_loss_mode: gmpo (sf maps it)")
             continue
         if str(value) not in choices:
-            ctx.error(ctx.culprit(key),
-                      f"{key}={value!r} is not valid in verl {ctx.method.version}; one of: {', '.join(choices)}")
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            ctx.error(ctx.culprit(key), f"{key}={value!r} is not valid in verl {ctx.method.version}; "
+                      + (f"did you mean {close[0]}? " if close else "") + f"one of: {', '.join(choices)}")
 
 
 # verl key -> the knob that types it, for the knob types a raw override's text is judged by
@@ -130,7 +133,7 @@ def _raw_knob_value(ctx, source: str, key: str, name: str, text: str) -> None:
 def rule_value_types(ctx) -> None:
     """A user value typed otherwise than verl reads the key (launcher.compile.typed); pool
     sizes below 1."""
-    for field, message in typed.problems(ctx):
+    for field, message in (*typed.problems(ctx), *typed.list_problems(ctx)):
         ctx.error(field, message)
     for p in ctx.pools:
         if p.nodes < 1 or p.gpus_per_node < 1:
@@ -161,3 +164,27 @@ def rule_argument_size(ctx) -> None:
     if total > MAX_ARGS_BYTES:
         ctx.error("overrides", f"the overrides take {total:,} bytes together; the job's command takes about "
                   f"{MAX_ARGS_BYTES:,} (ARG_MAX, shared with the environment); put large values in files")
+
+
+def rule_added_key_spelling(ctx) -> None:
+    """A `+KEY` adds a key verl's config does not have, and verl never reads it: one a letter or
+    two off a key verl has beside it (`+algorithm.kl_ctrl.kl_coeff` for kl_coef) composes
+    without a word and the run trains with the default. Refused naming the key verl has."""
+    if ctx.effective is None:
+        return
+    for source, prefix, key, _value in ctx.raw:
+        parent, _, leaf = key.rpartition(".")
+        if not prefix.startswith("+") or not parent or ctx.effective.base(key, _MISSING) is not _MISSING:
+            continue
+        siblings = ctx.effective.base(parent)
+        if not isinstance(siblings, dict):
+            continue
+        close = difflib.get_close_matches(leaf, [str(k) for k in siblings if k != leaf], n=1, cutoff=0.85)
+        if close:
+            ctx.error(source, f"{prefix}{key} adds a key verl's {ctx.method.config_name} does not have, so verl never "
+                      f"reads it; did you mean {parent}.{close[0]}? verl has that one: write "
+                      f"{parent}.{close[0]}=VALUE without the {prefix}")
+
+
+_MISSING = object()
+
