@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher import ownership, runs, slurm
+from launcher import gateway, ownership, runs, runs_folder, slurm
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
@@ -54,9 +54,15 @@ def check_runs_folder(site) -> None:
     """What making a run under the site's runs folder would refuse, asked without writing
     anything: a file or an unwritable folder on its path, a folder of it another user owns or
     may write in without the sticky bit (ownership.trusted_chain, the check runs.create_run
-    makes), a share_group that does not exist here or that this user cannot give folders to."""
+    makes; runs_folder.make_runs_root), in a shared one the user's folder when it is another's,
+    a share_group that does not exist here or that this user cannot give folders to."""
     check_folder_path(site.runs_dir, "runs_dir")
-    ownership.trusted_chain(absolute_runs_dir(site.runs_dir), "runs_dir")
+    real = runs.real_path(absolute_runs_dir(site.runs_dir), "runs_dir")  # another user's link: refused
+    ownership.trusted_chain(real, "runs_dir")
+    mine = real / runs_folder.user_folder_name()  # a shared (1777) runs folder: the user's own in it
+    if real.is_dir() and runs_folder.is_shared(os.stat(real)) and os.path.lexists(mine):
+        with gateway.folder(mine, "runs_dir", own=True):
+            pass
     gid = ownership.group_id(site.share_group)
     if gid is not None and os.getuid() != 0 and gid not in (os.getgid(), *os.getgroups()):
         raise SpecError("site.share_group", f"you are not in group {site.share_group!r}, so sf cannot give your runs "

@@ -6,6 +6,7 @@ and no run folder left behind."""
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from pathlib import Path
 
@@ -61,6 +62,22 @@ def _runs_owner(tmp: Path) -> dict:
     return {}
 
 
+def _shared_runs_user_folder_of_another(tmp: Path) -> dict:
+    os.chmod(tmp / "runs", 0o1777)  # a shared runs folder, as docs/admins.md says to make one
+    theirs = tmp / "runs" / pwd.getpwuid(os.getuid()).pw_name
+    theirs.mkdir()
+    os.chown(theirs, 65534, -1)
+    return {}
+
+
+def _runs_link_of_another(tmp: Path) -> dict:
+    (tmp / "elsewhere").mkdir()
+    os.rmdir(tmp / "runs")
+    os.symlink(tmp / "elsewhere", tmp / "runs")
+    os.lchown(tmp / "runs", 65534, -1)
+    return {}
+
+
 def _share_group(tmp: Path) -> dict:
     write_site(tmp, runs_dir=str(tmp / "runs"), share_group="no-such-group-47")
     return {}
@@ -70,6 +87,9 @@ def _share_group(tmp: Path) -> dict:
 REFUSALS = [
     ("runs-0777", lambda t: _runs_mode(t, 0o777), (), ("runs_dir:", "writable by other users", "chmod 1777")),
     ("runs-other-owner", _runs_owner, (), ("runs_dir:", "belongs to", "use a folder of yours")),
+    ("shared-runs-user-folder-of-another", _shared_runs_user_folder_of_another, (),
+     ("runs_dir:", "belongs to nobody", "remove it or choose another path")),
+    ("runs-link-of-another", _runs_link_of_another, (), ("runs_dir:", "symbolic link of nobody", "use the real path")),
     ("share-group-missing", _share_group, (), ("site.share_group:", "no-such-group-47", "fix share_group")),
     ("dependency-job-0", lambda t: {}, ("--dependency", "afterok:0"), ("--dependency:", "afterok:123")),
     ("dependency-arabic-digits", lambda t: {}, ("--dependency", "afterok:\u0661\u0662"), ("--dependency:",)),
@@ -101,9 +121,10 @@ def test_validate_and_dry_run_refuse_what_submit_refuses(cli_env, fake_slurm, mo
     env = {**_registry(cli_env, VENV_ENTRY), **setup(cli_env)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    before = sorted(p for p in (cli_env / "runs").rglob("*"))
     refused(sf(*command, "exp", *args), *needles)
     assert fake_slurm.calls("sbatch") == []
-    assert not [p for p in (cli_env / "runs").iterdir()]
+    assert sorted(p for p in (cli_env / "runs").rglob("*")) == before  # nothing written
 
 
 @pytest.mark.parametrize("command", [("validate",), ("submit", "--dry-run")], ids=["validate", "dry-run"])
