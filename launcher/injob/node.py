@@ -31,7 +31,7 @@ from pathlib import Path
 
 from launcher import runs, states
 from launcher.injob import address as addr_mod
-from launcher.injob import auth, private, ray_tuning, topology
+from launcher.injob import auth, private, ray_tuning, raylet_watch, topology
 from launcher.injob import gpus as gpus_mod
 from launcher.injob import ports as ports_mod
 from launcher.injob.contract import Job
@@ -173,9 +173,8 @@ def fail_node(run_dir: str, node: str, pool_name: str, msg: str, retry_helps: bo
     return 1
 
 
-# One Ray node's whole life in the order it happens (signals, checks, port lock dir, start with
+# One Ray node's whole life in the order it happens (signals, the host's checks, start with
 # retries, watch, stop, clean up); what the steps share is the NodeStart.
-# long: they must run in this order on every ending, which one function keeps visible.
 def main(role: str) -> int:
     # The supervisor's "job done" may come before Ray runs (a quick preflight): end cleanly.
     signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
@@ -195,38 +194,10 @@ def main(role: str) -> int:
         while True:
             signal.pause()
 
-    def fail(msg: str) -> int:
-        return fail_node(run_dir, node, pool_name, msg)
-
-    temp_root = job.ray.temp_root
-    try:
-        slot = job.nodes.index(node)
-        address = addr_mod.node_address(node, job.ray.address_method, job.ray.address_prefix, job.ray.interface)
-    except ValueError as exc:
-        return fail(f"cannot set up this node: {exc}")
-    try:
-        private.check_root(temp_root)
-        # the longest Ray temp dir this node can get: <root>/sfXXXXXXXX/r (107-byte socket paths)
-        ports_mod.check_temp_dir(private.ray_temp_dir(os.path.join(temp_root, private.PREFIX + "x" * 8)))
-    except (private.UnsafeDir, ValueError) as exc:
-        return fail(f"cannot set up this node: {exc}")
-    removed = private.sweep_stale(temp_root)
-    if removed:
-        write_line(f"[sf node {node}] removed {len(removed)} temp dir(s) of earlier jobs that were killed")
-    locks = private.lock_dir(temp_root)
-    if locks is None:
-        write_line(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
-                   "against this user's other jobs (the bind check still runs)")
-    if role == "worker":
-        host, _, port = job.head.rpartition(":")
-        if not wait_for_tcp(host, int(port), job.ray.barrier_timeout_s):
-            return fail(f"the Ray head {job.head} never answered")
-    if os.environ.get("RAY_AUTH_MODE") == auth.MODE:
-        version = ray_version()
-        if version and not auth.ray_supports_tokens(version):
-            return fail(f"Ray {version} in this runtime has no token authentication (needs Ray >= "
-                        f"{'.'.join(map(str, auth.MIN_RAY))}); sf runs every Ray cluster with it: "
-                        "ask your site admin for a newer runtime")
+    prepared = prepare(job, node, role)
+    if isinstance(prepared, str):
+        return fail_node(run_dir, node, pool_name, prepared)
+    slot, address, locks = prepared
     nofile = raise_nofile()
     if warning := ray_tuning.nofile_warning(nofile, len(job.nodes)):
         write_line(f"[sf node {node}] {warning}")
@@ -249,9 +220,43 @@ def main(role: str) -> int:
     return rc
 
 
-# Each try in the order it happens (ports, private dir, start turn, `ray start`, its watch),
-# then the retry decision, which reads all of the try.
-# long: one try's steps stay in one place; what outlives a try is the NodeStart's.
+def prepare(job: Job, node: str, role: str) -> tuple[int, str, str | None] | str:
+    """What this node's start needs from its host, checked: (its slot in the job, its Ray
+    address, this user's port lock dir or None), or why the node cannot start."""
+    temp_root = job.ray.temp_root
+    try:
+        slot = job.nodes.index(node)
+        address = addr_mod.node_address(node, job.ray.address_method, job.ray.address_prefix, job.ray.interface)
+    except ValueError as exc:
+        return f"cannot set up this node: {exc}"
+    try:
+        private.check_root(temp_root)
+        # the longest Ray temp dir this node can get: <root>/sfXXXXXXXX/r (107-byte socket paths)
+        ports_mod.check_temp_dir(private.ray_temp_dir(os.path.join(temp_root, private.PREFIX + "x" * 8)))
+    except (private.UnsafeDir, ValueError) as exc:
+        return f"cannot set up this node: {exc}"
+    removed = private.sweep_stale(temp_root)
+    if removed:
+        write_line(f"[sf node {node}] removed {len(removed)} temp dir(s) of earlier jobs that were killed")
+    locks = private.lock_dir(temp_root)
+    if locks is None:
+        write_line(f"[sf node {node}] warning: no private lock dir under {temp_root}: ports are not reserved "
+                   "against this user's other jobs (the bind check still runs)")
+    if role == "worker":
+        host, _, port = job.head.rpartition(":")
+        if not wait_for_tcp(host, int(port), job.ray.barrier_timeout_s):
+            return f"the Ray head {job.head} never answered"
+    if os.environ.get("RAY_AUTH_MODE") == auth.MODE:
+        version = ray_version()
+        if version and not auth.ray_supports_tokens(version):
+            return (f"Ray {version} in this runtime has no token authentication (needs Ray >= "
+                    f"{'.'.join(map(str, auth.MIN_RAY))}); sf runs every Ray cluster with it: "
+                    "ask your site admin for a newer runtime")
+    return slot, address, locks
+
+
+# Each try in the order it happens (ports, private dir, `ray start`, its watch), then the retry
+# decision, which reads all of the try; what outlives a try is the NodeStart's.
 def start_and_watch(start: NodeStart) -> int:
     role, node, job, run_dir, pool_name = start.role, start.node, start.job, start.run_dir, start.pool_name
     retries = job.ray.start_retries
@@ -280,30 +285,13 @@ def start_and_watch(start: NodeStart) -> int:
             # Test hook: a worker's first N starts fail the way a start under load does.
             argv = [sys.executable, "-c", "print('sf test: simulated start failure: Deadline Exceeded'); "
                     "raise SystemExit(1)"]
-        # a start turn on this host (private.start_turn), held until Ray says it runs or this try
-        # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
-        # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp above)
-        turns = private.start_turns(os.cpu_count() or 1)
-        turn, turn_wait_s = private.start_turn(start.locks, turns, START_TURN_WAIT_S)
-        write_line(f"[sf node {node}] {' '.join(argv)}")
-        try:
-            # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
-            # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
-            child = subprocess.Popen(argv, env=ray_port_env(start.env, ports), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
-        except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
-            turn.release()
-            return start.fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
-        start.child = child
-        output = OutputPump(child)
-        runs.record_phase(run_dir, states.NODE_STARTED, node=node, pool=pool_name, role=role, pid=child.pid,
-                          wrapper_pid=os.getpid(), address=start.address, slot=start.slot, cpus=start.cpus,
-                          gpus=start.gpus, gpu_ids=start.identity["ids"], gpu_id_source=start.identity["source"],
-                          gpu_id_error=start.identity.get("error"), nofile=start.nofile, attempt=attempt,
-                          gcs_port=ports.gcs if role == "head" else None, temp_dir=temp,
-                          port_base=ports.gcs, port_last=ports.max_worker,
-                          turn_wait_s=round(turn_wait_s, 2))
+        launched = launch(start, argv, ports, temp, attempt)
+        if isinstance(launched, int):
+            return launched
+        child, output, turn = launched
+        watch = raylet_watch.watch(child.pid, run_dir, node, pool_name)  # a stopped raylet: named within 30 s
         rc, fatal = wait_for_start(child, output, temp, on_started=turn.release)
+        watch.stop()
         turn.release()  # a no-op when Ray said it runs: the turn went then
         output.join()
         if start.stopping:
@@ -318,20 +306,61 @@ def start_and_watch(start: NodeStart) -> int:
                 and not refused and attempt < retries and time.monotonic() < start.deadline - RETRY_PAUSE_S * 4):
             # `ray start` gave up by itself before Ray ran (not killed, and the job's barrier
             # has not seen every node): clear what that try left and start again.
-            if not kill_group(child):
-                write_line(f"[sf node {node}] the failed try's processes were still there {KILL_WAIT_S:.0f} s "
-                           "after SIGKILL: starting again anyway")
-            keep_ray_logs(temp, run_dir, job.job_id, node, failed_try=attempt + 1)
-            runs.record_phase(run_dir, states.NODE_RETRY, node=node, pool=pool_name, role=role, rc=rc,
-                              attempt=attempt + 1, error=fatal or output.last_lines())
-            write_line(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
-                       f"(try {attempt + 2} of {retries + 1})")
-            start.child = None
-            # spread out: the nodes that failed together (a loaded host) must not all retry together
-            time.sleep((RETRY_PAUSE_S + random.uniform(0, RETRY_JITTER_S)) * (attempt + 1))
+            retry_later(start, child, temp, rc, fatal or output.last_lines(), attempt)
             continue
         break
-    keep_ray_logs(temp, run_dir, job.job_id, node)
+    return record_exit(start, temp, rc, fatal, output, refused)
+
+
+def launch(start: NodeStart, argv: list[str], ports, temp: str, attempt: int):
+    """`ray start` of this try, in a start turn of this host, recorded (node_started): (the
+    child, its OutputPump, the turn), or this node's exit code when it cannot be started."""
+    # a start turn on this host (private.start_turn), held until Ray says it runs or this try
+    # ends; heads too: many jobs' heads on one shared node are what the 40-job test starts.
+    # No deadlock: a worker takes its turn only once its head answers (wait_for_tcp in prepare)
+    turns = private.start_turns(os.cpu_count() or 1)
+    turn, turn_wait_s = private.start_turn(start.locks, turns, START_TURN_WAIT_S)
+    write_line(f"[sf node {start.node}] {' '.join(argv)}")
+    try:
+        # srun hands SIGUSR2 to every process of the step: Ray's own processes ignore it
+        # (the disposition survives exec), so only this wrapper acts, stopping Ray by SIGTERM.
+        child = subprocess.Popen(argv, env=ray_port_env(start.env, ports), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, preexec_fn=ignore_usr2, start_new_session=True)
+    except OSError as exc:  # no such interpreter, no permission: say so, do not hang the barrier
+        turn.release()
+        return start.fail(f"cannot start Ray ({' '.join(argv[:3])}): {exc.__class__.__name__}: {exc}")
+    start.child = child
+    output = OutputPump(child)
+    runs.record_phase(start.run_dir, states.NODE_STARTED, node=start.node, pool=start.pool_name, role=start.role,
+                      pid=child.pid, wrapper_pid=os.getpid(), address=start.address, slot=start.slot,
+                      cpus=start.cpus, gpus=start.gpus, gpu_ids=start.identity["ids"],
+                      gpu_id_source=start.identity["source"], gpu_id_error=start.identity.get("error"),
+                      nofile=start.nofile, attempt=attempt, gcs_port=ports.gcs if start.role == "head" else None,
+                      temp_dir=temp, port_base=ports.gcs, port_last=ports.max_worker,
+                      turn_wait_s=round(turn_wait_s, 2))
+    return child, output, turn
+
+
+def retry_later(start: NodeStart, child: subprocess.Popen, temp: str, rc: int, error: str, attempt: int) -> None:
+    """A try that failed before Ray ran: its processes killed and waited for, its Ray logs kept
+    (logs/ray/<job>-<node>-try<N>/), node_retry recorded, then a pause before the next try."""
+    node, retries = start.node, start.job.ray.start_retries
+    if not kill_group(child):
+        write_line(f"[sf node {node}] the failed try's processes were still there {KILL_WAIT_S:.0f} s "
+                   "after SIGKILL: starting again anyway")
+    keep_ray_logs(temp, start.run_dir, start.job.job_id, node, failed_try=attempt + 1)
+    runs.record_phase(start.run_dir, states.NODE_RETRY, node=node, pool=start.pool_name, role=start.role, rc=rc,
+                      attempt=attempt + 1, error=error)
+    write_line(f"[sf node {node}] ray start failed before Ray ran ({rc}): starting again "
+               f"(try {attempt + 2} of {retries + 1})")
+    start.child = None
+    # spread out: the nodes that failed together (a loaded host) must not all retry together
+    time.sleep((RETRY_PAUSE_S + random.uniform(0, RETRY_JITTER_S)) * (attempt + 1))
+
+
+def record_exit(start: NodeStart, temp: str, rc: int, fatal: str | None, output, refused: bool) -> int:
+    """Ray's end on this node, for good: its logs kept, node_exit recorded; the exit code."""
+    keep_ray_logs(temp, start.run_dir, start.job.job_id, start.node)
     # Failing before Ray ran, after the retries, is what a loaded host does (retrying helps);
     # Ray ending after it ran is a node or a process dying (look at the node's logs first);
     # a port another process took between the check and Ray's bind is a port collision;
@@ -339,13 +368,13 @@ def start_and_watch(start: NodeStart) -> int:
     error = None if output.started else (fatal or output.last_lines())
     collision = bool(error and PORT_IN_USE.search(error))
     signum = start.signal
-    runs.record_phase(run_dir, states.NODE_EXIT, node=node, pool=pool_name, role=role, rc=rc,
-                      started=output.started,
+    runs.record_phase(start.run_dir, states.NODE_EXIT, node=start.node, pool=start.pool_name, role=start.role,
+                      rc=rc, started=output.started,
                       retry_helps=not output.started and not collision and not refused,
                       port_collision=collision or None,
                       signal=signal.Signals(signum).name if signum else None,
                       error=("port collision: " + error) if collision else error)
-    write_line(f"[sf node {node}] ray start exited with {rc}"
+    write_line(f"[sf node {start.node}] ray start exited with {rc}"
                + (f" after {signal.Signals(signum).name}" if signum else ""))
     return rc if rc and rc > 0 else 1
 
