@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher import gateway, ownership, runs, runs_folder, slurm
+from launcher import ownership, runs, slurm
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
@@ -45,6 +45,7 @@ from launcher.submit.request import (  # noqa: F401 (Submitted, placeholder_run_
     Submitted,
     absolute_runs_dir,
     placeholder_run_dir,
+    run_home,
 )
 from launcher.verlcheck import version_note
 
@@ -59,10 +60,9 @@ def check_runs_folder(site) -> None:
     check_folder_path(site.runs_dir, "runs_dir")
     real = runs.real_path(absolute_runs_dir(site.runs_dir), "runs_dir")  # another user's link: refused
     ownership.trusted_chain(real, "runs_dir")
-    mine = real / runs_folder.user_folder_name()  # a shared (1777) runs folder: the user's own in it
-    if real.is_dir() and runs_folder.is_shared(os.stat(real)) and os.path.lexists(mine):
-        with gateway.folder(mine, "runs_dir", own=True):
-            pass
+    home = run_home(site.runs_dir)  # in a shared (1777) runs folder, the user's own folder in it
+    if home != str(real) and os.path.lexists(home):
+        ownership.check_own_dir(home, "runs_dir")
     gid = ownership.group_id(site.share_group)
     if gid is not None and os.getuid() != 0 and gid not in (os.getgid(), *os.getgroups()):
         raise SpecError("site.share_group", f"you are not in group {site.share_group!r}, so sf cannot give your runs "

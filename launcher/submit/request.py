@@ -5,17 +5,43 @@ chain and export share it without importing each other in a circle."""
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
 from launcher import runs
+from launcher.errors import SpecError
 
 PLACEHOLDER_ID = "XXXXX"  # as long as a real id's suffix (runs.new_run_id), but upper case
 
 
 def placeholder_run_dir(runs_dir: str, experiment: str) -> str:
     """Where a run of `experiment` will be, but for its 5-character id suffix."""
-    return os.path.join(absolute_runs_dir(runs_dir), f"{runs.slug(experiment)}-{PLACEHOLDER_ID}")
+    return os.path.join(run_home(runs_dir), f"{runs.slug(experiment)}-{PLACEHOLDER_ID}")
+
+
+def run_home(runs_dir: str) -> str:
+    """The folder submit makes a run in (runs_folder.make_runs_root), asked without making it: the
+    runs folder's real path, and in a shared one (1777) the user's own folder in it, so the dry
+    run shows the run dir submit's script will hold. An unsafe folder is pipeline.checked's to
+    refuse; here it stays as given."""
+    root = absolute_runs_dir(runs_dir)
+    try:
+        real = runs.real_path(root, "runs_dir")
+        shared = real.is_dir() and bool(os.stat(real).st_mode & (stat.S_IWGRP | stat.S_IWOTH))  # as runs_folder
+    except (OSError, SpecError):
+        return root
+    return str(real / _user_folder_name()) if shared else str(real)
+
+
+def _user_folder_name() -> str:
+    """runs_folder.user_folder_name (not imported: the submit stage reaches run folders through
+    launcher.runs): the user name, the uid when it has none."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def absolute_runs_dir(runs_dir: str) -> str:

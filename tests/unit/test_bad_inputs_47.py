@@ -257,3 +257,24 @@ def test_a_grid_value_with_an_escaped_comma_compiles(cli_env, monkeypatch):
     result = sf("sweep", "exp", "--grid", "trainer.project_name=a\\,b,c", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "trainer.project_name='a,b'" in result.output + result.stderr
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared-1777"])
+def test_the_dry_run_shows_the_run_dir_submit_makes(cli_env, fake_slurm, monkeypatch, shared):
+    """In a shared runs folder submit makes the run in the user's own folder in it: the dry run's
+    script names that folder, and submit's script is the dry run's but for the run id."""
+    write_exp(cli_env, "exp", GOOD)
+    monkeypatch.setenv("FORGE_RUNTIME_REGISTRY_FILE", _registry(cli_env, VENV_ENTRY)["FORGE_RUNTIME_REGISTRY_FILE"])
+    if shared:
+        os.chmod(cli_env / "runs", 0o1777)
+    fake_slurm.set("sbatch", "4242\n")
+    dry = sf("submit", "exp", "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    home = cli_env / "runs" / pwd.getpwuid(os.getuid()).pw_name if shared else cli_env / "runs"
+    placeholder = f"{home.resolve()}/exp-XXXXX"
+    assert placeholder in dry.stdout
+    sent = sf("submit", "exp")
+    assert sent.exit_code == 0, sent.stderr
+    [run_dir] = [p for p in home.iterdir() if p.name.startswith("exp-")]
+    script = (run_dir / "job.sbatch").read_text()
+    assert script == dry.stdout.replace(placeholder, str(run_dir.resolve())).replace("exp-XXXXX", run_dir.name)
