@@ -84,10 +84,25 @@ def open_to_others(st: os.stat_result) -> bool:
     return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not st.st_mode & stat.S_ISVTX
 
 
+def walked_path(path: str | os.PathLike, field: str = "path") -> str:
+    """`path` with its existing folders walked by launcher.gateway (a link of another user on the
+    way: UnsafePath naming it) and its links resolved; the part that does not exist yet as given."""
+    probe, tail = os.path.abspath(os.fspath(path)), []
+    while True:
+        try:
+            return os.path.join(gateway.resolve(probe, field), *tail)
+        except FileNotFoundError:
+            if probe == os.sep:
+                raise
+            tail.insert(0, os.path.basename(probe))
+            probe = os.path.dirname(probe)
+
+
 def trusted_chain(path: str | os.PathLike, field: str = "runs_dir") -> None:
-    """Every existing folder from `/` down to `path` (symlinks resolved) is root's or this
-    user's and not writable by others unless sticky; UnsafePath names the first that is not."""
-    real = os.path.realpath(os.fspath(path))
+    """Every existing folder from `/` down to `path` (walked: no other user's link followed) is
+    root's or this user's and not writable by others unless sticky; UnsafePath names the first
+    that is not."""
+    real = walked_path(path, field)
     parts = real.split(os.sep)
     for depth in range(1, len(parts) + 1):
         folder = os.sep.join(parts[:depth]) or os.sep
@@ -111,8 +126,8 @@ def check_own_dir(path: str | os.PathLike, field: str = "run") -> os.stat_result
     """`path` is a real directory (not a symlink) of this user that others cannot write."""
     path = os.fspath(path)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        st = gateway.lstat(path, field)  # its folders walked: no other user's link on the way
+    except (FileNotFoundError, NotADirectoryError):
         raise UnsafePath(field, f"{path} does not exist") from None
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePath(field, f"{path} is a symlink, not a folder sf made: someone may have replaced it; "

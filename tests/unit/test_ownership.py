@@ -294,3 +294,18 @@ def test_render_output_through_another_users_link_is_refused_and_own_links_resol
     os.lchown(theirs, NOBODY.pw_uid, NOBODY.pw_gid)
     with pytest.raises(ownership.UnsafePath, match="--output: .*theirs is a symbolic link of nobody"):
         runs.real_path(theirs / "run1", "--output")
+
+
+def test_the_jobs_run_dir_check_refuses_a_path_through_another_users_link(tmp_path):
+    """What the supervisor checks before the job writes anything (check_own_dir, trusted_chain):
+    a run dir reached through another user's link is refused, though the folder itself is fine."""
+    run = runs.create_run(tmp_path / "runs", "grpo")
+    link = tmp_path / "flip"
+    link.symlink_to(tmp_path / "runs")
+    os.lchown(link, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(ownership.UnsafePath, match="flip is a symbolic link of nobody"):
+        ownership.check_own_dir(link / run.id)
+    with pytest.raises(ownership.UnsafePath, match="flip is a symbolic link of nobody"):
+        ownership.trusted_chain(link / run.id / "absent")
+    ownership.check_own_dir(run.dir)
+    ownership.trusted_chain(run.dir / "absent")
