@@ -21,13 +21,27 @@ MARKER = "/etc/sf-container"
 
 
 def first_missing(path: str) -> str | None:
-    """The shortest leading part of `path` that does not exist here (None: all of it does)."""
+    """The shortest leading part of `path` that does not exist here (None: all of it does).
+    A symbolic link on the way whose target is not here (a link under a mounted folder to a
+    folder that is not mounted) gives its target: that is the folder to mount, not the link."""
     parts = os.path.normpath(path).split("/")
     for i in range(2, len(parts) + 1):
         prefix = "/".join(parts[:i])
+        if os.path.islink(prefix) and not os.path.exists(prefix):
+            return link_target(prefix)
         if not os.path.lexists(prefix):
             return prefix
     return None
+
+
+def link_target(link: str) -> str:
+    """Where the link `link` points, as an absolute path (a relative target is read from the
+    link's folder)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return link
+    return os.path.normpath(os.path.join(os.path.dirname(link), target))
 
 
 def missing_here(paths) -> dict[str, str]:

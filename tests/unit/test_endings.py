@@ -2,7 +2,9 @@
 side is tests/cluster/test_endings.py."""
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from launcher import runs
 from launcher.cli.cmd_monitor import _kind
@@ -101,3 +103,101 @@ def test_wait_prints_its_lines_in_time_order_with_verls_phase_named():
     assert [line.split("] ", 1)[1] for line in lines] == [
         "node_started node=dev2", "head_up node=dev1", "verl_phase first_step step=1", "job 7: RUNNING"]
     assert lines[0][1:9] == time.strftime("%H:%M:%S", time.localtime(t + 1.0))  # one clock for all lines
+
+
+OCI_RUN = Path(__file__).resolve().parents[2] / "scripts" / "sf-oci-run"
+
+
+def _oci_run():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("sf_oci_run_47", str(OCI_RUN))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("sf_oci_run_47", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_a_container_process_runs_with_the_jobs_umask():
+    config = {"process": {"env": ["PATH=/opt/rt/bin", "SLURM_UMASK=0077"]}, "mounts": [], "root": {"path": "/nope"}}
+    out = _oci_run().rewrite(config, "dev1", "5", gpus_of=lambda *a: None)
+    assert out["process"]["user"]["umask"] == 0o077
+    assert _oci_run().job_umask({"SLURM_UMASK": "22"}) == 0o022 and _oci_run().job_umask({"SLURM_UMASK": "9x"}) >= 0
+
+
+def test_a_container_step_ends_by_the_signal_that_ended_its_process(tmp_path):
+    """The wrapper passes SIGTERM to the runtime (here a stand-in that exits as runc does:
+    128+15 when its process died of it) and then dies of SIGTERM itself, as a venv step's
+    process does (slurmstepd: CANCELLED 0:15, not FAILED 15:0); a status it was not signalled
+    for is passed on as it is."""
+    import signal
+    import subprocess
+    import sys
+
+    started = tmp_path / "started"
+    runc = ("import pathlib, signal, sys, time; "
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + 15)); "
+            f"pathlib.Path({str(started)!r}).touch(); time.sleep(60); sys.exit(3)")
+    driver = ("import importlib.machinery as m, importlib.util as u, sys; "
+              f"l = m.SourceFileLoader('w', {str(OCI_RUN)!r}); "
+              "w = u.module_from_spec(u.spec_from_loader('w', l)); l.exec_module(w); "
+              "sys.exit(w.end_as_the_container_did(w.run_runtime(sys.argv[1:])))")
+    proc = subprocess.Popen([sys.executable, "-c", driver, sys.executable, "-c", runc])
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    plain = subprocess.run([sys.executable, "-c", driver, sys.executable, "-c", "import sys; sys.exit(143)"],
+                           timeout=60)
+    assert plain.returncode == 143  # never signalled: an exit status like any other
+
+
+def test_a_link_to_a_folder_not_here_gets_the_mount_of_its_target(tmp_path):
+    """A model under a mounted folder through a link whose target this container lacks: the
+    folder to mount is the link's target (absolute or relative), not the path through it."""
+    from launcher.injob import mounts
+
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    (mounted / "models").symlink_to(tmp_path / "elsewhere" / "models")
+    (mounted / "rel").symlink_to("../away/data")
+    assert mounts.first_missing(str(mounted / "models" / "llama")) == str(tmp_path / "elsewhere" / "models")
+    assert mounts.first_missing(str(mounted / "rel" / "x.parquet")) == str(tmp_path / "away" / "data")
+    assert mounts.first_missing(str(mounted / "plain" / "x")) == str(mounted / "plain")
+    hint = mounts.mount_hint(str(mounted / "models" / "llama"), {"kind": "pyxis", "image": "img", "mounts": []})
+    assert f"`{tmp_path / 'elsewhere' / 'models'}:{tmp_path / 'elsewhere' / 'models'}`" in hint, hint
+
+
+def test_a_stopped_raylet_is_named_and_its_ray_ended(tmp_path):
+    """A `ray start` stand-in (its own process group) whose child is called raylet: stopped
+    (SIGSTOP), the watch records node_frozen naming the node after its limit and kills the
+    group; running, it is left alone. The limit is min(30 s, the run's hang limit)."""
+    import shutil
+    import signal
+    import subprocess
+
+    from launcher.injob import raylet_watch
+
+    run = runs.create_run(tmp_path / "runs", "x")
+    assert raylet_watch.limit_s(str(run.dir)) == 30.0  # no plan: the cap
+    run.write_json("plan.json", {"job": {"heal": {"hang_timeout_s": 8}}})
+    assert raylet_watch.limit_s(str(run.dir)) == 8.0
+    raylet = tmp_path / "raylet"
+    shutil.copy(shutil.which("sleep"), raylet)
+    ray_start = subprocess.Popen(["sh", "-c", f"{raylet} 60 & wait"], start_new_session=True)
+    try:
+        pid = None
+        deadline = time.monotonic() + 30
+        while pid is None and time.monotonic() < deadline:  # until sh has started it
+            pid = raylet_watch.descendant_named(ray_start.pid, "raylet") or time.sleep(0.05)
+        assert pid and raylet_watch.stat_of(pid)[0] == "raylet" and raylet_watch.stat_of(pid)[1] != "T"
+        watch = raylet_watch.RayletWatch(ray_start.pid, 1.0, str(run.dir), "dev3", "train").start()
+        os.kill(pid, signal.SIGSTOP)
+        ray_start.wait(timeout=60)  # the watch killed the group
+        assert watch.frozen and f"raylet (pid {pid}) was stopped" in watch.frozen
+        [event] = [e for e in runs.read_phases(run.dir) if e["phase"] == "node_frozen"]
+        assert event["node"] == "dev3" and event["pid"] == pid and event["stopped_s"] >= 1.0
+    finally:
+        if ray_start.poll() is None:
+            os.killpg(ray_start.pid, signal.SIGKILL)
