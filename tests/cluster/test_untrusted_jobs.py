@@ -23,6 +23,7 @@ from helpers import (  # noqa: E402
     RUNS,
     cleanup,
     experiment,
+    job_state,
     phases,
     sf,
     submit_driver,
@@ -82,6 +83,27 @@ def test_a_record_naming_another_runs_job_is_refused_and_scancel_state_cannot_ke
         print(f"\nplanted record naming job {job}: refused ({line[:160]}...); SCANCEL_STATE=PENDING: cancelled")
     finally:
         cleanup(job)
+
+
+def test_a_record_naming_another_users_job_is_refused(tmp_path):
+    theirs = subprocess.run(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
+                             "--", "sbatch", "--parsable", "-p", "train", "-t", "5", "-J", "sf-theirs", "-o",
+                             "/dev/null", "--wrap", "sleep 300"], capture_output=True, text=True, cwd="/tmp")
+    assert theirs.returncode == 0, theirs.stderr
+    job = theirs.stdout.strip().split(";")[0]
+    try:
+        planted = runs.create_run(RUNS, "theirs")
+        planted.add_state("submitted")
+        planted.set_job_ids([job])
+        refused = sf("cancel", planted.id)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        line = refused.stderr.strip()
+        assert planted.id in line and f"Slurm job {job}" in line and "nobody(" in line, line
+        assert job_state(job) in ("PENDING", "RUNNING")  # sf ran no scancel: it is still nobody's to end
+        assert planted.record()["state"] == "submitted"
+        print(f"\nplanted record naming nobody's job {job}: refused ({line[:150]}...)")
+    finally:
+        subprocess.run(["scancel", job])
 
 
 FORGER = "import os, signal, sys; print('ready', flush=True); os.kill(os.getpid(), signal.SIGSTOP)"
