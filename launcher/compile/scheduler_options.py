@@ -16,6 +16,8 @@ launcher.cli.options'. Pure; standard library only.
 
 from __future__ import annotations
 
+import re
+
 from launcher import sbatch_values
 from launcher.errors import SpecError
 from launcher.sbatch_values import (  # noqa: F401 (KEYS, DEPENDENCY: named here by callers and tests)
@@ -118,6 +120,19 @@ def parse_sbatch_flags(items) -> dict:
     return out
 
 
+# Slurm's job ids are 32-bit (0xFFFFFFFE and 0xFFFFFFFF mean no value and infinite): sbatch
+# takes a larger one in a dependency and waits on it wrapped (afterok:99999999999 became
+# afterok:1215752191, another job, on the dev cluster's 22.05)
+MAX_JOB_ID = 0xFFFFFFFD
+
+
+def _job_ids_fit(dependency: str, field: str) -> None:
+    for job in re.findall(r":([0-9]+)", dependency):
+        if int(job) > MAX_JOB_ID:
+            raise SpecError(field, f"job id {job} in {dependency!r} is past Slurm's largest ({MAX_JOB_ID}): sbatch "
+                            "would wait on another job (it wraps the number); give the job id as squeue shows it")
+
+
 def checked(slurm: dict, provenance: dict | None = None) -> dict:
     """The merged `slurm` mapping's scheduler options, every value checked: {key: text}
     for the scalars (left out when unset) and "sbatch": ((key, value or None), ...)."""
@@ -139,6 +154,8 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
             out[key] = sbatch_values.check(pattern, value, field, what)
             if key == "constraint":
                 sbatch_values.features(value, field)
+            if key == "dependency":
+                _job_ids_fit(value, field)
     extra = slurm.get("sbatch") or {}
     if not isinstance(extra, dict):
         raise SpecError(_field("sbatch", provenance), f"{extra!r} must be a mapping of sbatch option -> value, "

@@ -32,6 +32,8 @@ CASES = [
     ("share-group-missing", lambda tmp, runs: _site(tmp, share_group="no-such-group-47"), (),
      "site.share_group: no group 'no-such-group-47'"),
     ("dependency-job-0", lambda tmp, runs: {}, ("--dependency", "afterok:0"), "--dependency: 'afterok:0'"),
+    ("dependency-past-32-bits", lambda tmp, runs: {}, ("--dependency", "afterok:99999999999"),
+     "past Slurm's largest"),
     ("registry-fifo", lambda tmp, runs: _fifo(tmp), (), "is not a regular file"),
 ]
 

@@ -92,6 +92,8 @@ REFUSALS = [
     ("runs-link-of-another", _runs_link_of_another, (), ("runs_dir:", "symbolic link of nobody", "use the real path")),
     ("share-group-missing", _share_group, (), ("site.share_group:", "no-such-group-47", "fix share_group")),
     ("dependency-job-0", lambda t: {}, ("--dependency", "afterok:0"), ("--dependency:", "afterok:123")),
+    ("dependency-past-32-bits", lambda t: {}, ("--dependency", "afterok:99999999999"),
+     ("--dependency:", "job id 99999999999", "past Slurm's largest (4294967293)")),
     ("dependency-arabic-digits", lambda t: {}, ("--dependency", "afterok:\u0661\u0662"), ("--dependency:",)),
     ("registry-fifo", _fifo, (), ("runtime:", "not a regular file", "replace it")),
     ("registry-dev-zero", lambda t: {"FORGE_RUNTIME_REGISTRY_FILE": "/dev/zero"}, (), ("not a regular file",)),
