@@ -15,8 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from launcher.injob import ray_start, topology
-from launcher.injob.node_logs import write_line
+from launcher.injob import node_logs, ray_start, topology
 
 
 def ray_command() -> list[str]:
@@ -228,19 +227,6 @@ def ray_port_env(env: dict, ports) -> dict:
 
 
 def keep_ray_logs(temp: str, run_dir: str, job_id: str, node: str, failed_try: int | None = None) -> None:
-    """Ray's own logs of this node (raylet, GCS, process exits) into the run dir before the
-    node-local temp dir goes: the last RAY_LOG_MAX_BYTES of each, logs/ray/<job>-<node>/
-    (a start that failed and is tried again: <job>-<node>-try<N>/, its raylet's own error)."""
-    src = Path(temp) / "session_latest" / "logs"
-    if not src.is_dir():
-        return
-    dest = Path(run_dir) / "logs" / "ray" / (f"{job_id}-{node}" + (f"-try{failed_try}" if failed_try else ""))
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        names = [p for p in src.iterdir() if p.name in RAY_LOG_FILES or p.name.startswith("python-core-driver")]
-        for path in sorted(names)[:20]:
-            with open(path, "rb") as fi:
-                fi.seek(max(0, path.stat().st_size - RAY_LOG_MAX_BYTES))
-                (dest / path.name).write_bytes(fi.read())
-    except OSError as exc:  # a log copy is never a reason to fail
-        write_line(f"[sf node {node}] cannot keep Ray's logs: {exc}")
+    """Ray's own logs of this node into logs/ray/<job>-<node>/ of the run, through the gateway
+    (node_logs.keep_ray_logs: a planted logs/ray link is refused, never written through)."""
+    node_logs.keep_ray_logs(temp, run_dir, job_id, node, failed_try, RAY_LOG_FILES, RAY_LOG_MAX_BYTES)
