@@ -15,12 +15,10 @@ Standard library only (the job side).
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 from launcher import runs
 from launcher.injob.node_logs import write_line
@@ -34,7 +32,7 @@ NODE_FROZEN = "node_frozen"
 def limit_s(run_dir: str) -> float:
     """min(30 s, the run's hang limit: plan.json job.heal.hang_timeout_s; 0 means off)."""
     try:
-        plan = json.loads((Path(run_dir) / "plan.json").read_text())
+        plan = runs.Run(run_dir).read_json("plan.json")  # the gateway: a regular file of the job's user
         hang = float(((plan.get("job") or {}).get("heal") or {}).get("hang_timeout_s") or 0)
     except (OSError, ValueError, TypeError, AttributeError):
         hang = 0.0
