@@ -424,6 +424,11 @@ def sweep_members(runs_dir, sweep_id: str) -> list[Run]:
     return run_listing.sweep_members(runs_dir, sweep_id, Run)
 
 
+def run_ids(runs_dir) -> list[str]:
+    """The ids of the caller's run folders under runs_dir (no record read: shell completion)."""
+    return run_listing.run_ids(runs_dir)
+
+
 def damaged_runs(runs_dir) -> dict[str, Path]:
     """{run id: its damaged file} of the caller's runs under runs_dir: launcher.run_listing."""
     return run_listing.damaged_runs(runs_dir, Run)

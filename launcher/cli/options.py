@@ -18,7 +18,7 @@ import math
 import click
 from click.shell_completion import CompletionItem
 
-from launcher import sbatch_values
+from launcher import runs, sbatch_values
 from launcher.compile import scheduler_options
 from launcher.errors import SpecError
 from launcher.slurm import login_env_variables, sbatch_input_variables, steering_variables
@@ -80,7 +80,7 @@ def complete_run_ids(ctx, param, incomplete):
     """Shell completion of RUN/SWEEP arguments: the ids in the runs folder (no Slurm call)."""
     try:
         root = runs_root(ctx.params.get("runs_dir"), site_path=ctx.params.get("site_path") or ctx.params.get("site"))
-        names = sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
+        names = runs.run_ids(root)  # the caller's runs (in a shared runs folder: their own folder)
     except Exception:  # completion must never fail loudly
         return []
     return [n for n in names if n.startswith(incomplete)]

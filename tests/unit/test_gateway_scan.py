@@ -19,7 +19,6 @@ ALLOWED = {
     "launcher.cli.cmd_attach:attach": "only asks whether a file exists, to word a message",
     "launcher.cli.cmd_logs:stack_files": "lists the stacks a job wrote into its own run folder, for `sf logs`; "
                                          "reads them as the user (no write), to convert",
-    "launcher.cli.options:complete_run_ids": "shell completion of run ids: names only, never opened",
     "launcher.injob.bringup:Bringup.start_ray": "makes logs/ in the run folder the supervisor checked (its "
                                                 "user's, closed to others) when it is missing; to convert",
     "launcher.injob.failure_text:driver_failure": "reads the driver's log of the job's own run folder, to convert",

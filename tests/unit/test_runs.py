@@ -247,3 +247,14 @@ def test_restart_strings_from_the_batch_script_trap(tmp_path):
     runs.record_phase(run.dir, "odd", restart="not-a-number")
     runs.record_phase(run.dir, "requeue_refused", restarts="3", max_requeues="3")
     assert run.record()["requeue_count"] == 1
+
+
+def test_run_ids_for_completion_are_the_callers_own_in_a_shared_folder(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    mine = runs.create_run(shared, "grpo")
+    (shared / "grpo-planted").mkdir()
+    (shared / "grpo-planted" / runs.RECORD).write_text("{}")
+    os.chown(shared / "grpo-planted", 65534, 65534)
+    assert runs.run_ids(shared) == [mine.id]
