@@ -1,13 +1,13 @@
-"""launcher.slurm: parsing of sacct/squeue/scontrol output (rows as the dev cluster's Slurm
+"""launcher.slurm_parse: parsing of sacct/squeue/scontrol output (rows as the dev cluster's Slurm
 22.05 prints them), state aggregation of hetjobs and arrays, and job_states' single call
-with its squeue fallback (fake Slurm binaries through SF_SLURM_BIN_DIR)."""
+with its squeue fallback in launcher.slurm (fake Slurm binaries through SF_SLURM_BIN_DIR)."""
 from __future__ import annotations
 
 import subprocess
 
 import pytest
 
-from launcher import slurm
+from launcher import slurm, slurm_parse
 from launcher.errors import SlurmError
 
 # Real output of the dev cluster (sacct --parsable2 --noheader --allocations --format=...).
@@ -30,7 +30,7 @@ SQUEUE_RUNNING = """\
 
 
 def test_parse_sacct_rows_hetjob_array_and_steps():
-    rows = slurm.parse_rows(SACCT_RUNNING)
+    rows = slurm_parse.parse_rows(SACCT_RUNNING)
     assert set(rows) == {"18+0", "18+1", "20_0", "20_1", "20_2", "20_3", "20_4", "20_5", "11"}
     assert rows["18+1"].nodelist == "dev7" and rows["18+1"].kind == "component"
     assert rows["20_4"].state == "PENDING" and rows["20_4"].reason == "JobArrayTaskLimit"
@@ -39,13 +39,13 @@ def test_parse_sacct_rows_hetjob_array_and_steps():
 
 
 def test_parse_squeue_rows_same_shape():
-    rows = slurm.parse_rows(SQUEUE_RUNNING, slurm.SQUEUE_FIELDS)
+    rows = slurm_parse.parse_rows(SQUEUE_RUNNING, slurm_parse.SQUEUE_FIELDS)
     assert rows["18+0"].state == "RUNNING" and rows["18+0"].nodelist == "dev1"
     assert sorted(k for k in rows if k.startswith("20_")) == [f"20_{i}" for i in range(6)]
 
 
 def test_array_ranges_expand_with_commas_and_throttle():
-    rows = slurm.parse_rows("7_[1,3-4,9]|a|PENDING|0:0\n8_[0-2%1]|b|PENDING|0:0\n")
+    rows = slurm_parse.parse_rows("7_[1,3-4,9]|a|PENDING|0:0\n8_[0-2%1]|b|PENDING|0:0\n")
     assert sorted(rows) == ["7_1", "7_3", "7_4", "7_9", "8_0", "8_1", "8_2"]
 
 
@@ -54,7 +54,7 @@ def test_array_ranges_expand_with_commas_and_throttle():
     ("completed", "COMPLETED"), ("REQUEUED", "REQUEUED"), ("FAILED+", "FAILED"),
 ])
 def test_normalize_state(raw, norm):
-    assert slurm.normalize_state(raw) == norm
+    assert slurm_parse.normalize_state(raw) == norm
 
 
 @pytest.mark.parametrize("job_id,parts", [
@@ -62,7 +62,7 @@ def test_normalize_state(raw, norm):
     ("123_[2-5%2]", ("123", "[2-5%2]", None)),
 ])
 def test_split_job_id(job_id, parts):
-    assert slurm.split_job_id(job_id) == parts
+    assert slurm_parse.split_job_id(job_id) == parts
 
 
 @pytest.mark.parametrize("states,expected", [
@@ -77,12 +77,12 @@ def test_split_job_id(job_id, parts):
     ([], "UNKNOWN"),
 ])
 def test_aggregate_state(states, expected):
-    assert slurm.aggregate_state(states) == expected
+    assert slurm_parse.aggregate_state(states) == expected
 
 
 def test_resolve_aggregates_hetjob_and_array_and_marks_missing():
-    rows = slurm.parse_rows(SACCT_RUNNING)
-    states = slurm.resolve(["18", "20", "11", "99", "18+1", "20_5"], rows)
+    rows = slurm_parse.parse_rows(SACCT_RUNNING)
+    states = slurm_parse.resolve(["18", "20", "11", "99", "18+1", "20_5"], rows)
     het = states["18"]
     assert het.kind == "hetjob" and het.state == "RUNNING" and het.parts == ["18+0", "18+1"]
     assert het.nodelist == "dev1,dev7" and not het.done
@@ -96,19 +96,19 @@ def test_resolve_aggregates_hetjob_and_array_and_marks_missing():
 
 
 def test_resolve_finished_hetjob_reports_worst_component():
-    rows = slurm.parse_rows(
+    rows = slurm_parse.parse_rows(
         "5+0|h|COMPLETED|0:0|2026-01-01T00:00:00|2026-01-01T00:01:00|00:01:00|dev1|None\n"
         "5+1|h|FAILED|1:0|2026-01-01T00:00:00|2026-01-01T00:01:05|00:01:05|dev7|None\n")
-    het = slurm.resolve(["5"], rows)["5"]
+    het = slurm_parse.resolve(["5"], rows)["5"]
     assert het.state == "FAILED" and het.done and het.exit_code == "1:0"
     assert het.end == "2026-01-01T00:01:05" and het.elapsed == "00:01:05"
 
 
 def test_elapsed_seconds():
-    assert slurm._elapsed_s("1-02:03:04") == 93784
-    assert slurm._elapsed_s("02:03:04") == 7384
-    assert slurm._elapsed_s("03:04") == 184
-    assert slurm._elapsed_s("") == 0 and slurm._elapsed_s("INVALID") == 0
+    assert slurm_parse._elapsed_s("1-02:03:04") == 93784
+    assert slurm_parse._elapsed_s("02:03:04") == 7384
+    assert slurm_parse._elapsed_s("03:04") == 184
+    assert slurm_parse._elapsed_s("") == 0 and slurm_parse._elapsed_s("INVALID") == 0
 
 
 def test_show_job_parses_values_with_spaces_and_hetjob_components():
@@ -116,35 +116,35 @@ def test_show_job_parses_values_with_spaces_and_hetjob_components():
             "Requeue=1 Restarts=2 Command=/tmp/a b/het.sh WorkDir=/tmp Power= \n"
             "JobId=19 HetJobId=18 HetJobOffset=1 JobName=my job JobState=RUNNING Restarts=2 "
             "NodeList=dev7\n")
-    info = slurm.parse_show_job(text)
+    info = slurm_parse.parse_show_job(text)
     assert info["JobId"] == "18" and info["Restarts"] == "2" and info["JobName"] == "my job"
     assert info["Command"] == "/tmp/a b/het.sh" and info["Power"] == ""
     assert [c["JobId"] for c in info["Components"]] == ["18", "19"]
     assert info["Components"][1]["NodeList"] == "dev7"
-    assert slurm.parse_show_job("") == {}
+    assert slurm_parse.parse_show_job("") == {}
 
 
 def test_parse_sbatch_parsable():
-    assert slurm.parse_sbatch_parsable("123\n") == "123"
-    assert slurm.parse_sbatch_parsable("123;cluster\n") == "123"
+    assert slurm_parse.parse_sbatch_parsable("123\n") == "123"
+    assert slurm_parse.parse_sbatch_parsable("123;cluster\n") == "123"
     with pytest.raises(SlurmError):
-        slurm.parse_sbatch_parsable("")
+        slurm_parse.parse_sbatch_parsable("")
     with pytest.raises(SlurmError):
-        slurm.parse_sbatch_parsable("sbatch: error: nope")
+        slurm_parse.parse_sbatch_parsable("sbatch: error: nope")
 
 
 def test_srun_argv_is_a_list_with_options_before_the_command():
-    argv = slurm.srun_argv(["ray", "start", "--block", "; rm -rf /"], het_group=1, nodes=2,
+    argv = slurm_parse.srun_argv(["ray", "start", "--block", "; rm -rf /"], het_group=1, nodes=2,
                            ntasks_per_node=1, nodelist=["dev1", "dev2"], overlap=True,
                            extra=["--export=ALL"])
     assert argv == ["srun", "--het-group=1", "--nodes=2", "--ntasks-per-node=1",
                     "--nodelist=dev1,dev2", "--overlap", "--kill-on-bad-exit=1", "--export=ALL",
                     "ray", "start", "--block", "; rm -rf /"]
-    assert slurm.srun_argv(["x"], kill_on_bad_exit=False) == ["srun", "x"]
+    assert slurm_parse.srun_argv(["x"], kill_on_bad_exit=False) == ["srun", "x"]
 
 
 def test_sacct_argv_asks_base_ids_once():
-    argv = slurm.sacct_argv(["18", "18+1", "20_3", "20", "11"])
+    argv = slurm_parse.sacct_argv(["18", "18+1", "20_3", "20", "11"])
     assert argv[-1] == "--jobs=18,20,11"
     assert "--allocations" in argv and "--parsable2" in argv and "--noheader" in argv
 
@@ -158,7 +158,7 @@ def test_job_states_one_sacct_call_for_everything(fake_slurm):
     states = slurm.job_states(["18", "20", "11", "18+0"])
     assert slurm.CALLS["sacct"] - before.get("sacct", 0) == 1
     assert slurm.CALLS["total"] - before.get("total", 0) == 1
-    assert fake_slurm.calls() == [" ".join(slurm.sacct_argv(["18", "20", "11"]))]
+    assert fake_slurm.calls() == [" ".join(slurm_parse.sacct_argv(["18", "20", "11"]))]
     assert states["18"].state == "RUNNING" and states["20"].state == "RUNNING"
     assert states["20_3"].state == "PENDING"  # every task row comes back too
 
@@ -170,8 +170,8 @@ def test_job_states_asks_squeue_once_for_what_sacct_has_pending(fake_slurm):
     before = dict(slurm.CALLS)
     states = slurm.job_states(["18", "20", "11", "20_3", "18+0"])
     assert slurm.CALLS["total"] - before.get("total", 0) == 2
-    assert fake_slurm.calls() == [" ".join(slurm.sacct_argv(["18", "20", "11"])),
-                                  " ".join(slurm.squeue_argv(["20_3"]))]
+    assert fake_slurm.calls() == [" ".join(slurm_parse.sacct_argv(["18", "20", "11"])),
+                                  " ".join(slurm_parse.squeue_argv(["20_3"]))]
     assert states.source == "sacct" and states.accounting and states.warning is None
     assert states["20_3"].state == "RUNNING" and states["20_3"].nodelist == "dev3"
     assert states["20_2"].state == "PENDING" and states["18"].state == "RUNNING"
@@ -268,31 +268,30 @@ def test_srun_popen_runs_without_shell(fake_slurm):
 
 
 def test_show_config_and_sacctmgr_parsable_rows():
-    from launcher import slurm
 
-    cfg = slurm.parse_show_config("Configuration data as of 2026-11-30T21:00:00\n"
+    cfg = slurm_parse.parse_show_config("Configuration data as of 2026-11-30T21:00:00\n"
                                   "AccountingStorageEnforce = associations,qos\nClusterName             = sfdev\n"
                                   "SLURM_VERSION           = 22.05.8\n")
     assert cfg["AccountingStorageEnforce"] == "associations,qos" and cfg["ClusterName"] == "sfdev"
-    rows = slurm.parse_parsable("root|root|sfdev|dev||normal,high|\n\n", slurm.ASSOC_FIELDS)
+    rows = slurm_parse.parse_parsable("root|root|sfdev|dev||normal,high|\n\n", slurm_parse.ASSOC_FIELDS)
     assert rows == [{"User": "root", "DefaultAccount": "root", "Cluster": "sfdev", "Account": "dev", "Partition": "",
                      "QOS": "normal,high", "DefaultQOS": ""}]
 
 
 def test_ids_sacct_has_not_recorded_yet_take_squeues_answer():
     # slurmdbd lags the controller under load: a running array task is not in sacct yet
-    states = slurm.resolve(["70_0", "71"], {"71": slurm.JobState(job_id="71", state="COMPLETED")})
+    states = slurm_parse.resolve(["70_0", "71"], {"71": slurm_parse.JobState(job_id="71", state="COMPLETED")})
     assert states["70_0"].missing and states["70_0"].state == "UNKNOWN"
-    queued = slurm.resolve(["70_0"], {"70_0": slurm.JobState(job_id="70_0", state="RUNNING"),
-                                      "70_1": slurm.JobState(job_id="70_1", state="PENDING")})
-    slurm.prefer_queue(states, queued)
+    queued = slurm_parse.resolve(["70_0"], {"70_0": slurm_parse.JobState(job_id="70_0", state="RUNNING"),
+                                      "70_1": slurm_parse.JobState(job_id="70_1", state="PENDING")})
+    slurm_parse.prefer_queue(states, queued)
     assert states["70_0"].state == "RUNNING" and not states["70_0"].missing
     assert states["71"].state == "COMPLETED"
-    slurm.prefer_queue(states, slurm.resolve(["71"], {}))  # squeue forgot it: sacct's answer stays
+    slurm_parse.prefer_queue(states, slurm_parse.resolve(["71"], {}))  # squeue forgot it: sacct's answer stays
     assert states["71"].state == "COMPLETED"
     # sacct's PENDING gives way to squeue's RUNNING; a finished job's sacct answer never does
-    states = slurm.resolve(["72", "71"], {"72": slurm.JobState(job_id="72", state="PENDING"),
-                                          "71": slurm.JobState(job_id="71", state="COMPLETED")})
-    slurm.prefer_queue(states, {"72": slurm.JobState(job_id="72", state="RUNNING"),
-                                "71": slurm.JobState(job_id="71", state="RUNNING")})
+    states = slurm_parse.resolve(["72", "71"], {"72": slurm_parse.JobState(job_id="72", state="PENDING"),
+                                          "71": slurm_parse.JobState(job_id="71", state="COMPLETED")})
+    slurm_parse.prefer_queue(states, {"72": slurm_parse.JobState(job_id="72", state="RUNNING"),
+                                "71": slurm_parse.JobState(job_id="71", state="RUNNING")})
     assert states["72"].state == "RUNNING" and states["71"].state == "COMPLETED"
