@@ -135,7 +135,7 @@ def test_parse_sbatch_parsable():
 
 def test_srun_argv_is_a_list_with_options_before_the_command():
     argv = slurm_parse.srun_argv(["ray", "start", "--block", "; rm -rf /"], het_group=1, nodes=2,
-                           ntasks_per_node=1, nodelist=["dev1", "dev2"], overlap=True,
+                                 ntasks_per_node=1, nodelist=["dev1", "dev2"], overlap=True,
                            extra=["--export=ALL"])
     assert argv == ["srun", "--het-group=1", "--nodes=2", "--ntasks-per-node=1",
                     "--nodelist=dev1,dev2", "--overlap", "--kill-on-bad-exit=1", "--export=ALL",
@@ -268,10 +268,9 @@ def test_srun_popen_runs_without_shell(fake_slurm):
 
 
 def test_show_config_and_sacctmgr_parsable_rows():
-
     cfg = slurm_parse.parse_show_config("Configuration data as of 2026-11-30T21:00:00\n"
-                                  "AccountingStorageEnforce = associations,qos\nClusterName             = sfdev\n"
-                                  "SLURM_VERSION           = 22.05.8\n")
+                                        "AccountingStorageEnforce = associations,qos\nClusterName             = sfdev\n"
+                                        "SLURM_VERSION           = 22.05.8\n")
     assert cfg["AccountingStorageEnforce"] == "associations,qos" and cfg["ClusterName"] == "sfdev"
     rows = slurm_parse.parse_parsable("root|root|sfdev|dev||normal,high|\n\n", slurm_parse.ASSOC_FIELDS)
     assert rows == [{"User": "root", "DefaultAccount": "root", "Cluster": "sfdev", "Account": "dev", "Partition": "",
@@ -283,7 +282,7 @@ def test_ids_sacct_has_not_recorded_yet_take_squeues_answer():
     states = slurm_parse.resolve(["70_0", "71"], {"71": slurm_parse.JobState(job_id="71", state="COMPLETED")})
     assert states["70_0"].missing and states["70_0"].state == "UNKNOWN"
     queued = slurm_parse.resolve(["70_0"], {"70_0": slurm_parse.JobState(job_id="70_0", state="RUNNING"),
-                                      "70_1": slurm_parse.JobState(job_id="70_1", state="PENDING")})
+                                            "70_1": slurm_parse.JobState(job_id="70_1", state="PENDING")})
     slurm_parse.prefer_queue(states, queued)
     assert states["70_0"].state == "RUNNING" and not states["70_0"].missing
     assert states["71"].state == "COMPLETED"
@@ -291,7 +290,7 @@ def test_ids_sacct_has_not_recorded_yet_take_squeues_answer():
     assert states["71"].state == "COMPLETED"
     # sacct's PENDING gives way to squeue's RUNNING; a finished job's sacct answer never does
     states = slurm_parse.resolve(["72", "71"], {"72": slurm_parse.JobState(job_id="72", state="PENDING"),
-                                          "71": slurm_parse.JobState(job_id="71", state="COMPLETED")})
+                                                "71": slurm_parse.JobState(job_id="71", state="COMPLETED")})
     slurm_parse.prefer_queue(states, {"72": slurm_parse.JobState(job_id="72", state="RUNNING"),
-                                "71": slurm_parse.JobState(job_id="71", state="RUNNING")})
+                                      "71": slurm_parse.JobState(job_id="71", state="RUNNING")})
     assert states["72"].state == "RUNNING" and states["71"].state == "COMPLETED"
