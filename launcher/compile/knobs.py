@@ -4,6 +4,7 @@ run time. coerce_knob types a value as the knob says, never guessing. Pure."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -220,7 +221,9 @@ def _as_enum(value, knob, _name, field):
         raise SpecError(field, f"{value!r} is a boolean, not one of {', '.join(knob.choices)}")
     text = str(value)
     if text not in knob.choices:
-        raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}")
+        close = difflib.get_close_matches(text.lower(), knob.choices, n=1)
+        raise SpecError(field, f"{text!r} is not one of {', '.join(knob.choices)}"
+                        + (f"; did you mean {close[0]}?" if close else ""))
     return text
 
 
@@ -240,7 +243,10 @@ def _as_str(value, _knob, name, field):
     return str(value)
 
 
-def _as_rs_list(value, _knob, _name, field):
+def _as_rs_list(value, _knob, name, field):
+    if isinstance(value, list) and not all(isinstance(v, str) for v in value) or isinstance(value, (dict, bool)):
+        raise SpecError(field, f"{value!r} is not a list of rollout_rs options; write e.g. {name}: token_k1,seq_sum_k2 "
+                        f"(one of {', '.join(ROLLOUT_RS)} each)")
     text = ",".join(value) if isinstance(value, list) else str(value)
     bad = [p for p in text.split(",") if p.strip() not in ROLLOUT_RS]
     if bad:

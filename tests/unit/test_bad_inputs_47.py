@@ -280,3 +280,16 @@ def test_the_dry_run_shows_the_run_dir_submit_makes(cli_env, fake_slurm, monkeyp
     [run_dir] = [p for p in home.iterdir() if p.name.startswith("exp-")]
     script = (run_dir / "job.sbatch").read_text()
     assert script == dry.stdout.replace(placeholder, str(run_dir.resolve())).replace("exp-XXXXX", run_dir.name)
+
+
+@pytest.mark.parametrize("knobs, needle", [
+    ({"rollout_rs": ["token_k1", 5]}, "is not a list of rollout_rs options"),
+    ({"rollout_rs": [["token_k1"]]}, "is not a list of rollout_rs options"),
+    ({"logger": ["console", 5]}, "is not a list of names"),
+    ({"resume_mode": "Auto"}, "did you mean auto?"),
+    ({"kl_loss_type": "low_var_k1"}, "did you mean low_var_kl?"),
+])
+def test_list_and_enum_knobs_of_the_wrong_kind_are_named(knobs, needle):
+    errors = errors_of(base("grpo", knobs=knobs))
+    assert len(errors) == 1 and needle in errors[0], errors
+
