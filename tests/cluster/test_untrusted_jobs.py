@@ -14,6 +14,7 @@ the real dev cluster (issue 44, deliverables 2-5):
 from __future__ import annotations
 
 import pwd
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,11 @@ def test_a_record_naming_another_runs_job_is_refused_and_scancel_state_cannot_ke
         assert len(line.splitlines()) == 1 and "cancelled" not in refused.stdout
         assert wait_state(job, {"RUNNING"}) == "RUNNING"  # untouched
         assert planted.record()["state"] == "submitted"
+        # with the victim's events and plan planted too, `sf attach` would enter the victim's job
+        for name in ("events.jsonl", "plan.json"):
+            shutil.copyfile(run_dir / name, planted.dir / name)
+        entered = sf("attach", planted.id, "--", "true")
+        assert entered.returncode == 2 and f"Slurm job {job}" in entered.stderr, entered.stdout + entered.stderr
         # the shell's SCANCEL_STATE=PENDING would make scancel skip a running job
         done = sf("cancel", run, env={"SCANCEL_STATE": "PENDING", "SCANCEL_VERBOSE": "1"})
         assert done.returncode == 0, done.stdout + done.stderr
