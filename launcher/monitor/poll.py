@@ -305,7 +305,8 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         job_ids=job_ids, slurm_state=job.state if job is not None else (final or {}).get("slurm_state"),
         reason=reason,
         nodes=job.nodelist if job is not None else (final or {}).get("nodes", ""),
-        elapsed=progress.elapsed_over_attempts(phases, job.elapsed, requeues) if job is not None
+        elapsed=progress.elapsed_over_attempts(phases, job.elapsed, progress.attempt_of(job.state, requeues))
+        if job is not None
         else (final or {}).get("elapsed", ""),
         exit_code=job.exit_code if job is not None else (final or {}).get("exit_code", ""),
         phase=phase, step=step, total_steps=total, step_at=step_at, requeue_count=requeues,

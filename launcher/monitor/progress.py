@@ -94,6 +94,17 @@ def earlier_attempts_s(phases: list[dict], current: int) -> float:
     return sum(max(0.0, last[a] - first[a]) for a in first)
 
 
+# accounting's row of an attempt that Slurm ended to run the job again: its Elapsed is that
+# attempt's, which the record already counts once the job pends again
+OLD_ATTEMPT_ROWS = ("NODE_FAIL", "REQUEUED", "PREEMPTED")
+
+
+def attempt_of(row_state: str, requeues: int) -> int:
+    """The attempt (its restart count) accounting's row is of: the one before the current
+    when the row is still the requeued attempt's."""
+    return requeues - 1 if requeues and row_state in OLD_ATTEMPT_ROWS else requeues
+
+
 def elapsed_over_attempts(phases: list[dict], elapsed: str, current: int) -> str:
     """ELAPSED of a run Slurm started `current` + 1 times: the earlier attempts' time (from
     the record) plus Slurm's Elapsed of this one, which restarts at 0 on each requeue."""

@@ -74,6 +74,10 @@ def test_elapsed_of_a_requeued_run_counts_every_attempt():
     assert progress.elapsed_over_attempts(phases, "00:00:30", 0) == "00:00:30"
     assert progress.elapsed_over_attempts(phases, "", 1) == ""
     assert progress.earlier_attempts_s(phases, 2) == 110.0
+    # accounting still shows attempt 0's NODE_FAIL row (its Elapsed 100 s) while Slurm counts
+    # the requeue: attempt 0 is counted once
+    assert progress.elapsed_over_attempts(phases, "00:01:40", progress.attempt_of("NODE_FAIL", 1)) == "00:01:40"
+    assert progress.attempt_of("RUNNING", 1) == 1 and progress.attempt_of("NODE_FAIL", 0) == 0
 
 
 def test_slurmctld_gives_the_requeue_count_and_the_reason_at_once():
