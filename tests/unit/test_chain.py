@@ -154,7 +154,7 @@ def test_submit_model_from_a_running_run_queues_its_export_first(fake_slurm, sit
     assert export["job_id"] == "611" and export["after"] == "afterok:610" and export["checkpoint_at_run_time"]
     script = (sft.dir / f"{export['id']}.sbatch").read_text()
     assert "#SBATCH --dependency=afterok:610\n" in script
-    assert f"-m launcher.injob checkpoint {sft.dir}/checkpoints -" in script
+    assert f"sf_injob checkpoint {sft.dir}/checkpoints -" in script
     assert f'--local_dir "$SF_ACTOR_DIR" --target_dir {export["target"]}' in script
     grpo = runs.open_run(fake_slurm.runs_dir, out["run"])
     assert "#SBATCH --dependency=afterok:611,singleton\n" in (grpo.dir / "job.sbatch").read_text()
