@@ -20,7 +20,7 @@ from launcher.monitor import poll as monitor
 def _run_with_job(root, name, script_text, *, extra_args=()):
     """A run record whose job.sbatch is submitted through launcher.slurm.sbatch."""
     run = runs.create_run(root, name)
-    script = run.write_text("job.sbatch", script_text.replace("@LOGS@", str(run.logs_dir)))
+    script = run.write_text("job.sbatch", script_text.replace("@LOGS@", str(run.logs_dir)).replace("@RUN@", run.id))
     job_id = sfslurm.sbatch(script, extra_args=extra_args, cwd=run.dir)
     run.set_job_ids([job_id])
     run.add_state("submitted", job_id=job_id)
@@ -118,7 +118,7 @@ def _wait_running(run, root, wait_for, timeout=90):
 def test_status_json_and_cancel_of_a_running_job(tmp_path, wait_for):
     root = tmp_path / "runs"
     run, job_id = _run_with_job(root, "long", """#!/bin/bash
-#SBATCH -J sfmon-cancel -t 3 -o @LOGS@/slurm-%j.out
+#SBATCH -J sf-@RUN@ -t 3 -o @LOGS@/slurm-%j.out
 echo started
 sleep 300
 """)
