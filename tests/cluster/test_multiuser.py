@@ -233,7 +233,7 @@ def test_ports_squatted_by_another_user_are_skipped_or_named(tmp_path):
     squatter = squat(squatted_ports(7))
     try:
         out = submitted(sf("submit", exp, "--site", site, "--json", env={"SF_TEST_DRIVER": "exit 0"}))
-        assert wait_done(out["job_id"], timeout=120) == "COMPLETED", why(Path(out["run_dir"]))
+        assert wait_done(out["job_id"], timeout=240) == "COMPLETED", why(Path(out["run_dir"]))
         started = [e for e in phases(Path(out["run_dir"])) if e["phase"] == "node_started"]
         assert started and started[0]["port_base"] == RANGE[0] + 7 * SLOT, started
     finally:
