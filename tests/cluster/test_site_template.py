@@ -139,7 +139,7 @@ def test_a_site_template_trick_is_refused_and_nothing_submitted(tmp_path, trick)
         tmp_path, EXTENDS + "{% block " + block + " %}\n" + body + "\n{% endblock %}\n")
     name = f"sitetrick{trick}{uuid.uuid4().hex[:8]}"  # no run of an earlier pass shares it
     exp = experiment(tmp_path, name)
-    for args in (("submit", exp, "--dry-run"), ("submit", exp, "--json")):
+    for args in (("validate", exp), ("submit", exp, "--dry-run"), ("submit", exp, "--json")):
         proc = sf(*args, "--site", str(site_file))
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         said = [line for line in proc.stderr.splitlines() if str(template) in line]
