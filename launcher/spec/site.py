@@ -221,6 +221,40 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
     if not isinstance(data, dict):
         raise SpecError("site", f"{path} must be a mapping (name:, runs_dir:, series:, ...); fix the file")
     check_site(data, path, source)
+    series = _series_of(data, path)
+    slurm = data.get("slurm") or {}
+    ray = data.get("ray") or {}
+    _check_slurm_and_ray_numbers(slurm, ray, path)
+    return Site(
+        name=data.get("name", Path(path).stem),
+        path=path,
+        runs_dir=_expand(data.get("runs_dir", "~/sf-runs")),
+        series=series,
+        default_series=data.get("default_series"),
+        account=slurm.get("account"),
+        qos=slurm.get("qos"),
+        time=str(slurm.get("time", "01:00:00")),
+        max_requeues=int(slurm.get("max_requeues", 3)),
+        signal_lead_s=int(slurm.get("signal_lead_s", 300)),
+        hang_timeout_s=int(slurm.get("hang_timeout_s", HANG_TIMEOUT_S)),
+        first_step_timeout_s=int(slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
+        max_restarts_in_place=int(slurm.get("max_restarts_in_place", 0)),
+        ray=_ray_settings(ray, path),
+        runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
+        dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
+        env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
+        modules=tuple(data.get("modules", ())),
+        pass_sbatch_env=_pass_sbatch_env(data, slurm, path),
+        pass_ray_env=_ray_names(slurm.get("pass_ray_env") or (), path),
+        test_hooks=bool(data.get("test_hooks", False)),
+        share_group=_share_group(data.get("share_group"), path),
+        templates_dir=_templates_dir(data.get("templates_dir"), path),
+        raw=data,
+    )
+
+
+def _series_of(data: dict, path: str) -> dict[str, Series]:
+    """The site file's series:, each entry a Series with whole GPU and CPU counts."""
     series = {}
     for name, entry in (data.get("series") or {}).items():
         if not isinstance(entry, dict):
@@ -231,9 +265,11 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
             raise SpecError(f"site.series.{name}", f"{exc}; see site/dev.yaml for the fields") from None
         for key in ("gpus_per_node", "cpus_per_node"):
             _whole(getattr(series[name], key), f"site.series.{name}.{key}", path)
-    slurm = data.get("slurm") or {}
-    ray = data.get("ray") or {}
-    address = ray.get("node_address") or {}
+    return series
+
+
+def _check_slurm_and_ray_numbers(slurm: dict, ray: dict, path: str) -> None:
+    """Refuse a slurm: or ray: count, timeout or port range that is not a usable whole number."""
     for name, value in (("slurm.max_requeues", slurm.get("max_requeues", 3)),
                         ("slurm.signal_lead_s", slurm.get("signal_lead_s", 300)),
                         ("slurm.hang_timeout_s", slurm.get("hang_timeout_s", HANG_TIMEOUT_S)),
@@ -255,47 +291,32 @@ def site_from_dict(data: dict, path: str = "<memory>", source: Path | None = Non
             and port_range[0] < port_range[1]):
         raise SpecError("site.ray.port_range",
                         f"{port_range!r} in {path} is not [LOW, HIGH] ports, e.g. [20000, 32767]")
-    return Site(
-        name=data.get("name", Path(path).stem),
-        path=path,
-        runs_dir=_expand(data.get("runs_dir", "~/sf-runs")),
-        series=series,
-        default_series=data.get("default_series"),
-        account=slurm.get("account"),
-        qos=slurm.get("qos"),
-        time=str(slurm.get("time", "01:00:00")),
-        max_requeues=int(slurm.get("max_requeues", 3)),
-        signal_lead_s=int(slurm.get("signal_lead_s", 300)),
-        hang_timeout_s=int(slurm.get("hang_timeout_s", HANG_TIMEOUT_S)),
-        first_step_timeout_s=int(slurm.get("first_step_timeout_s", FIRST_STEP_TIMEOUT_S)),
-        max_restarts_in_place=int(slurm.get("max_restarts_in_place", 0)),
-        ray=RaySettings(
-            address_method=address.get("method", "hostname"),
-            address_prefix=address.get("prefix", "127.0.0"),
-            interface=address.get("interface"),
-            port_range=tuple(ray.get("port_range", (20000, 59999))),
-            temp_root=ray.get("temp_root", "/tmp"),
-            barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
-            start_retries=int(ray.get("start_retries", 2)),
-            health_check=_health_check(ray.get("health_check", "preflight"), path),
-            large_cluster_min_nodes=int(large.get("min_nodes", 64)),
-            large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or {}).items()),
-        ),
-        runtime_registry=_expand(data["runtime_registry"]) if data.get("runtime_registry") else None,
-        dataset_roots=tuple(_expand(p) for p in data.get("dataset_roots", ())),
-        env=tuple((str(k), str(v)) for k, v in (data.get("env") or {}).items()),
-        modules=tuple(data.get("modules", ())),
-        # SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment
-        pass_sbatch_env=_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
-        + _login_names(slurm.get("pass_login_env") or (), path)
-        + _ray_names(slurm.get("pass_ray_env") or (), path)
-        + (("SF_TEST_*",) if _flag(data.get("test_hooks", False), "site.test_hooks", path) else ()),
-        pass_ray_env=_ray_names(slurm.get("pass_ray_env") or (), path),
-        test_hooks=bool(data.get("test_hooks", False)),
-        share_group=_share_group(data.get("share_group"), path),
-        templates_dir=_templates_dir(data.get("templates_dir"), path),
-        raw=data,
+
+
+def _ray_settings(ray: dict, path: str) -> RaySettings:
+    """The site file's ray: section (already checked by _check_slurm_and_ray_numbers)."""
+    address = ray.get("node_address") or {}
+    large = ray.get("large_cluster") or {}
+    return RaySettings(
+        address_method=address.get("method", "hostname"),
+        address_prefix=address.get("prefix", "127.0.0"),
+        interface=address.get("interface"),
+        port_range=tuple(ray.get("port_range", (20000, 59999))),
+        temp_root=ray.get("temp_root", "/tmp"),
+        barrier_timeout_s=int(ray.get("barrier_timeout_s", 300)),
+        start_retries=int(ray.get("start_retries", 2)),
+        health_check=_health_check(ray.get("health_check", "preflight"), path),
+        large_cluster_min_nodes=int(large.get("min_nodes", 64)),
+        large_cluster_env=tuple((str(k), str(v)) for k, v in (large.get("env") or {}).items()),
     )
+
+
+def _pass_sbatch_env(data: dict, slurm: dict, path: str) -> tuple[str, ...]:
+    """SBATCH_* variables, and login-node variables (PYTHONPATH, ...) let into sbatch's environment."""
+    return (_sbatch_names(slurm.get("pass_sbatch_env") or (), path)
+            + _login_names(slurm.get("pass_login_env") or (), path)
+            + _ray_names(slurm.get("pass_ray_env") or (), path)
+            + (("SF_TEST_*",) if _flag(data.get("test_hooks", False), "site.test_hooks", path) else ()))
 
 
 # A pool's nodes, at most: Slurm is validated for clusters of up to 65,536 nodes (its large
