@@ -142,54 +142,84 @@ def _array_script(request, plan, sweep: Sweep, sweep_id: str, sweep_dir: str) ->
     return run_files(request.spec, plan, sweep.site, sweep.runtime, preflight=sweep.preflight, array=array).script
 
 
-# long: the sweep record, its members' files, the chained exports and the array/hetjob sends in order
 def send(sweep: Sweep, say: Say, queued: Callable[[object, str], None]) -> Sent:
     """Write the sweep's records and files, then send: the chained exports first (each point
     waits on its own; `queued(chain_export, job_id)` as each is queued), then the array or
     the throttled hetjobs."""
-    first, n, site, mode, k = sweep.first, len(sweep.points), sweep.site, sweep.mode, sweep.max_parallel
+    n, site, mode, k = len(sweep.points), sweep.site, sweep.mode, sweep.max_parallel
     # as sf submit: the pools against the partitions, the account/QOS where enforced (the
     # points differ only in knobs and overrides, so the first point's plan speaks for all);
     # exit 2 here, before any record is written
-    for warning in verify(first.plan, site, getattr(first.spec, "provenance", None)):
+    for warning in verify(sweep.first.plan, site, getattr(sweep.first.spec, "provenance", None)):
         say(f"sf: warning: {warning}")
-    sweep_run = runs.create_run(first.runs_dir, first.experiment, kind="sweep", mode=mode,
-                                grid=[{"key": key, "values": values} for key, values in sweep.grid],
-                                points=[{"index": i, "params": values, "given": given} for i, ((values, _r), given)
-                                        in enumerate(zip(sweep.points, sweep.given, strict=True))],
-                                max_parallel=k, preflight=sweep.preflight, runtime=sweep.runtime.to_dict(),
-                                members=[], submissions=[], share_group=site.share_group)
+    sweep_run = _create_sweep_record(sweep)
+    members, plans = _write_members(sweep, sweep_run)
+    for r in [sweep_run, *members]:
+        r.add_state(SUBMITTING)
+    export_jobs, waits = _send_chained_exports(sweep, sweep_run, members, queued)
+    if mode == "array":
+        after = "afterok:" + ":".join(sorted(set(export_jobs.values()))) if export_jobs else None
+        ok = _send_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env, say, after=after)
+    else:
+        ok = _send_hetjobs(sweep_run, members, k, site.pass_sbatch_env, say, waits=waits)
+    return Sent(sweep_run, members, mode, k, ok, sorted({w for p in plans for w in p.warnings}))
+
+
+def _create_sweep_record(sweep: Sweep):
+    """The sweep's own run record: its grid, its points and how they are sent (no members yet)."""
+    first = sweep.first
+    return runs.create_run(first.runs_dir, first.experiment, kind="sweep", mode=sweep.mode,
+                           grid=[{"key": key, "values": values} for key, values in sweep.grid],
+                           points=[{"index": i, "params": values, "given": given} for i, ((values, _r), given)
+                                   in enumerate(zip(sweep.points, sweep.given, strict=True))],
+                           max_parallel=sweep.max_parallel, preflight=sweep.preflight,
+                           runtime=sweep.runtime.to_dict(), members=[], submissions=[],
+                           share_group=sweep.site.share_group)
+
+
+def _write_members(sweep: Sweep, sweep_run) -> tuple[list, list]:
+    """One run record and its files per point, plus (array mode) the manifest and the shared
+    script; any failure marks the sweep and the members written so far SUBMIT_FAILED."""
     members, plans = [], []
     try:
         for index, (values, request) in enumerate(sweep.points):
             member = runs.create_run(request.runs_dir, request.experiment, sweep={"id": sweep_run.id, "index": index},
-                                     share_group=site.share_group, params=values, preflight=sweep.preflight,
+                                     share_group=sweep.site.share_group, params=values, preflight=sweep.preflight,
                                      runtime=sweep.runtime.to_dict(), attempts=[],
                                      **({"model_from": dict(request.chain)} if request.chain else {}))
             members.append(member)
             plan = request.plan.with_run_dir(str(member.dir))  # compiled once, bound here
             plans.append(plan)
             files = request.rendered(str(member.dir)).files
-            if mode == "array":  # the tasks share the sweep's script; each reads its point from the manifest
+            if sweep.mode == "array":  # the tasks share the sweep's script; each reads its point from the manifest
                 files.pop("job.sbatch")
             for file_name, text in files.items():
                 member.write_text(file_name, text)
         sweep_run.update(members=[m.id for m in members])
-        if mode == "array":
-            sweep_run.write_json("manifest.json", sweep_mod.manifest(sweep_run.id, [
-                {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
-                 "params": sweep.points[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
-                for i, (m, p) in enumerate(zip(members, plans, strict=True))]))
-            sweep_run.write_text("job.sbatch", _array_script(first, plans[0], sweep, sweep_run.id, str(sweep_run.dir)))
-            for m in members:
-                m.update(script=str(sweep_run.path("job.sbatch")))
+        if sweep.mode == "array":
+            _write_array_files(sweep, sweep_run, members, plans)
     except Exception as exc:
         for r in [sweep_run, *members]:
             r.add_state(SUBMIT_FAILED, error=str(exc))
         raise
-    for r in [sweep_run, *members]:
-        r.add_state(SUBMITTING)
-    # --model run:RUN without an export: its export first (once), every point waits on it
+    return members, plans
+
+
+def _write_array_files(sweep: Sweep, sweep_run, members: list, plans: list) -> None:
+    """An array sweep's manifest (each task's point) and its one script, which every member names."""
+    sweep_run.write_json("manifest.json", sweep_mod.manifest(sweep_run.id, [
+        {"index": i, "run_id": m.id, "run_dir": str(m.dir), "checkpoint_dir": p.checkpoint_dir,
+         "params": sweep.points[i][0], "overrides": list(p.overrides), "check_paths": list(p.paths_to_check)}
+        for i, (m, p) in enumerate(zip(members, plans, strict=True))]))
+    sweep_run.write_text("job.sbatch", _array_script(sweep.first, plans[0], sweep, sweep_run.id, str(sweep_run.dir)))
+    for m in members:
+        m.update(script=str(sweep_run.path("job.sbatch")))
+
+
+def _send_chained_exports(sweep: Sweep, sweep_run, members: list,
+                          queued: Callable[[object, str], None]) -> tuple[dict, list]:
+    """--model run:RUN without an export: its export first (once), every point waits on it.
+    Returns the export jobs by chained export and, per point, afterok:<its export job> or None."""
     export_jobs = {}
     for ce, export in sweep.exports.items():
         try:
@@ -199,7 +229,7 @@ def send(sweep: Sweep, say: Say, queued: Callable[[object, str], None]) -> Sent:
                 r.add_state(SUBMIT_FAILED, error=f"the export of run {ce.run_id}: {exc}")
             raise
         queued(ce, export_jobs[ce])
-    waits = []  # per point: afterok:<its export job>, or None
+    waits = []
     for member, (_values, request) in zip(members, sweep.points, strict=True):
         ce = request.spec.chain_export
         waits.append(f"afterok:{export_jobs[ce]}" if ce is not None else None)
@@ -208,13 +238,7 @@ def send(sweep: Sweep, say: Say, queued: Callable[[object, str], None]) -> Sent:
                                                        export_id=ce.export_id, export_after=ce.after))
     if export_jobs:
         sweep_run.update(chain_exports=[{**ce.describe(), "job_id": job} for ce, job in export_jobs.items()])
-    if mode == "array":
-        after = "afterok:" + ":".join(sorted(set(export_jobs.values()))) if export_jobs else None
-        ok = _send_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env, say, after=after)
-    else:
-        ok = _send_hetjobs(sweep_run, members, k, site.pass_sbatch_env, say, waits=waits)
-    return Sent(sweep_run, members, mode, k, ok, sorted({w for p in plans for w in p.warnings}))
-
+    return export_jobs, waits
 
 def _send_array(sweep_run, members, indices, n, k, pass_env, say: Say, after: str | None = None) -> bool:
     """One sbatch of the sweep's array script (for `indices`); `after`: a dependency the

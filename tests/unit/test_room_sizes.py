@@ -18,7 +18,6 @@ BEING_SPLIT = {
     "injob/node.py:start_and_watch": "function: H2 splits node.py (done in its working copy)",
     "injob/node.py:main": "function: H2 splits node.py (done in its working copy)",
     "injob/preflight.py:main": "function: 72 lines, its checks to be one function each",
-    "submit/sweep_send.py:send": "function: H6 sends the sweep through pipeline.submit (issue 46 item 2)",
     "monitor/poll.py:_status_for": "function: 66 lines, H7 edits poll.py",
 }
 
