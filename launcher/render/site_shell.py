@@ -55,16 +55,22 @@ class _State:
     pattern: bool = False  # reading a case pattern
 
 
-class Lexer:
+class _Characters:
+    """The characters' side of the lexer: where the reading is (i), the quoting context of
+    every character (ctx), quotes, arithmetic, words, blanks, comments and here-document
+    bodies. An expansion that may hold commands ($( ), ``, ${ }) is the Lexer's to read."""
+
     def __init__(self, text: str):
         self.t = text
         self.n = len(text)
         self.i = 0
         self.ctx = bytearray(len(text))  # WORD everywhere unless set
-        self.commands: list[Command] = []
-        self.functions: list[tuple[str, int]] = []  # (name, offset)
         self.arith: list[tuple[int, int]] = []  # (start, end) of each arithmetic text
         self._heredocs: list[tuple[str, bool]] = []  # pending (delimiter, strip tabs)
+
+    def _dollar_or_backtick(self, kind: int) -> None:
+        """At $ or `: the Lexer reads the expansion (its inner text may be commands)."""
+        raise NotImplementedError
 
     # -- characters ---------------------------------------------------------------------
     def _mark(self, start: int, end: int, kind: int) -> None:
@@ -100,37 +106,6 @@ class Lexer:
                 self.i += 1
         self.i = min(self.i + 1, self.n)
 
-    def _dollar_or_backtick(self, kind: int) -> None:
-        """At $ or `: an expansion (its inner text lexed as commands where it holds some)."""
-        t, i = self.t, self.i
-        if t[i] == "`":
-            self._backtick()
-        elif t.startswith("$((", i):
-            self._arith(i + 3, "))")
-        elif t.startswith("$(", i):
-            self.i = i + 2
-            self._list(")")
-            self.i = min(self.i + 1, self.n)
-        elif t.startswith("${", i):
-            self._param()
-        elif t.startswith("$'", i) and kind == WORD:
-            self._ansi()
-        else:
-            self.i = i + 1
-
-    def _backtick(self) -> None:
-        start = self.i
-        j = start + 1
-        while j < self.n and self.t[j] != "`":
-            j += 2 if self.t[j] == "\\" else 1
-        self._mark(start + 1, j, BACKTICK)
-        inner = Lexer(self.t[start + 1:j].replace("\\`", "`").replace("\\\\", "\\"))
-        inner._list(None)
-        for cmd in inner.commands:  # offsets within the backquotes: the opening one is close enough
-            self.commands.append(Command(start, cmd.assigns, [Word(w.raw, start, w.value) for w in cmd.words]))
-        self.functions += [(name, start) for name, _ in inner.functions]
-        self.i = min(j + 1, self.n)
-
     def _arith(self, start: int, close: str) -> None:
         depth, j = 0, start
         while j < self.n:
@@ -144,26 +119,6 @@ class Lexer:
         self._mark(start, j, ARITH)
         self.arith.append((start, j))
         self.i = min(j + len(close), self.n)
-
-    def _param(self) -> None:  # at ${
-        start, depth, j = self.i, 0, self.i + 2
-        while j < self.n:
-            c = self.t[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                if depth == 0:
-                    break
-                depth -= 1
-            j += 1
-        self._mark(start + 2, j, PARAM)
-        assign = re.match(r"([A-Za-z_][A-Za-z0-9_]*):?=", self.t[start + 2:j])
-        if assign:  # ${NAME:=value} assigns NAME
-            self.commands.append(Command(start, [(assign.group(1), start)]))
-        self.i = min(j + 1, self.n)
 
     # -- words --------------------------------------------------------------------------
     def _word(self) -> Word:
@@ -221,6 +176,68 @@ class Lexer:
                 if done:
                     break
         self._heredocs = []
+
+
+class Lexer(_Characters):
+    """The commands' side: simple commands, the variables they assign, the functions they
+    define, and the expansions that hold commands of their own."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.commands: list[Command] = []
+        self.functions: list[tuple[str, int]] = []  # (name, offset)
+
+    # -- expansions ---------------------------------------------------------------------
+    def _dollar_or_backtick(self, kind: int) -> None:
+        """At $ or `: an expansion (its inner text lexed as commands where it holds some)."""
+        t, i = self.t, self.i
+        if t[i] == "`":
+            self._backtick()
+        elif t.startswith("$((", i):
+            self._arith(i + 3, "))")
+        elif t.startswith("$(", i):
+            self.i = i + 2
+            self._list(")")
+            self.i = min(self.i + 1, self.n)
+        elif t.startswith("${", i):
+            self._param()
+        elif t.startswith("$'", i) and kind == WORD:
+            self._ansi()
+        else:
+            self.i = i + 1
+
+    def _backtick(self) -> None:
+        start = self.i
+        j = start + 1
+        while j < self.n and self.t[j] != "`":
+            j += 2 if self.t[j] == "\\" else 1
+        self._mark(start + 1, j, BACKTICK)
+        inner = Lexer(self.t[start + 1:j].replace("\\`", "`").replace("\\\\", "\\"))
+        inner._list(None)
+        for cmd in inner.commands:  # offsets within the backquotes: the opening one is close enough
+            self.commands.append(Command(start, cmd.assigns, [Word(w.raw, start, w.value) for w in cmd.words]))
+        self.functions += [(name, start) for name, _ in inner.functions]
+        self.i = min(j + 1, self.n)
+
+    def _param(self) -> None:  # at ${
+        start, depth, j = self.i, 0, self.i + 2
+        while j < self.n:
+            c = self.t[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                if depth == 0:
+                    break
+                depth -= 1
+            j += 1
+        self._mark(start + 2, j, PARAM)
+        assign = re.match(r"([A-Za-z_][A-Za-z0-9_]*):?=", self.t[start + 2:j])
+        if assign:  # ${NAME:=value} assigns NAME
+            self.commands.append(Command(start, [(assign.group(1), start)]))
+        self.i = min(j + 1, self.n)
 
     # -- commands -----------------------------------------------------------------------
     def _list(self, close: str | None) -> None:
@@ -382,7 +399,6 @@ class Lexer:
             for j in range(start, self.i):
                 if self.ctx[j] == WORD:
                     self.ctx[j] = DBRACKET
-
 
 def _literal(raw: str) -> str | None:
     """The word's value once quotes and backslashes are removed; None when it expands

@@ -14,7 +14,6 @@ GENERATED = {"render/_train_sbatch.py"}  # templates/train.sbatch.j2 compiled (s
 # Rooms over a limit while they are being split, each with who splits it (other helpers commit
 # their splits while this list is written): the lead empties it at integration.
 BEING_SPLIT = {
-    "render/site_shell.py:Lexer": "class of 318 lines, new in ca9f1b5 (site templates checked): to be split",
     "injob/node.py:start_and_watch": "function: H2 splits node.py (done in its working copy)",
     "injob/node.py:main": "function: H2 splits node.py (done in its working copy)",
     "injob/preflight.py:main": "function: 72 lines, its checks to be one function each",
