@@ -37,6 +37,9 @@ SLURM_ENDINGS = {
 }
 # a job Slurm has put back in its queue (a requeue; PENDING once it was running)
 SLURM_REQUEUED = frozenset(state for state, ending in SLURM_ENDINGS.items() if ending == "requeued")
+# accounting's row of an attempt that Slurm ended to run the job again: its Elapsed is that
+# attempt's, which the run's record already counts once the job pends again
+OLD_ATTEMPT_ROWS = ("NODE_FAIL", "REQUEUED", "PREEMPTED")
 
 
 def slurm_done(state: str) -> bool:

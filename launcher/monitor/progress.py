@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from launcher import slurm
-from launcher.states import REQUEUED_STATE, SLURM_REQUEUED, VERL_PHASE, run_state
+from launcher.states import OLD_ATTEMPT_ROWS, REQUEUED_STATE, SLURM_REQUEUED, VERL_PHASE, run_state
 
 
 def controller_view(job_id: str) -> dict:
@@ -94,9 +94,6 @@ def earlier_attempts_s(phases: list[dict], current: int) -> float:
     return sum(max(0.0, last[a] - first[a]) for a in first)
 
 
-# accounting's row of an attempt that Slurm ended to run the job again: its Elapsed is that
-# attempt's, which the record already counts once the job pends again
-OLD_ATTEMPT_ROWS = ("NODE_FAIL", "REQUEUED", "PREEMPTED")
 
 
 def attempt_of(row_state: str, requeues: int) -> int:
