@@ -14,10 +14,7 @@ GENERATED = {"render/_train_sbatch.py"}  # templates/train.sbatch.j2 compiled (s
 # Rooms over a limit while they are being split, each with who splits it (other helpers commit
 # their splits while this list is written): the lead empties it at integration.
 BEING_SPLIT = {
-    "injob/node.py:start_and_watch": "function: H2 splits node.py (done in its working copy)",
-    "injob/node.py:main": "function: H2 splits node.py (done in its working copy)",
     "injob/preflight.py:main": "function: 72 lines, its checks to be one function each",
-    "monitor/poll.py:_status_for": "function: 66 lines, H7 edits poll.py",
 }
 
 
