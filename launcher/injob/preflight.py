@@ -210,34 +210,25 @@ def job_stoppers(run_dir: str) -> list[str]:
 
 
 # long: the report is built in the order the checks run (Ray, placement, roles, overrides, paths, GPUs).
-def main() -> int:
-    job = Job.from_env()
-    entry, paths = list(job.entry), job_paths(job)[0]
-    t0 = time.time()
-    report = {"ok": False, "job_id": job.job_id, "launcher": job.launcher, "head": job.head,
-              "entry": entry, "config_name": job.config_name, "warnings": [], "failures": []}
-    if job.launcher == "ray":
-        try:
-            pool_report, place, path_report = ray_checks(job)
-        except Exception as exc:
-            pool_report, place, path_report = {}, {}, {}
-            cause = exc.__cause__ or exc.__context__  # Ray's "Failed to connect" hides why
-            because = f" (because {cause.__class__.__name__}: {str(cause)[:300]})" if cause else ""
-            report["failures"].append(f"ray: {exc.__class__.__name__}: {exc}{because}")
-    else:
+def pools_places_paths(job: Job, paths, failures: list) -> tuple[dict, dict, dict]:
+    """What joined per pool, where each pool's bundles landed and the paths each node reads:
+    through Ray for a Ray job (a failure to reach it is one line of ``failures``), else from
+    Slurm's hosts and one srun of the path check."""
+    if job.launcher != "ray":
         pool_report = {p.name: {"ok": len(job.hosts.get(p.name, ())) == p.nodes, "compiled": compiled(p),
                                 "hosts": list(job.hosts.get(p.name, ()))} for p in job.pools}
-        place = {}
-        path_report = srun_paths(job) if paths else {}
-    report["health"] = pool_report.pop("_health", None)
-    report["runtime"] = {"driver": mounts.where(), "nodes": pool_report.pop("_where", {})}
-    report["pools"] = pool_report
-    report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
-    if report["health"] and not report["health"]["ok"]:
-        bad = ", ".join(report["health"]["suspect_nodes"]) or "see health.failed"
-        report["failures"].append(f"health: node check failed (suspect: {bad}): "
-                                  + "; ".join(report["health"]["failed"][:3]))
-    report["placement"] = place
+        return pool_report, {}, (srun_paths(job) if paths else {})
+    try:
+        return ray_checks(job)
+    except Exception as exc:
+        cause = exc.__cause__ or exc.__context__  # Ray's "Failed to connect" hides why
+        because = f" (because {cause.__class__.__name__}: {str(cause)[:300]})" if cause else ""
+        failures.append(f"ray: {exc.__class__.__name__}: {exc}{because}")
+        return {}, {}, {}
+
+
+def judge_pools_and_placement(job: Job, report: dict, pool_report: dict, place: dict) -> None:
+    """The failures and warnings of what joined and where it landed, added to ``report``."""
     if place:  # where each role's workers land: the pool roles: names, or a failure naming the role
         report["roles"] = placement.role_report(job.pools, place, job.verl_pools)
         for entry_ in report["roles"]:
@@ -254,6 +245,25 @@ def main() -> int:
         if not entry_.get("ok"):
             why = entry_.get("error") or "bundles off the pool nodes"
             report["failures"].append(f"placement of pool {name}: {why}")
+
+
+def main() -> int:
+    job = Job.from_env()
+    entry, paths = list(job.entry), job_paths(job)[0]
+    t0 = time.time()
+    report = {"ok": False, "job_id": job.job_id, "launcher": job.launcher, "head": job.head,
+              "entry": entry, "config_name": job.config_name, "warnings": [], "failures": []}
+    pool_report, place, path_report = pools_places_paths(job, paths, report["failures"])
+    report["health"] = pool_report.pop("_health", None)
+    report["runtime"] = {"driver": mounts.where(), "nodes": pool_report.pop("_where", {})}
+    report["pools"] = pool_report
+    report["ray_nodes"] = pool_report.get("_cluster", {}).get("ray_nodes")
+    if report["health"] and not report["health"]["ok"]:
+        bad = ", ".join(report["health"]["suspect_nodes"]) or "see health.failed"
+        report["failures"].append(f"health: node check failed (suspect: {bad}): "
+                                  + "; ".join(report["health"]["failed"][:3]))
+    report["placement"] = place
+    judge_pools_and_placement(job, report, pool_report, place)
     report["overrides"] = check_overrides(job.config_name or "ppo_trainer", list(job.overrides))
     if not report["overrides"]["ok"]:
         report["failures"] += [f"overrides: {e}" for e in report["overrides"]["errors"]]

@@ -14,7 +14,6 @@ GENERATED = {"render/_train_sbatch.py"}  # templates/train.sbatch.j2 compiled (s
 # Rooms over a limit while they are being split, each with who splits it (other helpers commit
 # their splits while this list is written): the lead empties it at integration.
 BEING_SPLIT = {
-    "injob/preflight.py:main": "function: 72 lines, its checks to be one function each",
 }
 
 
