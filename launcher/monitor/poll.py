@@ -263,6 +263,14 @@ def _jobs_of(job_ids: list[str], states: slurm.JobStates | None) -> tuple[slurm.
     return job, jobs
 
 
+def _since_last_submit(rec: dict, phases: list[dict]) -> list[dict]:
+    """The phases since the record's jobs were sent: a sweep point sent again (--retry-failed)
+    pending is no requeue to ask slurmctld about (UTC ISO times compare as text)."""
+    attempts = rec.get("attempts") or []
+    since = str((attempts[-1] or {}).get("time") or "") if attempts else ""
+    return [e for e in phases if str(e.get("iso") or "") >= since] if since else phases
+
+
 def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) -> RunStatus:
     job_ids = _active_ids(rec)
     job, jobs = _jobs_of(job_ids, states)
@@ -274,7 +282,7 @@ def _status_for(run: runs_mod.Run, rec: dict, states: slurm.JobStates | None) ->
         state = GONE
     phases = rec.get("phases") or []
     live = {}  # slurmctld's view, asked only of a run that started before and may be requeued
-    pends_again = state in (PENDING, REQUEUED_STATE) and bool(phases)
+    pends_again = state in (PENDING, REQUEUED_STATE) and bool(_since_last_submit(rec, phases))
     if job is not None and ((job.state == "NODE_FAIL" and requeue_on(run)) or pends_again):
         live = progress.controller_view(job.job_id)
         state = progress.controller_state(live, state) if job.state == "NODE_FAIL" else state
