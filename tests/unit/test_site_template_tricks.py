@@ -8,31 +8,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unit_helpers import SITE, VENV, make_plan  # noqa: E402
+from unit_helpers import EXTENDS, make_plan, render_with, site_with  # noqa: E402
 
 from launcher.errors import SpecError  # noqa: E402
 from launcher.render import site_shell, site_template  # noqa: E402
-from launcher.render.script import render_script  # noqa: E402
-
-EXTENDS = '{% extends "sf/train.sbatch.j2" %}\n'
-
-
-def site_with(tmp_path, template: str | None):
-    folder = tmp_path / "site-templates"
-    folder.mkdir(exist_ok=True)
-    if template is not None:
-        (folder / "train.sbatch.j2").write_text(template)
-    return replace(SITE, templates_dir=str(folder))
-
-
-def render_with(tmp_path, template, plan=None, site=None):
-    return render_script(plan or make_plan(), site_with(tmp_path, template) if site is None else site, VENV)
 
 
 def refused(tmp_path, template: str, plan=None) -> str:

@@ -114,3 +114,24 @@ def refused(result, *needles, code=2):
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
+
+
+# --- a site's own train.sbatch.j2 (test_site_templates, test_site_template_tricks) ------------
+EXTENDS = '{% extends "sf/train.sbatch.j2" %}\n'
+
+
+def site_with(tmp_path, template: str | None):
+    """The dev site with its templates_dir in tmp_path, holding ``template`` when given."""
+    from dataclasses import replace
+
+    folder = tmp_path / "site-templates"
+    folder.mkdir(exist_ok=True)
+    if template is not None:
+        (folder / "train.sbatch.j2").write_text(template)
+    return replace(SITE, templates_dir=str(folder))
+
+
+def render_with(tmp_path, template, plan=None, site=None):
+    from launcher.render.script import render_script
+
+    return render_script(plan or make_plan(), site_with(tmp_path, template) if site is None else site, VENV)
