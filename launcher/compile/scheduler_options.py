@@ -181,6 +181,19 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
     return out
 
 
+def job_dependency(dependency: str | None, *, singleton: bool) -> str | None:
+    """The job-wide `--dependency` of a job whose own is `dependency` (checked): with singleton
+    added for a run's own job (`singleton`), which joins only with , (all of). The submit stage
+    reads it here too, for the wait it adds on sbatch's command line (which replaces it)."""
+    if singleton:
+        if dependency and "?" in dependency:
+            raise SpecError("--dependency", f"{dependency!r} joins with ? (any of): sf adds singleton, which "
+                            "needs all of (,); join the dependencies with , instead")
+        if not dependency or "singleton" not in dependency.split(","):
+            dependency = f"{dependency},singleton" if dependency else "singleton"
+    return dependency or None
+
+
 def directives(options, *, first: bool, singleton: bool = False, series_constraint: str | None = None) -> list[str]:
     """The `#SBATCH` values of the scheduler options for one het component (`first`: the
     job-wide ones too). `options` is a launcher.plan.SlurmOptions; every value is checked
@@ -197,13 +210,7 @@ def directives(options, *, first: bool, singleton: bool = False, series_constrai
     elif values.get("constraint"):
         d.append("--constraint=" + values["constraint"])
     if first:
-        dependency = values.get("dependency")
-        if singleton:
-            if dependency and "?" in dependency:
-                raise SpecError("--dependency", f"{dependency!r} joins with ? (any of): sf adds singleton, which "
-                                "needs all of (,); join the dependencies with , instead")
-            if not dependency or "singleton" not in dependency.split(","):
-                dependency = f"{dependency},singleton" if dependency else "singleton"
+        dependency = job_dependency(values.get("dependency"), singleton=singleton)
         if dependency:
             d.append("--dependency=" + dependency)
         if values.get("mail_type"):
