@@ -305,27 +305,27 @@ def silent_nodes(out_dir: Path, nodes: list[str]) -> dict[str, str]:
     return silent
 
 
-def save(sup, out_dir: Path) -> dict:
-    """Supervisor side: one srun per het group over all its nodes, each task writing its
+def save(procs, out_dir: Path) -> dict:
+    """Supervisor side (`procs`: the Processes part): one srun per het group over all its nodes, each task writing its
     node's file; waits at most SAVE_TIMEOUT_S. Returns {"dir", "nodes" (files written),
     "silent" ({node: why} for the nodes that did not answer)}."""
     from launcher import slurm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    py = sup.runtime.runtime_python()
-    env = sup.child_env()
+    py = procs.runtime.runtime_python()
+    env = procs.child_env()
     env.pop("SLURM_CPU_BIND", None)
     steps = []
-    for pool in sup.plan.pools:
-        hosts = list(sup.job.hosts[pool.name])
+    for pool in procs.plan.pools:
+        hosts = list(procs.job.hosts[pool.name])
         if not hosts:
             continue
-        argv = sup.runtime.wrap([py, "-m", "launcher.injob", "stacks", "--out", str(out_dir)])
+        argv = procs.runtime.wrap([py, "-m", "launcher.injob", "stacks", "--out", str(out_dir)])
         try:
-            steps.append(slurm.srun_popen(argv, het_group=pool.het_group if sup.hetjob else None,
+            steps.append(slurm.srun_popen(argv, het_group=pool.het_group if procs.hetjob else None,
                                           nodes=len(hosts), ntasks=len(hosts), ntasks_per_node=1,
                                           nodelist=hosts, overlap=True, kill_on_bad_exit=False,
-                                          extra=sup.runtime.srun_flags(), env=env))
+                                          extra=procs.runtime.srun_flags(), env=env))
         except Exception as exc:  # no srun: the reason still says what happened
             print(f"[sf] stacks: cannot start the dump on pool {pool.name}: {exc}", flush=True)
     deadline = time.monotonic() + SAVE_TIMEOUT_S
@@ -335,7 +335,7 @@ def save(sup, out_dir: Path) -> dict:
         except subprocess.TimeoutExpired:
             step.kill()
     written = sorted(p.stem for p in out_dir.glob("*.txt"))
-    return {"dir": str(out_dir), "nodes": written, "silent": silent_nodes(out_dir, list(sup.job.nodes))}
+    return {"dir": str(out_dir), "nodes": written, "silent": silent_nodes(out_dir, list(procs.job.nodes))}
 
 
 if __name__ == "__main__":
