@@ -43,9 +43,11 @@ class UnsafeFile(SpecError):
     """A path sf will not read or write (a link of another user, not a regular file, too large,
     another user's); `path` is the path refused."""
 
-    def __init__(self, field: str, message: str, path: str | os.PathLike | None = None):
+    def __init__(self, field: str, message: str, path: str | os.PathLike | None = None, kind: str = ""):
         super().__init__(field, message)
         self.path = None if path is None else os.fspath(path)
+        self.kind = kind  # what stood there ("a FIFO", "a folder", ...), "too large", or "" for the rest
+        self.size: int | None = None  # a file too large: its size
 
 
 def user_name(uid: int) -> str:
@@ -179,13 +181,15 @@ def _check_own_folder(st: os.stat_result, shown: str, field: str, sticky_ok: boo
 def _check_file(st: os.stat_result, shown: str, field: str, limit: int | None, any_owner: bool) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(field, f"{shown} is {_kind(st.st_mode)}, not a file sf wrote: sf reads only regular "
-                         "files; remove it", shown)
+                         "files; remove it", shown, _kind(st.st_mode))
     if not any_owner and not _trusted(st.st_uid):
         raise UnsafeFile(field, f"{shown} belongs to {user_name(st.st_uid)}, not to you: someone else put it "
                          "there; sf does not use it (remove it)", shown)
     if limit is not None and st.st_size > limit:
-        raise UnsafeFile(field, f"{shown} is {st.st_size} bytes, over the {limit} bytes sf reads from such a "
-                         "file: not a file sf wrote; remove it", shown)
+        refusal = UnsafeFile(field, f"{shown} is {st.st_size} bytes, over the {limit} bytes sf reads from such "
+                             "a file: not a file sf wrote; remove it", shown, "too large")
+        refusal.size = st.st_size
+        raise refusal
 
 
 def open_read(fd: int, name: str, shown: str, field: str = "path", *, limit: int | None = MAX_READ,
@@ -198,7 +202,7 @@ def open_read(fd: int, name: str, shown: str, field: str = "path", *, limit: int
         if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EOPNOTSUPP):
             mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
             raise UnsafeFile(field, f"{shown} is {_kind(mode)}, not a file sf wrote: sf reads only regular "
-                             "files; remove it", shown) from None
+                             "files; remove it", shown, _kind(mode)) from None
         raise
     try:
         _check_file(os.fstat(file_fd), shown, field, limit, any_owner)
@@ -218,24 +222,46 @@ def read_fd(file_fd: int, limit: int | None = MAX_READ, shown: str = "", field: 
         total += len(chunk)
         if limit is not None and total > limit:  # it grew after the fstat
             raise UnsafeFile(field, f"{shown} grew past the {limit} bytes sf reads from such a file; remove it",
-                             shown)
+                             shown, "too large")
+
+
+def open_file(path: str | os.PathLike, field: str = "path", *, limit: int | None = MAX_READ,
+              any_owner: bool = False, follow: bool = False) -> int:
+    """A descriptor of the regular file `path`, checked as open_read does (read what it says from it,
+    never the path again: a swap after the check changes nothing). `follow`: a last name that is a
+    link of root or the caller (a spec file the user linked) is followed, its target walked as every
+    folder is; without it a link there is refused. FileNotFoundError when absent."""
+    shown = where = os.path.abspath(os.fspath(path))
+    for _ in range(MAX_LINKS + 1):
+        with parent(where, field) as (fd, name):
+            try:
+                return open_read(fd, name, shown, field, limit=limit, any_owner=any_owner)
+            except UnsafeFile as exc:
+                if not (follow and exc.kind == "a symbolic link"):
+                    raise
+                target = _follow(fd, name, where, field)
+        where = os.path.join(os.path.dirname(where), target)  # `..` in it: _walk goes up the real path
+    raise UnsafeFile(field, f"{shown}: too many symbolic links; fix {field}", shown)
 
 
 def read_bytes(path: str | os.PathLike, field: str = "path", *, limit: int | None = MAX_READ,
-               any_owner: bool = False) -> bytes:
-    """The bytes of the regular file `path` (see open_read). FileNotFoundError when it is absent."""
-    with parent(path, field) as (fd, name):
-        shown = os.path.abspath(os.fspath(path))
-        file_fd = open_read(fd, name, shown, field, limit=limit, any_owner=any_owner)
-        try:
-            return read_fd(file_fd, limit, shown, field)
-        finally:
-            os.close(file_fd)
+               any_owner: bool = False, follow: bool = False, tail: int | None = None) -> bytes:
+    """The bytes of the regular file `path` (see open_file); `tail`: only its last `tail` bytes, however
+    large it is (a log). FileNotFoundError when it is absent."""
+    shown = os.path.abspath(os.fspath(path))
+    file_fd = open_file(path, field, limit=None if tail is not None else limit, any_owner=any_owner, follow=follow)
+    try:
+        if tail is not None:
+            os.lseek(file_fd, max(0, os.fstat(file_fd).st_size - tail), os.SEEK_SET)
+            return os.read(file_fd, tail)
+        return read_fd(file_fd, limit, shown, field)
+    finally:
+        os.close(file_fd)
 
 
 def read_text(path: str | os.PathLike, field: str = "path", *, errors: str = "strict",
-              limit: int | None = MAX_READ, any_owner: bool = False) -> str:
-    return read_bytes(path, field, limit=limit, any_owner=any_owner).decode("utf-8", errors)
+              limit: int | None = MAX_READ, any_owner: bool = False, follow: bool = False) -> str:
+    return read_bytes(path, field, limit=limit, any_owner=any_owner, follow=follow).decode("utf-8", errors)
 
 
 def write_at(fd: int, name: str, data: bytes | str, mode: int = 0o600) -> None:
@@ -326,6 +352,24 @@ def make_dir(path: str | os.PathLike, mode: int = 0o700, *, gid: int | None = No
     return shown
 
 
+def make_unique_dir(fd: int, prefix: str, mode: int = 0o700, tries: int = 100) -> str:
+    """A new folder `prefix` + 8 random characters in folder `fd`, as mkdtemp makes one (never an
+    existing name, never through a link), exactly `mode`; returns its name."""
+    for _ in range(tries):
+        name = prefix + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789_") for _ in range(8))
+        try:
+            os.mkdir(name, 0o700, dir_fd=fd)
+        except FileExistsError:
+            continue
+        sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        try:
+            os.fchmod(sub, mode)
+        finally:
+            os.close(sub)
+        return name
+    raise FileExistsError(errno.EEXIST, f"no free name {prefix}XXXXXXXX after {tries} tries")
+
+
 def _real_of(fd: int) -> str:
     """The path the kernel has for an open folder (the walk followed no untrusted link to reach it)."""
     with contextlib.suppress(OSError):
@@ -366,10 +410,11 @@ def remove_tree(path: str | os.PathLike, field: str = "path") -> None:
     """Remove the caller's folder `path` and all in it, through descriptors (a link inside is removed,
     never followed); a missing one is fine."""
     with parent(path, field, own=True) as (fd, name):
-        _remove_at(fd, name)
+        remove_at(fd, name)
 
 
-def _remove_at(fd: int, name: str) -> None:
+def remove_at(fd: int, name: str) -> None:
+    """Remove `name` from folder `fd`, and all in it when it is a folder (links removed, not followed)."""
     try:
         sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
     except FileNotFoundError:
@@ -381,7 +426,7 @@ def _remove_at(fd: int, name: str) -> None:
         return
     try:
         for child in os.listdir(sub):
-            _remove_at(sub, child)
+            remove_at(sub, child)
     finally:
         os.close(sub)
     os.rmdir(name, dir_fd=fd)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from pathlib import Path
 
 import yaml
 
+from launcher import gateway
 from launcher.errors import SpecError
 
 
@@ -30,33 +30,42 @@ def expand_user(path, field_name: str) -> Path:
 
 
 def read_text_file(path: Path, field_name: str) -> str:
-    """A spec or site file's text, or a SpecError naming the path and the cause: not there, a
-    directory, a FIFO or device (never opened: reading would block), a symlink loop,
-    unreadable, not UTF-8 text."""
+    """A spec, site or registry file's text, or a SpecError naming the path and the cause: not
+    there, a directory, a FIFO or device (never read: checked on the descriptor it opened, without
+    blocking), over MAX_FILE_BYTES (refused unread), a symbolic link of another user on the way
+    (launcher.gateway: the user's own links and root's are followed), unreadable, not UTF-8 text.
+    The text is read from the one descriptor that was checked: a swap after the check changes nothing."""
     try:
-        info = os.stat(path)
+        fd = gateway.open_file(path, field_name, limit=MAX_FILE_BYTES, any_owner=True, follow=True)
+        try:
+            raw = gateway.read_fd(fd, MAX_FILE_BYTES, str(path), field_name)
+        finally:
+            os.close(fd)
+    except gateway.UnsafeFile as exc:
+        raise _refusal(exc, path, field_name) from None
     except OSError as exc:
-        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}") from None
-    mode = info.st_mode
-    if stat.S_ISDIR(mode):
-        raise SpecError(field_name, f"{path} is a directory, not a file; remove it or put the file there")
-    if not stat.S_ISREG(mode):
-        raise SpecError(field_name, f"{path} is not a regular file (a FIFO, socket or device); "
-                        "replace it with the file")
-    too_big = info.st_size > MAX_FILE_BYTES  # refused unread
-    try:
-        raw = b"" if too_big else path.read_bytes()
-    except OSError as exc:
-        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}; fix its permissions") from None
-    if too_big or len(raw) > MAX_FILE_BYTES:
-        raise SpecError(field_name, f"{path} is over {MAX_FILE_BYTES >> 10} KiB: too big to be a spec or site "
-                        "file; fix the file")
+        fix = "; fix its permissions" if exc.errno in (errno.EACCES, errno.EPERM) else ""
+        raise SpecError(field_name, f"cannot read {path}: {exc.strerror}{fix}") from None
     if b"\x00" in raw:
         raise SpecError(field_name, f"{path} holds NUL bytes: it is a binary file, not YAML text; fix the file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(field_name, f"{path} is not UTF-8 text (byte {exc.start}); fix the file") from None
+
+
+def _refusal(exc: gateway.UnsafeFile, path: Path, field_name: str) -> SpecError:
+    """The gateway's refusal of a spec or site file, in the words of one."""
+    if exc.kind == "too large":
+        size = f"{exc.size} bytes, " if exc.size is not None else ""
+        return SpecError(field_name, f"{path} is {size}over {MAX_FILE_BYTES >> 10} KiB: too big to be a spec or "
+                         "site file; fix the file")
+    if exc.kind == "a folder":
+        return SpecError(field_name, f"{path} is a directory, not a file; remove it or put the file there")
+    if exc.kind:
+        return SpecError(field_name, f"{path} is {exc.kind}, not a regular file (a FIFO, socket or device is never "
+                         "read); replace it with the file")
+    return SpecError(field_name, exc.message)
 
 
 # Bounded work on the login node: a spec or site file is refused, before any parsing, over

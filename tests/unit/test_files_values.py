@@ -15,6 +15,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import SITE_DICT, write_exp, write_site  # noqa: E402
 
+from launcher import gateway  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
 from launcher.compile.slurm_time import time_seconds  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
@@ -112,14 +113,14 @@ def test_config_yaml_unreadable_as_root_too(env, monkeypatch):
     # the suite runs as root, which reads every file: the refusal of an unreadable file, simulated
     path = _config_path(env)
     path.write_text(GOOD)
-    real = Path.read_bytes
+    real = gateway.open_read  # spec files are opened through the gateway
 
-    def refuse(self):
-        if self.name == "config.yaml":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def refuse(fd, name, *args, **kwargs):
+        if name == "config.yaml":
+            raise PermissionError(13, "Permission denied", name)
+        return real(fd, name, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(gateway, "open_read", refuse)
     _refused(_run("validate", "exp"), "config.yaml", "Permission denied", "permissions")
 
 
