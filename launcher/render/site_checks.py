@@ -12,8 +12,18 @@ naming the site's file, the block, the script's line and the rule:
     rc, ... as found in sf's own lines), also in arithmetic or ${NAME:=...};
   - a value sf hands the template printed where its quoting does not hold: inside double or
     single quotes, a here-document, backquotes, arithmetic, [[ ]] or ${...}; there only
-    values of plain characters (letters, digits, ._,:/=+@%-) may go.
-Pure but for `os.stat` of a sourced file.
+    values of plain characters (letters, digits, ._,:/=+@%-) may go;
+  - a folder or file another user could change put where a later command of sf's looks for its
+    program, its libraries or its shell code (PATH, LD_LIBRARY_PATH, MODULEPATH, PYTHONPATH,
+    `module use`, BASH_ENV, LD_PRELOAD, ...): each part must be a literal absolute path that
+    only root or the user can change (as for `source`), or the name's own old value. So a
+    command sf's script or its supervisor calls later (srun, scontrol, python) stays root's or
+    the user's, while `module load` (the site's own module files) and `source /etc/profile.d/..`
+    keep working. IFS, CDPATH, GLOBIGNORE, SHELLOPTS, POSIXLY_CORRECT, ... are not set at all;
+  - kill of anything but a process the site's blocks started ($!, or a name set from $!): $$,
+    0, a negative number or a %job stops sf's batch shell or supervisor, and the job ends as if
+    it succeeded; pkill/killall pick processes by name, sf's own included.
+Pure but for `os.lstat` of the paths named.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import stat
 from dataclasses import dataclass
 
 from launcher.render import site_shell
-from launcher.render.site_shell import ARITH, COMMENT, CONTEXT_NAMES, DBRACKET, WORD
+from launcher.render.site_shell import ARITH, COMMENT, CONTEXT_NAMES, DBRACKET, PARAM, WORD
 
 # The marks (NUL never reaches the script otherwise: quote() writes control characters as
 # \xNN, and a template file with a NUL is refused)
@@ -32,7 +42,23 @@ BLOCK_START, BLOCK_END, VALUE_START, VALUE_END = "\x00B", "\x00E\x00", "\x00V\x0
 _MARK = re.compile("\x00(B[a-z_]+|E|V|v)\x00")
 _PLAIN = re.compile(r"[A-Za-z0-9._,:/=+@%-]*")
 _VARIABLE = re.compile(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*)")
-SF_PREFIXES = ("SF_", "SLURM_")
+# (as launcher.spec.contracts.SF_ENV_PREFIXES, and the Slurm clients' own input variables)
+SF_PREFIXES = ("SF_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SCONTROL_", "SQUEUE_", "SACCT_", "SCANCEL_")
+# Where a later command finds its program, libraries, modules or Python packages: each part a
+# folder only root or the user can change (else a command sf calls later is another user's)
+FOLDER_LISTS = ("PATH", "LD_LIBRARY_PATH", "MODULEPATH", "PYTHONPATH")
+# A file that each later bash, or each later program, loads first: the same rule
+CODE_FILES = ("BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT")
+# How bash reads and runs sf's lines after the site's: not for a site block at all
+SHELL_NAMES = ("IFS", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "EXECIGNORE",
+               "BASH_LOADABLES_PATH", "BASH_XTRACEFD", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+# Commands that run the rest of their words as a command (what follows them is what runs)
+_WRAPPERS = ("command", "builtin", "time", "nohup", "env", "nice", "setsid", "timeout", "stdbuf", "ionice", "xargs")
+_PATH_PART = re.compile(r"/[A-Za-z0-9._,+@%=/-]*")
+# NAME++, --NAME, NAME = ..., NAME += ... in arithmetic (not $NAME or ${NAME...}: those read it)
+_CHANGE = re.compile(r"(\+\+|--)?\s*(?<![$\w{])\b([A-Za-z_][A-Za-z0-9_]*)\b\s*(\+\+|--|[-+*/%&|^]?=(?!=)|<<=|>>=)?")
+_SUBSCRIPT = re.compile(r"\[([^]\n]*)\]")
+_STARTED = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=("?)\$!\1""")
 
 _ENDS = "ends the batch shell before sf's supervisor has run or reported (the job would end as if it succeeded)"
 FORBIDDEN = {
@@ -91,7 +117,7 @@ def sf_names(text: str, lexer, blocks) -> set[str]:
     def sf_line(offset):
         return not any(start <= offset < end for _, start, end in blocks)
 
-    names = {"rc"}
+    names = {"rc"} | {name for name, at in lexer.functions if sf_line(at)}  # (unset -f sf_phase)
     for cmd in lexer.commands:
         if sf_line(cmd.start):
             names.update(name for name, at in cmd.assigns)
@@ -110,11 +136,11 @@ def _owned(name: str, names: set[str]) -> bool:
     return name in names or name.startswith(SF_PREFIXES)
 
 
-def _trusted_source(word) -> str | None:
-    """Why `source WORD` is refused, or None: a literal absolute path no other user can write."""
-    path = word.value
-    if not path or not path.startswith("/") or ".." in path.split("/"):
-        return "source/. may read only a literal absolute path (no $, quotes around values, globs or ..)"
+def _changeable(path: str, what: str) -> str | None:
+    """Why `path` (a literal absolute path) is not one only root or the user can change, or None."""
+    if not path.startswith("/") or ".." in path.split("/") or not _PATH_PART.fullmatch(path):
+        return (f"{what} {path!r} is not a literal absolute path (no $, quotes around values, globs, .. or "
+                "relative parts)")
     here = "/"
     for part in [p for p in path.split("/") if p]:
         here = os.path.join(here, part)
@@ -123,54 +149,177 @@ def _trusted_source(word) -> str | None:
         except OSError:
             return None  # not on this node: the compute nodes' own files
         if stat.S_ISLNK(info.st_mode):
-            return f"source/. of {path}: {here} is a symbolic link; name the file itself"
+            return f"{what} {path}: {here} is a symbolic link; name the file itself"
         # (a folder any user may write, sticky or not, lets another user plant the file where it is missing)
         if info.st_uid not in (0, os.getuid()) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"source/. of {path}: {here} can be changed by another user"
+            return f"{what} {path}: {here} can be changed by another user"
     return None
 
 
-def _command_rule(cmd, names: set[str]) -> str | None:
-    words = list(cmd.words)
-    while words and words[0].value in ("command", "builtin", "time", "nohup", "!"):
-        words = [w for w in words[1:] if not (w.value or "").startswith("-")] if words[0].value != "!" else words[1:]
-    for name, _ in cmd.assigns:
-        if _owned(name, names):
-            return f"it sets {name}, which sf's script uses"
+def _trusted_source(word) -> str | None:
+    """Why `source WORD` is refused, or None: a literal absolute path no other user can write."""
+    if not word.value or not word.value.startswith("/"):
+        return "source/. may read only a literal absolute path (no $, quotes around values, globs or ..)"
+    return _changeable(word.value, "source/. of")
+
+
+def _lookup_value_rule(name: str, raw: str | None) -> str | None:
+    """Why setting a FOLDER_LISTS or CODE_FILES name to `raw` (the value as written) is refused, or None."""
+    fix = f"name literal absolute paths only root or you can change, and ${name} for its old value"
+    if raw is None:
+        return f"it changes {name} other than by NAME=value; {fix}"
+    value = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] == '"' else raw
+    for old in (f"${{{name}:+:${name}}}", f"${{{name}:+:${{{name}}}}}", f"${{{name}:-}}", f"${{{name}}}"):
+        value = value.replace(old, f":${name}" if ":+" in old else f"${name}")
+    for part in re.split("[: ]" if name in CODE_FILES else ":", value):
+        if part == f"${name}":
+            continue
+        why = _changeable(part, f"{name} part") if part else f"{name} with an empty part (the current folder)"
+        if why:
+            return f"{why}: a command sf's script runs later would find its code there; {fix}"
+    return None
+
+
+def _write_rule(name: str, raw: str | None, names: set[str], how: str) -> str | None:
+    """Why a site block may not give `name` the value `raw` (None: unset, read, ...), or None."""
+    if _owned(name, names):
+        return f"it sets {name}, which sf's script uses" if how == "it sets" else \
+            f"{how} {name}: {name} is a variable sf's script uses"
+    if name in SHELL_NAMES:
+        return f"{how} {name}: {name} changes how bash reads or runs sf's lines after the site's; leave it to sf"
+    if name in FOLDER_LISTS or name in CODE_FILES:
+        return _lookup_value_rule(name, raw)
+    return None
+
+
+def _kill_rule(args: list, started: set[str]) -> str | None:
+    """kill may stop only what a site block started: $!, or a name a site block set from $!."""
+    rest = [w.raw for w in args]
+    if rest[:1] in (["-l"], ["-L"]):
+        return None  # lists signal names
+    if rest[:1] in (["-s"], ["-n"]):
+        rest = rest[2:]
+    elif rest and rest[0].startswith("-") and rest[0] != "--":
+        rest = rest[1:]  # -SIGNAL; a later word with a - is a process group
+    targets = rest[1:] if rest[:1] == ["--"] else rest
+    if not targets:
+        return "kill without a process named on its line (xargs kill, kill from a file) may stop sf's own; name $!"
+    for target in targets:
+        name = re.fullmatch(r'"?\$\{?([A-Za-z_][A-Za-z0-9_]*|!)\}?"?', target)
+        if not name or (name.group(1) != "!" and name.group(1) not in started):
+            return (f"kill {target}: a site block may stop only a process it started ($!, or a name it set from $!); "
+                    "$$, 0, a negative number or a %job stops sf's batch shell or supervisor and the job ends as if it "
+                    "succeeded")
+    return None
+
+
+def _unwrapped(words: list) -> list:
+    """The words of the command that runs: past command/builtin/env/nohup/timeout ... and their options."""
+    if words and words[0].raw == "-p":
+        words = words[1:]  # `time -p CMD` (the lexer reads time as a reserved word)
+    while words and (words[0].value in _WRAPPERS or words[0].value == "!"):
+        words = words[1:]
+        while words and re.fullmatch(r"-.*|[A-Za-z_][A-Za-z0-9_]*=.*|\d+(\.\d+)?[smhd]?", words[0].raw):
+            words = words[1:]
+    return words
+
+
+def _command_rule(cmd, names: set[str], started: set[str]) -> str | None:
+    for name, at in cmd.assigns:
+        rule = _write_rule(name, _assigned(cmd.values.get(at)), names, "it sets")
+        if rule:
+            return rule
+    words = _unwrapped(list(cmd.words))
     if not words:
         return None
     head = words[0].value
     if head is None:
         return "its command name is an expansion; site blocks name the commands they run"
     args = [w.value if w.value is not None else w.raw for w in words[1:]]
+    program = head.rsplit("/", 1)[-1]
     if head in FORBIDDEN:
         return f"site blocks may not call {head}: {FORBIDDEN[head]}"
     if head in ("source", "."):
         return _trusted_source(words[1]) if len(words) > 1 else "source/. needs a file"
+    if program == "kill":
+        return _kill_rule(words[1:], started)
+    if program in ("pkill", "killall", "skill"):
+        return f"site blocks may not call {program}: it picks processes by name, sf's own included"
+    if head in ("module", "ml") and args[:1] == ["use"]:
+        for arg in [a for a in args[1:] if not a.startswith("-")]:
+            why = _changeable(arg, "module use")
+            if why:
+                return f"{why}: a later `module load` would read another user's module file"
     if head == "set" and any(a.startswith(("-", "+")) and a != "--" and not re.fullmatch(r"[-+][xv]+", a)
                              for a in args):
         return "site blocks may set only -x/-v: sf's script runs with -uo pipefail and relies on it"
+    return _name_args_rule(head, words[1:], args, names)
+
+
+def _assigned(raw: str | None) -> str | None:
+    """The value an assignment word as written (NAME=value, NAME+=value, NAME[i]=value) gives."""
+    if raw is None:
+        return None
+    left, _, value = raw.partition("=")
+    return f"${left[:-1].split('[', 1)[0]}{value}" if left.endswith("+") else value
+
+
+def _name_args_rule(head: str, words: list, args: list[str], names: set[str]) -> str | None:
+    """declare/export/unset/read/printf -v/let ...: the names they set, and how."""
     if head in ("declare", "typeset", "local", "export") and any(
-            a.startswith("-") and set(a[1:]) & ({"r", "f"} if head == "export" else {"r", "f", "n"}) for a in args):
-        return f"{head} -r/-f/-n: read-only names, functions and name references (a second name for one of " \
-               "sf's variables) are not for site blocks"
-    named = [a for a in args if not a.startswith("-")] if head in _NAME_ARGS else []
+            a.startswith("-") and set(a[1:]) & ({"r", "f"} if head == "export" else {"r", "f", "n", "i"})
+            for a in args):
+        return f"{head} -r/-f/-n/-i: read-only names, functions, name references (a second name for one of " \
+               "sf's variables) and integers (arithmetic on what they are given) are not for site blocks"
+    if head == "let":
+        return _arith_rule(" ".join(args), names)
     if head == "printf" and "-v" in args[:-1]:
-        named = [args[args.index("-v") + 1]]
-    if named:
-        for arg in named:
-            name = arg.split("=", 1)[0].split("[", 1)[0]
-            if _owned(name, names):
-                return f"{head} {name}: {name} is a variable sf's script uses"
+        named = [(args[args.index("-v") + 1], None, True)]
+    elif head in _NAME_ARGS:
+        setting = head in ("declare", "typeset", "local", "export")
+        named = []
+        for arg, word in zip(args, words, strict=True):
+            left, equals, _ = word.raw.partition("=")
+            name = re.sub(r"[\"'\\]", "", left)  # (export "PATH=..." and P\ATH=... set PATH too)
+            if not arg.startswith("-"):
+                named.append((name, _assigned(word.raw) if setting and equals and name == left else None, bool(equals)))
+    else:
+        return None
+    for arg, value, sets in named:
+        name = arg.split("[", 1)[0].rstrip("+")
+        if not sets and head == "export" and name in FOLDER_LISTS + CODE_FILES:
+            continue  # `export PATH`: its value as it is
+        rule = _write_rule(name, value, names, head)
+        if rule:
+            return rule
     return None
 
 
 def _arith_rule(text: str, names: set[str]) -> str | None:
-    for match in re.finditer(r"(\+\+|--)?\s*\b([A-Za-z_][A-Za-z0-9_]*)\b\s*(\+\+|--|[-+*/%&|^]?=(?!=)|<<=|>>=)?",
-                             text):
+    for match in _CHANGE.finditer(text):
         if (match.group(1) or match.group(3)) and _owned(match.group(2), names):
             return f"it changes {match.group(2)} in arithmetic; {match.group(2)} is a variable sf's script uses"
     return None
+
+
+def _hidden_arith(text: str, lexer, shell) -> list[tuple[int, int]]:
+    """The other texts bash evaluates as arithmetic in the site's blocks: subscripts (a[i]=,
+    ${a[i]}, unset 'a[i]', $[...], and [[ ]] whose -eq operands are arithmetic) and the rest of
+    a ${...} (${x:offset:length}). Comments aside."""
+    out = []
+    for start, end in shell:
+        out += [(m.start(1), m.end(1)) for m in _SUBSCRIPT.finditer(text, start, end)
+                if lexer.ctx[m.start()] != COMMENT]
+        at = start
+        while at < end:
+            if lexer.ctx[at] == PARAM:
+                stop = at
+                while stop < end and lexer.ctx[stop] == PARAM:
+                    stop += 1
+                out.append((at, stop))
+                at = stop
+            at += 1
+    return out
 
 
 def _value_rule(lexer, text: str, start: int, end: int, script_text: str) -> str | None:
@@ -196,19 +345,24 @@ def check(marked: Marked, shell_blocks) -> None:
     def in_site(offset: int) -> bool:
         return any(s <= offset < e for s, e in shell)
 
+    # the names a site block set from $! (kill may stop those)
+    site_assigns = [(name, cmd.values.get(at) or "") for cmd in lexer.commands if in_site(cmd.start)
+                    for name, at in cmd.assigns]
+    started = {n for n, raw in site_assigns if _STARTED.fullmatch(raw)} - \
+        {n for n, raw in site_assigns if not _STARTED.fullmatch(raw)}  # (P=$!; P=$$; kill $P)
     for name, offset in lexer.functions:
         if in_site(offset):
             raise Refused(offset, f"site blocks may not define functions ({name}): one can rename a command "
                           "sf's script calls")
     for cmd in lexer.commands:
         if in_site(cmd.start):
-            rule = _command_rule(cmd, names)
+            rule = _command_rule(cmd, names, started)
             if rule:
                 raise Refused(cmd.start, rule)
             if cmd.words and (cmd.words[0].value or "").rsplit("/", 1)[-1] in _SHELLS and any(
                     any(s <= w.start < e for s, e in marked.values) for w in cmd.words[1:]):
                 raise Refused(cmd.start, "a value sf hands the template is given to a shell as code")
-    for start, end in lexer.arith:
+    for start, end in lexer.arith + _hidden_arith(text, lexer, shell):
         if in_site(start):
             rule = _arith_rule(text[start:end], names)
             if rule:

@@ -44,6 +44,7 @@ class Command:
     start: int
     assigns: list[tuple[str, int]] = field(default_factory=list)
     words: list[Word] = field(default_factory=list)
+    values: dict[int, str] = field(default_factory=dict)  # offset of an assignment -> its word as written
 
 
 @dataclass
@@ -215,7 +216,9 @@ class Lexer(_Characters):
         inner = Lexer(self.t[start + 1:j].replace("\\`", "`").replace("\\\\", "\\"))
         inner._list(None)
         for cmd in inner.commands:  # offsets within the backquotes: the opening one is close enough
-            self.commands.append(Command(start, cmd.assigns, [Word(w.raw, start, w.value) for w in cmd.words]))
+            self.commands.append(Command(start, [(name, start + at) for name, at in cmd.assigns],
+                                         [Word(w.raw, start, w.value) for w in cmd.words],
+                                         {start + at: raw for at, raw in cmd.values.items()}))
         self.functions += [(name, start) for name, _ in inner.functions]
         self.i = min(j + 1, self.n)
 
@@ -329,6 +332,7 @@ class Lexer(_Characters):
             if not st.cmd.assigns and not st.cmd.words:
                 self.commands.append(st.cmd)
             st.cmd.assigns.append((assign.group(1), word.start))
+            st.cmd.values[word.start] = word.raw
             if self.t.startswith("(", self.i) and self.i == word.start + assign.end():
                 self._array()
             return True
@@ -403,7 +407,7 @@ class Lexer(_Characters):
 def _literal(raw: str) -> str | None:
     """The word's value once quotes and backslashes are removed; None when it expands
     something ($, `, a glob) and so has no value before it runs."""
-    if not _SPECIAL.search(raw):
+    if not _SPECIAL.search(raw) or raw == "[":  # (`[ -n "$X" ]`: a lone [ is the test command, not a glob)
         return raw
     out, i = [], 0
     while i < len(raw):

@@ -73,6 +73,52 @@ def test_an_sbatch_option_sf_sets_is_refused_abbreviated_too(tmp_path, line, opt
     ('source "$HOME/site.sh"', "literal absolute path"),
     (". ./env.sh", "literal absolute path"),
     ("$(echo exit) 0", "command name is an expansion"),
+    # a later command of sf's (srun, scontrol, python) found in a folder another user can change
+    ("export PATH=/tmp/bin:$PATH", "PATH part /tmp/bin: /tmp can be changed by another user"),
+    ("PATH=$PATH:", "PATH with an empty part (the current folder)"),
+    ("PATH+=:bin", "PATH part 'bin' is not a literal absolute path"),
+    ('export PATH="$HOME/bin:$PATH"', "PATH part '$HOME/bin' is not a literal absolute path"),
+    ("declare -x LD_LIBRARY_PATH=/tmp/lib", "LD_LIBRARY_PATH part /tmp/lib: /tmp can be changed"),
+    ("export PYTHONPATH=/tmp/py", "export PYTHONPATH"),
+    ("export LD_PRELOAD=/tmp/x.so", "LD_PRELOAD part /tmp/x.so: /tmp can be changed"),
+    ("BASH_ENV=/dev/shm/rc", "BASH_ENV part /dev/shm/rc: /dev/shm can be changed"),
+    ("export MODULEPATH=/tmp/mods", "MODULEPATH part /tmp/mods"),
+    ("module use /tmp/mods", "module use /tmp/mods: /tmp can be changed by another user"),
+    ("unset PATH", "it changes PATH other than by NAME=value"),
+    ("read -r PATH </dev/null", "it changes PATH other than by NAME=value"),
+    ("IFS=/", "IFS changes how bash reads or runs sf's lines"),
+    ("export POSIXLY_CORRECT=1", "POSIXLY_CORRECT changes how bash reads"),
+    ("GLOBIGNORE='*'", "GLOBIGNORE changes how bash reads"),
+    # the batch shell, its job group or its jobs stopped: the job ended as if it succeeded
+    ("kill $$", "kill $$: a site block may stop only a process it started"),
+    ("kill -9 0", "kill 0: a site block may stop only"),
+    ("kill -TERM -$$", "kill -$$: a site block may stop only"),
+    ("kill -- -1", "kill -1: a site block may stop only"),
+    ("kill %1", "kill %1: a site block may stop only"),
+    ("kill -s KILL $PPID", "kill $PPID: a site block"),
+    ("( sleep 60; builtin kill $$ ) &", "kill $$: a site block"),
+    ("command kill -STOP $$", "kill $$: a site block"),
+    ("env /bin/kill $$", "kill $$: a site block"),
+    ("me=$$; kill $me", "kill $me: a site block"),
+    ("sleep 9 & p=$!; p=$$; kill $p", "kill $p: a site block"),
+    ("pkill -f launcher.injob", "may not call pkill"),
+    ("killall python", "may not call killall"),
+    # sf's functions and variables by other routes
+    ("unset -f sf_phase", "unset sf_phase"),
+    ("let SF_MAX_REQUEUES=99", "changes SF_MAX_REQUEUES in arithmetic"),
+    ("declare -i n", "-r/-f/-n/-i"),
+    ("export SRUN_CPUS_PER_TASK=1", "export SRUN_CPUS_PER_TASK"),
+    ('export "PATH=/tmp:$PATH"', "it changes PATH other than by NAME=value"),
+    ("export P\\ATH=/tmp", "it changes PATH other than by NAME=value"),
+    ("time -p kill $$", "kill $$: a site block"),
+    ('xargs kill <<<"$$"', "kill without a process named on its line"),
+    # arithmetic bash evaluates where no (( )) is written
+    ("[[ 1 -eq SF_MAX_REQUEUES=99 ]]", "changes SF_MAX_REQUEUES in arithmetic"),
+    ("a[SF_MAX_REQUEUES=99]=1", "changes SF_MAX_REQUEUES in arithmetic"),
+    ("echo ${a[rc=0]}", "changes rc in arithmetic"),
+    ("echo $[SF_MAX_REQUEUES=99]", "changes SF_MAX_REQUEUES in arithmetic"),
+    ("unset 'a[SF_MAX_REQUEUES=9]'", "changes SF_MAX_REQUEUES in arithmetic"),
+    ("echo ${HOME:SF_MAX_REQUEUES=9}", "changes SF_MAX_REQUEUES in arithmetic"),
 ])
 def test_what_a_site_block_may_not_run(tmp_path, body, rule):
     message = refused(tmp_path, block("prologue", body))
@@ -136,6 +182,34 @@ module purge
 echo "site: supervisor exited $rc" > "$SF_RUN_DIR/site-epilogue.txt"
 {% endblock %}
 """
+
+
+LOOKUPS = EXTENDS + """{% block prologue %}
+source /etc/profile
+export PATH=/usr/local/bin:/opt/site-not-here/bin:$PATH
+PATH="$PATH:/usr/sbin"
+PATH+=:/usr/games
+export LD_LIBRARY_PATH=/opt/cuda-not-here/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH
+module use /usr/share/modulefiles
+module load cuda
+nvidia-smi dmon -d 5 > /dev/null &
+SITE_MONITOR=$!
+kill -0 "$SITE_MONITOR"
+[ -n "${SLURM_JOB_ID:-}" ] && [[ $SLURM_PROCID = 0 || ${SF_RUN_DIR:-x} == x ]] && echo "${SLURM_JOB_ID:-}"
+{% endblock %}
+{% block epilogue %}
+kill "$SITE_MONITOR" $! || true
+kill -l
+{% endblock %}
+"""
+
+
+def test_a_site_may_still_add_its_own_folders_load_modules_and_stop_what_it_started(tmp_path):
+    """module load (the site's module files), root's folders on PATH, kill of its own $!: all still render."""
+    script = render_with(tmp_path, LOOKUPS)
+    assert "export PATH=/usr/local/bin:/opt/site-not-here/bin:$PATH\n" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
 def test_what_a_careful_site_writes_still_renders(tmp_path):
