@@ -122,6 +122,8 @@ TRICKS = {
     "exit": ("prologue", "exit 0", "may not call exit"),
     "exec": ("epilogue", "exec true", "may not call exec"),
     "quotes": ("prologue", "echo \"{{ overrides|join(' ') }}\"", "is printed inside double quotes"),
+    "path": ("prologue", "export PATH=/tmp/bin:$PATH", "PATH part /tmp/bin: /tmp can be changed by another user"),
+    "kill": ("prologue", "kill -9 0", "kill 0: a site block may stop only a process it started"),
 }
 
 
