@@ -105,6 +105,22 @@ DIFFERENCES: tuple[Difference, ...] = (
         after="PriorityType defaults to priority/multifactor",
         handled="sf reads no priority; the 24.11 dev cluster sets priority/basic as 22.05's has"),
     Difference(
+        "oci_bundle_arg", (24, 11),
+        before="oci.conf's %b in RunTimeRun is the step's generated bundle, one a node "
+               "(SlurmdSpoolDir/oci-jobNNNNN-SSSSS/: 22.05 runs one container task a node)",
+        after="%b in RunTimeRun is the task's generated bundle (SlurmdSpoolDir/oci-jobN-S/task-T/, a config.json a "
+              "task); RunTimeQuery/Kill/Delete at the step's end get the user's bundle there",
+        handled="the dev clusters' oci.conf names %b only in RunTimeRun and each container by %n.%u.%j.%s.%t; "
+                "scripts/sf-oci-run rewrites <%b>/config.json on every version"),
+    Difference(
+        "oci_step_env", (24, 11),
+        before="a container step's config.json env is the bundle's with the job's appended (the job's PATH too); "
+               "per-task variables (SLURMD_NODENAME, GPUs) are missing or the batch shell's",
+        after="the bundle's env is merged over the job's, one entry a name: PATH is the bundle's alone; "
+              "per-task variables are the task's",
+        handled="scripts/sf-oci-run sets the node's name, index and GPUs and puts the bundle's PATH first on every "
+                "version; nothing in the job side needs the job's PATH inside the container"),
+    Difference(
         "reconfigure_pid", (24, 11),
         before="`scontrol reconfigure` keeps slurmctld's pid",
         after="`scontrol reconfigure` makes slurmctld and every slurmd execute themselves again (run with -D: "

@@ -142,3 +142,69 @@ def test_doctor_and_validate_warn_on_an_untested_slurm_in_one_line():
     assert live.version_warnings(config) == []
     assert live.version_warnings({"SLURM_VERSION": "21.08.8"})[0].startswith("Slurm 21.08.8 is older")
     assert live.version_warnings({}) == []  # not said at submit: sf doctor names an unreadable version
+
+
+def sf_oci_run():
+    """scripts/sf-oci-run (a script, no .py) loaded as a module."""
+    import importlib.machinery
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "sf-oci-run"
+    loader = importlib.machinery.SourceFileLoader("sf_oci_run_versions", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def oci_step(version: str) -> tuple[dict, dict]:
+    """oci-step.txt: {node: sf-oci-run's argv after its own path}, {node: the env line's values} and PATHs."""
+    runs, envs = {}, {}
+    for line in recorded(version, "oci-step.txt").splitlines():
+        if line.startswith("runtimerun: "):
+            argv = line.split()[1:]
+            args = argv[argv.index("/var/lib/sfdev/etc/sf-oci-run") + 1:]
+            runs[args[1]] = args
+        elif line.startswith("env: SLURMD_NODENAME="):
+            values = dict(item.split("=", 1) for item in line[5:].split())
+            envs[values["SLURMD_NODENAME"]] = values
+        elif line.startswith("env: PATH="):
+            envs.setdefault("PATH", set()).add(line[len("env: PATH="):])
+    return runs, envs
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_runtimeruns_bundle_is_the_generated_one_per_node_on_22_05_per_task_on_24_11(version):
+    d = sv.difference("oci_bundle_arg")
+    runs, _ = oci_step(version)
+    assert len(runs) == 2
+    for node, args in runs.items():
+        bundle, runtime = args[0], args[4:]
+        assert args[2] == "JOBID" and args[3] == "--"  # sf-oci-run BUNDLE NODE JOB_ID -- RUNTIME...
+        assert f"/spool/{node}/oci-job" in bundle and bundle.endswith("/")
+        # the runtime reads the generated config.json, the one sf-oci-run rewrote in place
+        assert bundle in (runtime[runtime.index("-b") + 1] if "-b" in runtime else "",
+                          *(a.split("=", 1)[1] for a in runtime if a.startswith("--bundle=")))
+        assert sf_oci_run().state_dir(runtime) == "/run/sfdev-runc/root"
+        per_task = bundle.endswith("/task-0/")
+        assert per_task == d.applies(sv.parse_version(recorded(version, "version.txt")))
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_a_container_steps_path_keeps_the_jobs_only_on_22_05_and_sf_puts_the_bundles_first(version):
+    d = sv.difference("oci_step_env")
+    runs, envs = oci_step(version)
+    (path,) = envs.pop("PATH")
+    assert path.startswith("/opt/sf/runtime/bin:")  # the bundle's python first, on both
+    assert path.endswith(":/root/x/bin") != d.applies(sv.parse_version(recorded(version, "version.txt")))
+    nodes = sorted(runs, key=lambda name: int(name[3:]))  # Slurm's order: dev9, dev10
+    for node, values in envs.items():  # sf-oci-run gave each node its own name and index
+        assert values["SLURM_NODEID"] == str(nodes.index(node))
+    # what sf-oci-run makes of each version's config.json env: the recorded PATH, each node its identity
+    bundle_path = "/opt/sf/runtime/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    job_path = "/opt/sf-venv/bin:/usr/local/bin:/usr/bin:/bin:/root/x/bin"
+    merged = d.applies(sv.parse_version(recorded(version, "version.txt")))  # one PATH, the bundle's
+    given = [f"PATH={bundle_path}"] + ([] if merged else [f"PATH={job_path}"])
+    given += [f"SLURM_STEP_NODELIST={','.join(nodes)}", f"SLURMD_NODENAME={nodes[0]}"]
+    out = sf_oci_run().rewrite({"process": {"env": given}}, nodes[1], "7", gpus_of=lambda *a: None)
+    env = dict(e.split("=", 1) for e in out["process"]["env"])
+    assert env["PATH"] == path and env["SLURMD_NODENAME"] == nodes[1] and env["SLURM_NODEID"] == "1"
