@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from launcher import slurm, states
+from launcher import gateway, ownership, slurm, states
 from launcher.injob import address as addr_mod
 from launcher.injob import auth, mounts, private
 from launcher.injob import ports as ports_mod
@@ -149,7 +149,8 @@ class Bringup:
         # srun's own messages (a task that died) land in the batch log.
         a = self.attempt
         node_cmd = [a.runtime.runtime_python(), "-m", "launcher.injob", "node"]
-        (Path(a.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+        # logs/ is made at the start (runs.make_subdirs); made again if it went, the user's alone
+        gateway.make_dir(Path(a.run_dir) / "logs", ownership.PRIVATE_DIR, exist_ok=True, field="run")
         head = a.job.head_node
         first = a.plan.pools[0].name
         self.procs.srun(ray_step_name("head", first), [*node_cmd, "--role", "head"], kind="node", pool=first,
