@@ -2,9 +2,12 @@
 share, built from it in one place.
 
   Contract    plan.json as the supervisor reads it, once (`Contract.read`): the Plan (with
-              the batch script's entry and overrides, and an array task's point, applied)
-              and the settings `launcher.render.script.job_contract` wrote beside it under
-              "job": the runtime, Ray's settings, the requeue bounds, the heal settings
+              an array task's point applied) and the settings
+              `launcher.render.script.job_contract` wrote beside it under "job": the runtime,
+              Ray's settings, the requeue bounds, the heal settings
+  shown_digest  what the batch script's SF_ENTRY and SF_OVERRIDES show, as one digest: the
+              entry and overrides reach the job from plan.json only; a script whose arrays
+              differ from it (edited by hand) is refused at job start (`Contract.check_shown`)
   Job         what every process of the job shares (node, barrier, health, preflight,
               verl_main, stacks): the Plan's own pools with the hosts Slurm gave them, the
               head's address and ports, the Ray settings; serialised into SF_JOB by
@@ -19,6 +22,7 @@ Standard library only: the supervisor may run on the host's bare python3.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -75,7 +79,17 @@ class HealSettings:
 
 
 class UnreadableContract(Exception):
-    """plan.json missing, damaged or of another plan format: the job cannot start from it."""
+    """plan.json missing, damaged or of another plan format, or a batch script that shows other
+    overrides than it: the job cannot start from it."""
+
+
+def shown_digest(entry, overrides) -> str:
+    """SHA-256 (hex) of the entry's length, then every entry word and override, each ended by
+    a NUL byte: what the batch script computes from the words its arrays hold once bash has
+    read them (templates/train.sbatch.j2: printf '%s\\0' ... | sha256sum), so quoting and
+    whitespace in the script do not count, only the words."""
+    words = (str(len(entry)), *entry, *overrides)
+    return hashlib.sha256(b"".join(w.encode("utf-8", "surrogateescape") + b"\0" for w in words)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -117,9 +131,20 @@ class Contract:
                    max_requeues=None if max_requeues is None else int(max_requeues),
                    requeue_lead=int(job.get("requeue_lead") or 0), heal=HealSettings.from_dict(job.get("heal") or {}))
 
-    def with_argv(self, entry: list[str], overrides: list[str]) -> Contract:
-        """The entry and overrides the batch script passes (its arrays: a user may edit them)."""
-        return replace(self, plan=replace(self.plan, entry=tuple(entry), overrides=tuple(overrides)))
+    def check_shown(self, digest: str, *, array: bool = False) -> None:
+        """The batch script shows the entry and overrides (SF_ENTRY, SF_OVERRIDES) for people
+        and passes only their digest; the job runs plan.json's. UnreadableContract (one line)
+        when they differ: a hand edit of the script would otherwise be ignored silently. An
+        array task's script shows no overrides (each point's are in the manifest)."""
+        if digest == shown_digest(self.plan.entry, () if array else self.plan.overrides):
+            return
+        if not digest:
+            raise UnreadableContract("the batch script passed no digest of its entry and overrides (sha256sum "
+                                     "missing on the batch host, or a script not written by this sf): submit the "
+                                     "run again with this sf")
+        raise UnreadableContract("the batch script's overrides differ from plan.json: edit the experiment and submit "
+                                 "again, or put the script's SF_ENTRY and SF_OVERRIDES back as sf wrote them "
+                                 "(plan.json holds them; the job runs plan.json's)")
 
     def at_point(self, point: dict) -> Contract:
         """An array task's point of a sweep manifest (launcher.submit.sweep): its overrides,

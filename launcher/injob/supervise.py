@@ -63,25 +63,30 @@ from launcher.injob.watch import Watch
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """The batch script passes the run dir (and an array task's manifest) and the entry and
-    overrides as arrays; everything else is the run's plan.json (read_contract)."""
+    """The batch script passes the run dir (and an array task's manifest) and the digest of the
+    entry and overrides its arrays show; everything else, those included, is the run's
+    plan.json (read_contract)."""
     p = argparse.ArgumentParser(prog="python -m launcher.injob supervise")
     p.add_argument("--run-dir", required=True, help="the run dir; its plan.json is the job's contract")
     p.add_argument("--preflight", action="store_true")
     p.add_argument("--manifest", default=None, help="sweep manifest (array task: its point)")
     p.add_argument("--task", type=int, default=None, help="the array task id (with --manifest)")
-    p.add_argument("--n-entry", type=int, required=True, help="how many of the trailing args are the entry")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    args.entry, args.overrides = rest[: args.n_entry], rest[args.n_entry:]
-    return args
+    p.add_argument("--shown", default=None,
+                   help="digest of the script's SF_ENTRY and SF_OVERRIDES (contract.shown_digest)")
+    # a script of an earlier sf passed the entry and overrides themselves: refused (read_contract)
+    p.add_argument("--n-entry", default=None, help=argparse.SUPPRESS)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
 
 
 def read_contract(args: argparse.Namespace) -> Contract:
-    """plan.json, read once, with the batch script's entry and overrides and an array task's
+    """plan.json, read once, checked against what the batch script shows, with an array task's
     point applied."""
-    contract = Contract.read(args.run_dir).with_argv(args.entry, args.overrides)
+    if args.n_entry is not None or args.rest or args.shown is None:
+        raise UnreadableContract("this batch script was not written by this sf (it passes no digest of its "
+                                 "entry and overrides): submit the run again with this sf")
+    contract = Contract.read(args.run_dir)
+    contract.check_shown(args.shown, array=bool(args.manifest))
     if not args.manifest:
         return contract
     if args.task is None:

@@ -93,9 +93,9 @@ def root(context, missing=missing):
         yield '` reruns points.\n'
     else:
         pass
-        yield '# Standalone: the overrides below are the whole verl command; `sbatch '
+        yield '# Standalone: `sbatch '
         yield str(environment.finalize((undefined(name='script_name') if l_0_script_name is missing else l_0_script_name)))
-        yield '`\n# submits it again by hand. The run directory holds plan.json, overrides.txt and logs/.\n'
+        yield '` submits it again by hand. The job runs the verl\n# command plan.json holds (shown below); the run directory holds plan.json, overrides.txt, logs/.\n'
     yield 'set -uo pipefail\n\n'
     yield from context.blocks['prologue'][0](context)
     if (undefined(name='login_env_unset') if l_0_login_env_unset is missing else l_0_login_env_unset):
@@ -160,7 +160,7 @@ def root(context, missing=missing):
         l_1_line = missing
     yield '# -- what runs on the head once Ray is up ('
     yield str(environment.finalize((undefined(name='launcher') if l_0_launcher is missing else l_0_launcher)))
-    yield ') --\nSF_ENTRY=(\n'
+    yield '): the job reads it from plan.json;\n# these arrays show it. A script whose arrays differ from plan.json is refused at job start\n# (the supervisor compares their digest, SF_SHOWN below): change a run by editing its\n# experiment and submitting again --\nSF_ENTRY=(\n'
     for l_1_arg in (undefined(name='entry') if l_0_entry is missing else l_0_entry):
         _loop_vars = {}
         pass
@@ -189,7 +189,7 @@ def root(context, missing=missing):
         yield '# Requeue on the wall-time/preemption signal (--signal=B:USR1@'
         yield str(environment.finalize((undefined(name='signal_lead_s') if l_0_signal_lead_s is missing else l_0_signal_lead_s)))
         yield '): the whole job\n# (every het group) goes back to the queue, at most SF_MAX_REQUEUES times, and verl resumes\n# from the newest checkpoint (resume_mode=auto, absolute checkpoint dir). A job that ends\n# normally is never requeued: only this signal does it.\nsf_on_usr1() {\n  local restarts="${SLURM_RESTART_COUNT:-0}"\n  if (( restarts < SF_MAX_REQUEUES )); then\n    sf_phase requeued "restart=$((restarts + 1))" "signal=USR1"\n    scontrol requeue "${SLURM_HET_JOB_ID:-$SLURM_JOB_ID}"\n  else\n    sf_phase requeue_refused "restarts=$restarts" "max_requeues=$SF_MAX_REQUEUES" "signal=USR1"\n    "$SF_PYTHON" -m launcher.injob reason "$SF_RUN_DIR" \\\n      "requeue refused: the job was already requeued $restarts times (max_requeues=$SF_MAX_REQUEUES); it runs on until its time limit" || true\n  fi\n}\ntrap sf_on_usr1 USR1\n\n'
-    yield '# SIGTERM (scancel, a requeue) reaches every process of the job; the supervisor handles it\n# and stops the steps itself. This shell keeps waiting for it rather than dying first: when\n# the batch shell ends, Slurm kills what is left at once, which would cut the supervisor\'s\n# last words short (its ended phase, or the excluded nodes after a requeue).\ntrap : TERM\n\n# Nothing here touches the run dir: sf made it and its logs/, checkpoints/, metrics/ with their\n# modes (launcher/runs.py), and the supervisor first checks it is still this user\'s alone (a\n# folder another user swapped in is refused, nothing written into it) and sets the umask.\n# verl\'s file logger (trainer.logger includes `file`; read by `sf metrics`) opens its file\n# with mode "wb": one file per attempt, so a requeued attempt keeps the earlier history.\nexport VERL_FILE_LOGGER_PATH="$SF_RUN_DIR/metrics/attempt-${SLURM_RESTART_COUNT:-0}.jsonl"\n\n"$SF_PYTHON" -m launcher.injob supervise \\\n'
+    yield '# SIGTERM (scancel, a requeue) reaches every process of the job; the supervisor handles it\n# and stops the steps itself. This shell keeps waiting for it rather than dying first: when\n# the batch shell ends, Slurm kills what is left at once, which would cut the supervisor\'s\n# last words short (its ended phase, or the excluded nodes after a requeue).\ntrap : TERM\n\n# Nothing here touches the run dir: sf made it and its logs/, checkpoints/, metrics/ with their\n# modes (launcher/runs.py), and the supervisor first checks it is still this user\'s alone (a\n# folder another user swapped in is refused, nothing written into it) and sets the umask.\n# verl\'s file logger (trainer.logger includes `file`; read by `sf metrics`) opens its file\n# with mode "wb": one file per attempt, so a requeued attempt keeps the earlier history.\nexport VERL_FILE_LOGGER_PATH="$SF_RUN_DIR/metrics/attempt-${SLURM_RESTART_COUNT:-0}.jsonl"\n\n# the words SF_ENTRY and SF_OVERRIDES hold, as one digest (launcher.injob.contract.shown_digest)\nSF_SHOWN="$(printf \'%s\\0\' "${#SF_ENTRY[@]}" "${SF_ENTRY[@]}" "${SF_OVERRIDES[@]}" | sha256sum)"\n"$SF_PYTHON" -m launcher.injob supervise \\\n'
     for l_1_arg in (undefined(name='supervise_args') if l_0_supervise_args is missing else l_0_supervise_args):
         _loop_vars = {}
         pass
@@ -197,7 +197,7 @@ def root(context, missing=missing):
         yield str(environment.finalize(l_1_arg))
         yield ' \\\n'
     l_1_arg = missing
-    yield '  --n-entry "${#SF_ENTRY[@]}" -- "${SF_ENTRY[@]}" "${SF_OVERRIDES[@]}" &\nSF_SUPERVISOR=$!\nwhile true; do\n  wait "$SF_SUPERVISOR"\n  rc=$?\n  # a trapped signal interrupts `wait`; the supervisor is still running then\n  kill -0 "$SF_SUPERVISOR" 2>/dev/null || break\ndone\n'
+    yield '  --shown "${SF_SHOWN%% *}" &\nSF_SUPERVISOR=$!\nwhile true; do\n  wait "$SF_SUPERVISOR"\n  rc=$?\n  # a trapped signal interrupts `wait`; the supervisor is still running then\n  kill -0 "$SF_SUPERVISOR" 2>/dev/null || break\ndone\n'
     yield from context.blocks['epilogue'][0](context)
     yield 'exit "$rc"\n'
 
@@ -245,8 +245,8 @@ def block_epilogue(context, missing=missing):
     pass
 
 blocks = {'extra_sbatch': block_extra_sbatch, 'prologue': block_prologue, 'module_loads': block_module_loads, 'epilogue': block_epilogue}
-debug_info = '17=42&18=45&21=49&22=68&23=71&25=74&28=77&29=87&30=90&31=92&33=97&38=100&39=101&41=104&43=106&44=109&47=114&50=117&53=119&54=122&56=126&57=128&62=129&63=132&65=135&66=138&70=141&71=143&73=146&77=150&85=152&88=155&89=158&92=162&94=164&95=168&98=172&103=178&104=182&110=187&111=190&145=193&146=197&157=201&25=204&38=213&57=222&58=231&59=234&157=238'
+debug_info = '17=42&18=45&21=49&22=68&23=71&25=74&28=77&29=87&30=90&31=92&33=97&38=100&39=101&41=104&43=106&44=109&47=114&50=117&53=119&54=122&56=126&57=128&62=129&63=132&65=135&66=138&70=141&71=143&73=146&77=150&85=152&88=155&89=158&92=162&97=164&98=168&101=172&106=178&107=182&113=187&114=190&151=193&152=197&163=201&25=204&38=213&57=222&58=231&59=234&163=238'
 
 # ruff: noqa
 # Generated by `python -m launcher.render.sbatch_template` from templates/train.sbatch.j2: do not edit.
-SOURCE_SHA256 = '6e03adafb172f0bade30966e7024e0908302fcf14c1c793bcd6d4f8414cc03a1'
+SOURCE_SHA256 = '03647cd8d186444b486b0862c4923ced52591a63b1d4db6ac44684322e3636f0'

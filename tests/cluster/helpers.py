@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -272,7 +273,8 @@ def render_job(tmp_name: str, *, site: str | None = None, nodes: str | None = No
     """`sf render examples/grpo`, then edited as a user could: the nodes pinned (only where a
     test needs them by name: side by side, a pinned job waits until those two nodes are free,
     up to 143 s in a pass, while any two would do), the verl command replaced by
-    `python3 -c entry`, extra_env lines after `set -uo pipefail`."""
+    `python3 -c entry` (in plan.json too: the job refuses a script that shows another entry),
+    extra_env lines after `set -uo pipefail`."""
     out = RUNS / f"test-{tmp_name}-{os.getpid()}-{int(time.time())}"
     args = [SF, "render", "examples/grpo", "-o", str(out)] + (["--site", site] if site else [])
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
@@ -280,10 +282,12 @@ def render_job(tmp_name: str, *, site: str | None = None, nodes: str | None = No
     script = (out / "job.sbatch").read_text()
     if nodes:
         script = script.replace("#SBATCH --nodes=2\n", f"#SBATCH --nodes=2\n#SBATCH --nodelist={nodes}\n", 1)
-    if entry:
+    if entry:  # in plan.json, which the job runs, and in the script's SF_ENTRY, which must show the same
         start = script.index("SF_ENTRY=(\n")
         end = script.index(")\n", start)
-        script = script[:start] + f"SF_ENTRY=(\n  python3 -c {entry!r}\n" + script[end:]
+        script = script[:start] + f"SF_ENTRY=(\n  python3 -c {shlex.quote(entry)}\n" + script[end:]
+        plan = json.loads((out / "plan.json").read_text())
+        (out / "plan.json").write_text(json.dumps({**plan, "entry": ["python3", "-c", entry]}, indent=2))
     if extra_env:
         script = script.replace("set -uo pipefail\n", f"set -uo pipefail\n{extra_env}\n", 1)
     (out / "job.sbatch").write_text(script)

@@ -67,7 +67,7 @@ def test_entry_and_paths_are_inert(payload, tmp_path):
     proc = subprocess.run(["bash", "-c", 'SF_RUN_DIR=/r\nf() { printf "%s\\0" "$@"; }\nf ' + cmd],
                           capture_output=True, cwd=tmp_path)
     args = proc.stdout.decode().split("\0")
-    assert args[:3] == ["--run-dir", "/r", "--n-entry"] and not canary.exists()
+    assert args[:2] == ["--run-dir", "/r"] and args[2] == "--shown" and not canary.exists()
     back = Plan.from_dict(json.loads(plan_json(plan, SITE, VENV)))
     assert back.paths_to_check == ("/data/" + text,) and back.checkpoint_dir == "/runs/grpo-abcde/" + text
 

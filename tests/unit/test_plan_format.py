@@ -11,7 +11,7 @@ from unit_helpers import make_plan
 
 from launcher import runs, states
 from launcher.injob import supervise
-from launcher.injob.contract import Contract, UnreadableContract
+from launcher.injob.contract import Contract, UnreadableContract, shown_digest
 from launcher.plan import PLAN_FORMAT
 from launcher.render.script import plan_json
 from launcher.runtime import Runtime
@@ -86,7 +86,7 @@ def test_the_supervisor_ends_the_job_with_the_reason_and_no_traceback(tmp_path, 
     data = written_plan(run)
     del data["plan_format"]
     run.write_json("plan.json", data)
-    rc = supervise.main(["--run-dir", str(run.dir), "--n-entry", "0"])
+    rc = supervise.main(["--run-dir", str(run.dir), "--shown", shown_digest(data["entry"], data["overrides"])])
     assert rc == 2
     reason = (run.dir / runs.REASON).read_text()
     assert "plan format 1" in reason and "submit the run again" in reason

@@ -76,6 +76,7 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     bounds come from plan.json (Plan.from_dict + the job contract)."""
     import json
 
+    from launcher.injob.contract import shown_digest
     from launcher.injob.supervise import parse_args, read_contract
     from launcher.plan import Plan, Pool, SlurmOptions
     from launcher.render.script import plan_json
@@ -91,14 +92,14 @@ def test_the_job_reads_its_settings_from_plan_json(tmp_path):
     site = load_site(str(paths.site_dir() / "dev.yaml"))
     runtime = Runtime(framework="verl", version="0.9.1", kind="venv", path="/opt/rt", python="/opt/rt/bin/python")
     (tmp_path / "plan.json").write_text(plan_json(plan, site, runtime))
-    contract = read_contract(parse_args(["--run-dir", str(tmp_path), "--n-entry", "1", "--", "python3", "a=1"]))
+    contract = read_contract(parse_args(["--run-dir", str(tmp_path), "--shown", shown_digest(plan.entry, plan.overrides)]))
     assert contract.plan.pools == plan.pools  # the Plan's own pools: one encoding of a pool
     assert Runtime.from_dict(contract.runtime) == runtime and contract.ray.address_method == site.ray.address_method
     assert contract.ray.port_range == tuple(site.ray.port_range)
     assert contract.ray.barrier_timeout_s == site.ray.barrier_timeout_s
     assert contract.max_requeues == 2 and contract.requeue_lead == 90
     assert contract.plan.checkpoint_dir.endswith("/checkpoints")
-    assert contract.plan.entry == ("python3",) and contract.plan.overrides == ("a=1",)
+    assert contract.plan.entry == plan.entry and contract.plan.overrides == plan.overrides  # plan.json's own
     assert Plan.from_dict(json.loads((tmp_path / "plan.json").read_text())) == plan
 
 

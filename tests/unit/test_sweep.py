@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import SpecError
+from launcher.injob.contract import shown_digest
 from launcher.render.script import array_directive, plan_json, render_script
 from launcher.submit import sweep
 
@@ -155,15 +156,16 @@ def test_supervisor_takes_its_point_from_the_manifest(tmp_path):
         p["run_dir"] = str(tmp_path / p["run_id"])
         write_plan(p["run_dir"])
     (tmp_path / "manifest.json").write_text(json.dumps(sweep.manifest("s", pts)))
+    shown = shown_digest(make_plan().entry, ())  # an array task's script shows the entry only
     plan = supervise.read_contract(supervise.parse_args([
-        "--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"), "--task", "2", "--n-entry", "1",
-        "--", "python3"])).plan
+        "--run-dir", pts[2]["run_dir"], "--manifest", str(tmp_path / "manifest.json"), "--task", "2",
+        "--shown", shown])).plan
     assert list(plan.overrides) == pts[2]["overrides"] and plan.checkpoint_dir == pts[2]["checkpoint_dir"]
-    assert plan.paths_to_check == ("/m",) and plan.entry == ("python3",)
+    assert plan.paths_to_check == ("/m",) and plan.entry == make_plan().entry
     with pytest.raises(SystemExit):  # a run dir that is not the task's point
         supervise.read_contract(supervise.parse_args(["--run-dir", pts[1]["run_dir"], "--manifest",
                                                       str(tmp_path / "manifest.json"), "--task", "2",
-                                                      "--n-entry", "0"]))
+                                                      "--shown", shown]))
     out = subprocess.run([sys.executable, "-m", "launcher.injob", "point", str(tmp_path / "manifest.json"), "1"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == pts[1]["run_dir"]
@@ -244,7 +246,8 @@ def test_wall_time_export_leaves_room_for_the_requeue(monkeypatch, tmp_path):
     from launcher.plan import SlurmOptions
 
     write_plan(tmp_path, slurm=SlurmOptions(time="00:20:00", signal_lead_s=60, max_requeues=1))
-    contract = supervise.read_contract(supervise.parse_args(["--run-dir", str(tmp_path), "--n-entry", "0"]))
+    shown = shown_digest(make_plan().entry, make_plan().overrides)
+    contract = supervise.read_contract(supervise.parse_args(["--run-dir", str(tmp_path), "--shown", shown]))
     assert contract.requeue_lead == 90 and contract.max_requeues == 1
     attempt = supervise.Supervisor(contract, str(tmp_path)).attempt
     attempt.end_ts = 10_000.0
