@@ -1,6 +1,7 @@
 """Benchmark 5: a fault to the driver running again, restart in place against requeue.
 
     python benchmarks/inplace.py --work DIR --out FILE [--reps 3] [--nodes 2] [--requeue-from FILE]
+                               [--checkout DIR]
 
 Restart in place (issue 23): one sf job (GRPO on N nodes of partition `all`,
 max_restarts_in_place = reps) whose driver is bench_driver.py in MODE=block. Each
@@ -16,7 +17,8 @@ Against: today's requeue path, the fault to the driver running again through a S
 requeue (benchmarks/requeue.py: USR1 -> trap -> scontrol requeue -> Ray again -> driver).
 Its result is read from --requeue-from (a requeue.json, benchmarks/suite.py runs requeue
 first) or, where there is none, measured here first with the same node count. Prints the
-medians and the ratio in place / requeue.
+medians and the ratio in place / requeue. --checkout DIR: sf and the job from another checkout of sf
+(benchmarks/requeue.py says how), to compare two commits side by side.
 """
 
 from __future__ import annotations
@@ -43,16 +45,18 @@ def driver_record(run_dir: Path, in_place: int) -> dict | None:
     return next((e for e in _jsonl(run_dir / "bench_driver.jsonl") if e.get("in_place") == in_place), None)
 
 
-def measure_in_place(work: Path, site: Path, reps: int, nodes: int) -> dict:
+def measure_in_place(work: Path, site: Path, reps: int, nodes: int, checkout: Path | None = None) -> dict:
     exp = write_experiment(work, f"inplace{nodes}", nodes, mode="block", requeue=True, time_limit="00:15:00")
     config = yaml.safe_load((exp / "config.yaml").read_text())
     config["slurm"]["max_restarts_in_place"] = reps
     (exp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     common.wait_idle_nodes(nodes, "all", timeout=300)
-    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120)
+    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120,
+                      env=requeue.sf_env(checkout))
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
-    result = {"job_id": job_id, "run": info["run"], "nodes": nodes, "reps": []}
+    result = {"job_id": job_id, "run": info["run"], "nodes": nodes, "reps": [],
+              "checkout": str(checkout or common.REPO)}
     try:
         for k in range(0, reps):
             current = requeue.wait_for(lambda k=k: driver_record(run_dir, k), timeout=240, poll=0.2)
@@ -97,6 +101,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--requeue-from", type=Path, default=None, help="a requeue.json to compare with")
+    p.add_argument("--checkout", type=Path, default=None, help="run sf and the job from this checkout of sf")
     args = p.parse_args(argv)
     work = args.work.resolve()
     site = common.bench_site(work)
@@ -105,9 +110,9 @@ def main(argv: list[str]) -> int:
     else:
         rq_out = args.out.with_name("requeue-for-inplace.json")
         requeue.main(["--work", str(work), "--out", str(rq_out), "--reps", str(args.reps),
-                      "--nodes", str(args.nodes)])
+                      "--nodes", str(args.nodes), *(["--checkout", str(args.checkout)] if args.checkout else [])])
         requeued = json.loads(rq_out.read_text())
-    in_place = measure_in_place(work, site, args.reps, args.nodes)
+    in_place = measure_in_place(work, site, args.reps, args.nodes, args.checkout)
     rq = median_of(requeued.get("reps", []), "driver_started_s")
     ip = median_of(in_place["reps"], "driver_started_s")
     result = {"nodes": args.nodes, "in_place": in_place, "requeue": requeued,

@@ -1,6 +1,6 @@
 """Benchmark 4: requeue turnaround of a real sf job.
 
-    python benchmarks/requeue.py --work DIR --out FILE [--reps 3] [--nodes 2]
+    python benchmarks/requeue.py --work DIR --out FILE [--reps 3] [--nodes 2] [--checkout DIR]
 
 One sf job (GRPO on N nodes of partition `all`, requeue on, the site's max_requeues) whose
 driver is a trivial long-running command: the experiment's main.py (bench_driver.py,
@@ -16,12 +16,18 @@ Each repetition, once the driver runs: `scancel --signal=USR1 --batch JOB` (what
   allocated / all_joined / driver_started   the supervisor's phases of attempt k
 The job is cancelled at the end. The requeue delay of this Slurm is the credential
 lifetime (dev cluster: AuthInfo=cred_expire=10), which bounds running_again from below.
+
+--checkout DIR: sf and its job run from another checkout of sf (a git worktree of an earlier
+commit), with this venv's packages: `sf submit` imports that checkout's launcher (PYTHONPATH),
+so the script it renders runs that checkout's supervisor. Side by side with the current one:
+the same benchmark, same machine, interleaved (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,12 +57,22 @@ def wait_for(fn, timeout: float, poll: float = 0.1):
     return None
 
 
+def sf_env(checkout: Path | None) -> dict | None:
+    """The environment `sf submit` runs in: that of this process, or one whose sf is `checkout`'s."""
+    if checkout is None:
+        return None
+    if not (checkout / "launcher" / "__init__.py").is_file():
+        raise SystemExit(f"--checkout {checkout}: no launcher/ there (a checkout of sf is wanted)")
+    return {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--checkout", type=Path, default=None, help="run sf and the job from this checkout of sf")
     args = p.parse_args(argv)
     work = args.work.resolve()
     site = common.bench_site(work)
@@ -65,10 +81,12 @@ def main(argv: list[str]) -> int:
     exp = write_experiment(work, f"requeue{args.nodes}", args.nodes, mode="block", requeue=True,
                            time_limit="00:15:00")
     common.wait_idle_nodes(args.nodes, "all", timeout=300)
-    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120)
+    proc = common.run([common.SF, "submit", str(exp), "--site", str(site), "--json"], timeout=120,
+                      env=sf_env(args.checkout))
     info = json.loads(proc.stdout[proc.stdout.index("{"):])
     job_id, run_dir = info["job_id"], Path(info["run_dir"])
-    result = {"job_id": job_id, "run": info["run"], "nodes": args.nodes, "reps": [], "max_requeues": max_requeues}
+    result = {"job_id": job_id, "run": info["run"], "nodes": args.nodes, "reps": [], "max_requeues": max_requeues,
+              "checkout": str(args.checkout or common.REPO)}
     heads = set()
     try:
         first = wait_for(lambda: phase_of(run_dir, "driver_started", job_id, 0), timeout=240, poll=0.5)
