@@ -6,8 +6,9 @@ between components), pool i = het group i. Every value that reaches an `#SBATCH`
 checked against a strict pattern and refused (SpecError naming the field) otherwise;
 every value that reaches the shell is quoted (shlex.quote, or $'...' when it holds a
 control character such as a newline, so no raw line of user text ever appears), here,
-before the template sees it (`_context`: Shell and Sbatch values only). The overrides and
-the entry are bash arrays in the script, which is therefore standalone.
+before the template sees it (`_context`: Shell and Sbatch values only). The script shows
+the overrides and the entry as bash arrays and passes the supervisor only their digest: the
+job reads them from plan.json and refuses a script whose arrays differ (launcher.injob.contract).
 """
 
 from __future__ import annotations
