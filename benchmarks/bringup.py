@@ -3,6 +3,9 @@
     python benchmarks/bringup.py --work DIR --out FILE [--reps 3] [--nodes 1,2,4,8]
                                  [--methods sf,verl_example,naive_batched]
 
+On the Slurm 24.11 dev cluster: the same command inside `scripts/dev-cluster --slurm 24.11 exec --`
+(its login venv's python; the result's `slurm` says which Slurm ran the trials).
+
 Every trial is one real Slurm job on the dev cluster (partition `all`, dev1-dev8, 4 fake
 GPUs per node), run one at a time; each repetition runs every (N, method) pair, the
 method order rotating between repetitions so drift in the host's load spreads evenly.
@@ -344,6 +347,7 @@ def main(argv: list[str]) -> int:
     exps = {n: write_experiment(work, f"bringup{n}", n) for n in sizes}
     directives = {n: sf_directives(exps[n], site) for n in sizes}
     result = {"sizes": sizes, "methods": methods, "reps": args.reps, "directives": directives, "trials": [],
+              "slurm": common.run(["sinfo", "--version"], check=False).stdout.strip(),
               "health_check": args.health_check or (site_data.get("ray") or {}).get("health_check", "preflight"),
               "start_retries": (site_data.get("ray") or {}).get("start_retries", 2)}
     sampler = CpuSampler()
