@@ -50,8 +50,11 @@ FOLDER_LISTS = ("PATH", "LD_LIBRARY_PATH", "MODULEPATH", "PYTHONPATH")
 # A file that each later bash, or each later program, loads first: the same rule
 CODE_FILES = ("BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT")
 # How bash reads and runs sf's lines after the site's: not for a site block at all
+# (PS4 is expanded before each traced line: a $( ) in it runs inside sf's lines; FUNCNEST=1
+# stops the requeue trap's call of sf_phase)
 SHELL_NAMES = ("IFS", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "EXECIGNORE",
-               "BASH_LOADABLES_PATH", "BASH_XTRACEFD", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+               "BASH_LOADABLES_PATH", "BASH_XTRACEFD", "BASH_COMPAT", "PS4", "FUNCNEST", "PYTHONHOME",
+               "PYTHONSAFEPATH", "PYTHONUSERBASE")
 # Commands that run the rest of their words as a command (what follows them is what runs)
 _WRAPPERS = ("command", "builtin", "time", "nohup", "env", "nice", "setsid", "timeout", "stdbuf", "ionice", "xargs")
 _PATH_PART = re.compile(r"/[A-Za-z0-9._,+@%=/-]*")
@@ -256,6 +259,18 @@ def _command_rule(cmd, names: set[str], started: set[str]) -> str | None:
     return _name_args_rule(head, words[1:], args, names)
 
 
+def _folder_rule(cmd, subshells) -> str | None:
+    """cd/pushd/popd only in a subshell: sf's `python -m launcher.injob` after the site's lines puts
+    the current folder first on its import path (without PYTHONSAFEPATH), so a `launcher` package
+    another user left in that folder would run as the job's user."""
+    words = _unwrapped(list(cmd.words))
+    head = words[0].value if words else None
+    if head in ("cd", "pushd", "popd") and not any(s <= cmd.start < e for s, e in subshells):
+        return (f"{head} in a site block changes the folder sf's own commands run in (another user's folder "
+                f"could hold a package they import); run it in a subshell: ( {head} DIR && ... )")
+    return None
+
+
 def _assigned(raw: str | None) -> str | None:
     """The value an assignment word as written (NAME=value, NAME+=value, NAME[i]=value) gives."""
     if raw is None:
@@ -356,7 +371,7 @@ def check(marked: Marked, shell_blocks) -> None:
                           "sf's script calls")
     for cmd in lexer.commands:
         if in_site(cmd.start):
-            rule = _command_rule(cmd, names, started)
+            rule = _command_rule(cmd, names, started) or _folder_rule(cmd, lexer.subshells)
             if rule:
                 raise Refused(cmd.start, rule)
             if cmd.words and (cmd.words[0].value or "").rsplit("/", 1)[-1] in _SHELLS and any(

@@ -187,6 +187,7 @@ class Lexer(_Characters):
         super().__init__(text)
         self.commands: list[Command] = []
         self.functions: list[tuple[str, int]] = []  # (name, offset)
+        self.subshells: list[tuple[int, int]] = []  # (start, end) of each ( ), $( ), <( ) and ` `
 
     # -- expansions ---------------------------------------------------------------------
     def _dollar_or_backtick(self, kind: int) -> None:
@@ -198,8 +199,7 @@ class Lexer(_Characters):
             self._arith(i + 3, "))")
         elif t.startswith("$(", i):
             self.i = i + 2
-            self._list(")")
-            self.i = min(self.i + 1, self.n)
+            self._subshell(i)
         elif t.startswith("${", i):
             self._param()
         elif t.startswith("$'", i) and kind == WORD:
@@ -221,6 +221,13 @@ class Lexer(_Characters):
                                          {start + at: raw for at, raw in cmd.values.items()}))
         self.functions += [(name, start) for name, _ in inner.functions]
         self.i = min(j + 1, self.n)
+        self.subshells.append((start, self.i))
+
+    def _subshell(self, start: int) -> None:
+        """After the ( of ( ... ), $( ... ) or <( ... ): its commands, up to and past the )."""
+        self._list(")")
+        self.i = min(self.i + 1, self.n)
+        self.subshells.append((start, self.i))
 
     def _param(self) -> None:  # at ${
         start, depth, j = self.i, 0, self.i + 2
@@ -273,8 +280,7 @@ class Lexer(_Characters):
         op = match.group(2)
         if op in "<>" and not match.group(1) and self.t.startswith("(", match.end()):
             self.i = match.end() + 1  # process substitution <( ... )
-            self._list(")")
-            self.i = min(self.i + 1, self.n)
+            self._subshell(match.start())
             return
         self.i = match.end()
         self._skip_blanks()
@@ -298,8 +304,7 @@ class Lexer(_Characters):
             self._arith(self.i + 1, "))")  # (( ... ))
             st.cmd, st.command_position = None, False
         elif op == "(":
-            self._list(")")  # a subshell
-            self.i = min(self.i + 1, self.n)
+            self._subshell(self.i - 1)
             st.cmd, st.command_position = None, False
         elif op == ")" and st.pattern:
             st.pattern, st.cmd, st.command_position = False, None, True

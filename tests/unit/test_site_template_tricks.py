@@ -108,6 +108,11 @@ def test_an_sbatch_option_sf_sets_is_refused_abbreviated_too(tmp_path, line, opt
     ("let SF_MAX_REQUEUES=99", "changes SF_MAX_REQUEUES in arithmetic"),
     ("declare -i n", "-r/-f/-n/-i"),
     ("export SRUN_CPUS_PER_TASK=1", "export SRUN_CPUS_PER_TASK"),
+    ("PS4='$(kill $$)'", "PS4 changes how bash reads"),
+    ("FUNCNEST=1", "FUNCNEST changes how bash reads"),
+    # sf's `python -m launcher.injob` would import from the folder a site block moved to
+    ("cd /tmp", "cd in a site block changes the folder sf's own commands run in"),
+    ("if true; then pushd /tmp; fi", "pushd in a site block"),
     ('export "PATH=/tmp:$PATH"', "it changes PATH other than by NAME=value"),
     ("export P\\ATH=/tmp", "it changes PATH other than by NAME=value"),
     ("time -p kill $$", "kill $$: a site block"),
@@ -196,6 +201,7 @@ module load cuda
 nvidia-smi dmon -d 5 > /dev/null &
 SITE_MONITOR=$!
 kill -0 "$SITE_MONITOR"
+( cd /usr/share && ls >/dev/null ); here=$(cd /usr && pwd)
 [ -n "${SLURM_JOB_ID:-}" ] && [[ $SLURM_PROCID = 0 || ${SF_RUN_DIR:-x} == x ]] && echo "${SLURM_JOB_ID:-}"
 {% endblock %}
 {% block epilogue %}
