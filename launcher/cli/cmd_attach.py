@@ -11,10 +11,9 @@ import socket
 
 import click
 
-from launcher import runs
+from launcher import ray_facts, runs
 from launcher.cli.options import complete_run_ids, json_option, nonblank, print_json, runs_options
 from launcher.errors import SpecError
-from launcher.injob import auth
 from launcher.monitor import attach as att
 from launcher.monitor import poll as monitor
 from launcher.runtime import Runtime
@@ -64,7 +63,7 @@ def attach(run_id, node, role, print_only, command, as_json, site_path, runs_dir
     run, rec, where, site = _running(run_id, site_path, runs_dir)
     host, het_group = att.target(where, node, role)
     runtime = Runtime.from_dict(rec.get("runtime") or {"framework": "verl", "version": "?", "kind": "module"})
-    token = auth.token_path(str(run.dir), where.job_id).exists()
+    token = ray_facts.token_path(str(run.dir), where.job_id).exists()
     argv = att.shell_argv(str(run.dir), where, runtime, host, het_group, tuple(command),
                           site_env=site.env, token_exists=token)
     if as_json:
@@ -77,7 +76,7 @@ def attach(run_id, node, role, print_only, command, as_json, site_path, runs_dir
     if not where.head_address:
         click.echo(f"sf: warning: Ray is not up yet in job {where.job_id}; RAY_ADDRESS is not set", err=True)
     if not token:
-        click.echo(f"sf: warning: no Ray token in {auth.token_path(str(run.dir), where.job_id).parent}; "
+        click.echo(f"sf: warning: no Ray token in {ray_facts.token_path(str(run.dir), where.job_id).parent}; "
                    "RAY_AUTH_* are not set", err=True)
     att.enter(argv, run, rec, where.job_id)  # refused unless Slurm shows the job is this run's
 
@@ -99,8 +98,8 @@ def dashboard(run_id, local_port, as_json, site_path, runs_dir):
         print_json({"ok": True, "run": run.id, "ssh": att.dashboard_line(where, socket.getfqdn(), getpass.getuser(),
                                                                           local_port),
                     "url": f"http://localhost:{local_port}",
-                    "token_file": str(auth.token_path(str(run.dir), where.job_id))})
+                    "token_file": str(ray_facts.token_path(str(run.dir), where.job_id))})
         return
     click.echo(att.dashboard_line(where, socket.getfqdn(), getpass.getuser(), local_port))
     click.echo(f"then open http://localhost:{local_port} (the dashboard asks for Ray's token: "
-               f"cat {auth.token_path(str(run.dir), where.job_id)})")
+               f"cat {ray_facts.token_path(str(run.dir), where.job_id)})")

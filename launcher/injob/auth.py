@@ -26,15 +26,16 @@ import secrets
 import stat
 from pathlib import Path
 
-from launcher import gateway, ownership
+from launcher import gateway, ownership, ray_facts
 
-MODE = "token"
-FOLDER = ".ray-auth"
+# Where the token lies and what Ray's processes need to use it: shared with `sf attach`
+# (launcher.ray_facts, the shared floor).
+MODE = ray_facts.TOKEN_MODE
+FOLDER = ray_facts.TOKEN_FOLDER
+SHADOWING = ray_facts.TOKEN_SHADOWING
+token_path = ray_facts.token_path
+env_for = ray_facts.token_env
 MIN_RAY = (2, 52)  # the first Ray with token authentication
-
-
-def token_path(run_dir: str, job_id: str) -> Path:
-    return Path(run_dir) / FOLDER / f"{job_id}.token"
 
 
 def make_token(run_dir: str, job_id: str) -> Path:
@@ -64,15 +65,6 @@ def make_token(run_dir: str, job_id: str) -> Path:
     finally:
         os.close(fd)
     return path
-
-
-# Token sources Ray reads before RAY_AUTH_TOKEN_PATH: never passed on to the job's Ray.
-SHADOWING = ("RAY_AUTH_TOKEN",)
-
-
-def env_for(path: Path) -> dict[str, str]:
-    """What every Ray process of the job needs in its environment."""
-    return {"RAY_AUTH_MODE": MODE, "RAY_AUTH_TOKEN_PATH": str(path)}
 
 
 def unshadowed(environ) -> dict:

@@ -1,5 +1,5 @@
 """Bringing Ray up inside the allocation: the pools' hosts from Slurm (allocation), the head's
-port slot drawn and reserved (take_head_slot), one srun step for the head and one per het
+ports drawn and reserved (take_head_slot), one srun step for the head and one per het
 group for the workers (start_ray), the barrier that waits for them (bring_ray_up), and the
 stop and fresh start a restart in place or a redraw of the head's slot needs. Stdlib only.
 """
@@ -20,12 +20,13 @@ from launcher.injob import ports as ports_mod
 from launcher.injob.attempt import Attempt
 from launcher.injob.contract import Job
 from launcher.injob.node_logs import ray_step_name
+from launcher.injob.node_ports import find_span
 from launcher.injob.processes import STOP_GRACE_S, Processes
 from launcher.injob.record_keeper import RecordKeeper, log
 
 
 class PortsTaken(RuntimeError):
-    """No port slot of the site's range is free on the head's host (the message says which)."""
+    """No span of the site's port range is free on the head's host (the message says which)."""
 
 
 def job_end_timestamp(job_id: str) -> float | None:
@@ -110,39 +111,29 @@ class Bringup:
     def take_head_slot(self) -> None:
         """The head's ports (free_head_slot) into the job: at the start and at each new start."""
         a = self.attempt
-        block, slot = self.free_head_slot()
-        a.ports = ports_mod.block_ports(block, slot, a.ray.port_range)
-        a.job = replace(a.job, head=f"{a.head_addr}:{a.ports.gcs}", port_block=block, head_slot=slot)
+        a.ports = self.free_head_slot()
+        a.job = replace(a.job, head=f"{a.head_addr}:{a.ports.gcs}")
 
-    def free_head_slot(self) -> tuple[int, int]:
-        """(block, slot) of the head's ports: a slot chosen at random (ports_mod.random_slot:
-        another user cannot predict it and squat it beforehand), reserved on the head's host
-        for the whole job (private.reserve: an fcntl lock this process holds until it exits,
-        so two jobs of this user starting on one host at once never take one slot) and with
-        every port of the slot free, the worker range included (another user's job or program
-        is seen by the bind check). PortsTaken, naming the ports and the fix, when no slot of
-        the range is free."""
-        from launcher.injob.node import busy_ports, ports_taken_text
-
+    def free_head_slot(self) -> ports_mod.NodePorts:
+        """The head's ports: the first free span of the range from a port drawn at random
+        (ports_mod.random_base: another user cannot predict it and squat it beforehand), every
+        port of it free (another user's job or program is seen by the bind check) and locked on
+        the head's host for the whole job (node_ports.find_span: fcntl locks this process holds
+        until it exits, so two jobs of this user starting on one host at once never share a
+        port). PortsTaken, naming the range, its holders and the fix, when the range is full."""
         a = self.attempt
         locks = private.lock_dir(a.ray.temp_root)
         if locks is None:
-            log(f"warning: no private lock dir under {a.ray.temp_root}: the port block is not reserved")
-        first, drawn = ports_mod.random_slot(a.ray.port_range)
-        busy: list[int] = []
-        for block, slot in ports_mod.candidate_slots(first, drawn, a.ray.port_range):
-            reservation = private.reserve(locks, block, slot)
-            if reservation is None:
-                continue
-            busy = busy_ports(a.head_addr, ports_mod.block_ports(block, slot, a.ray.port_range), head=True)
-            if not busy:
-                if (block, slot) != (first, drawn):
-                    log(f"ports: slot {drawn} of block {first} is taken on {a.head_addr}; "
-                        f"using slot {slot} of block {block}")
-                a.port_reservation = reservation
-                return block, slot
-            reservation.release()
-        raise PortsTaken(ports_taken_text(a.head_addr, a.ray.port_range, busy))
+            log(f"warning: no private lock dir under {a.ray.temp_root}: the head's ports are not reserved")
+        start = ports_mod.random_base(a.ray.port_range)
+        ports, reservation, why = find_span(a.head_addr, a.ray.port_range, start, locks)
+        if ports is None:
+            raise PortsTaken(why)
+        if ports.gcs != start:
+            log(f"ports: {start}-{start + ports_mod.SPAN - 1} is taken on {a.head_addr}; the head's ports start at "
+                f"{ports.gcs}")
+        a.port_reservation = reservation
+        return ports
 
     def start_ray(self) -> None:
         # Each node writes its own log, logs/<job>-ray-<head|pool>-<node>.log (node.py);

@@ -120,7 +120,7 @@ class NodeStart:
     signal: int | None = None  # Slurm's signal that ends the step (a cancel, a requeue, the time limit)
     timer: threading.Timer | None = None
     private_dir: str | None = None
-    reservation: private.Reservation | None = None
+    reservation: private.Reservation | None = None  # the locks on its span's ports (a worker's)
 
     @property
     def run_dir(self) -> str:
@@ -263,11 +263,12 @@ def start_and_watch(start: NodeStart) -> int:
     # A start that fails before Ray says it runs (registration timed out on a loaded host, a
     # port taken meanwhile) is started again, while the barrier still waits for it: a worker
     # with fresh ports, the head on its own ports (workers dial them; they wait for it).
+    head_base = int(job.head.rpartition(":")[2])  # the head's GCS port: the first of its span
     for attempt in range(retries + 1):
         if role == "head" and attempt == 0 and os.environ.get("SF_TEST_TAKE_HEAD_SLOT"):
-            take_head_slot_once(run_dir, ports_mod.block_ports(job.port_block, job.head_slot, job.ray.port_range))
+            take_head_slot_once(run_dir, ports_mod.span_ports(head_base))
         ports, reservation, why = pick_ports(role=role, slot=start.slot, port_range=job.ray.port_range,
-                                             first_block=job.port_block, head_slot=job.head_slot, locks=start.locks,
+                                             head_base=head_base, locks=start.locks,
                                              address=start.address, wait_s=HEAD_PORTS_WAIT_S if attempt else 0.0)
         if ports is None:  # the supervisor's head may draw another slot (heal.RedrawHeadSlot)
             return start.fail(why, port_collision=True)
@@ -336,7 +337,7 @@ def launch(start: NodeStart, argv: list[str], ports, temp: str, attempt: int):
                       cpus=start.cpus, gpus=start.gpus, gpu_ids=start.identity["ids"],
                       gpu_id_source=start.identity["source"], gpu_id_error=start.identity.get("error"),
                       nofile=start.nofile, attempt=attempt, gcs_port=ports.gcs if start.role == "head" else None,
-                      temp_dir=temp, port_base=ports.gcs, port_last=ports.max_worker,
+                      temp_dir=temp, port_base=ports.gcs, port_last=ports.last,
                       turn_wait_s=round(turn_wait_s, 2))
     return child, output, turn
 

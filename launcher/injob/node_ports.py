@@ -1,7 +1,7 @@
-"""The port slot of one Ray node on its host: whether every port Ray will open is free
-(a bind check), which slot a node takes (a worker: the first slot of the range no other node
-of this user holds and no other process uses; a head: the slot the supervisor chose), and the
-reason, naming the ports and who holds them, when none is free."""
+"""The ports of one Ray node on its host: whether a port is free (a bind check), which span
+of the range a node takes (ports.free_spans: a span no other node of this user holds, a lock
+per port, and no other process uses; the head's span found and held by the supervisor), and
+the reason, naming the range, its holders and what to do, when none is free."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from launcher.injob import ports as ports_mod
 from launcher.injob import private
 
-HEAD_PORTS_WAIT_S = 15.0  # a retrying head waits this long for its slot's ports to free
+HEAD_PORTS_WAIT_S = 15.0  # a retrying head waits this long for its span's ports to free
 HEAD_PORTS_POLL_S = 0.5
 
 
@@ -32,24 +32,70 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def busy_ports(address: str, ports, *, head: bool) -> list[int]:
-    """The ports of a node slot that something on this host already holds: every port Ray
-    will open (its fixed ones, the head's too when `head`) and the whole worker range, so a
-    port another user squats anywhere in the slot skips the slot before Ray starts instead of
-    failing a worker after it ran."""
-    fixed = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc,
-             ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
-    if head:
-        fixed += [ports.gcs, ports.client_server, ports.dashboard, ports.rdzv, ports.dashboard_metrics,
-                  ports.autoscaler_metrics]
-    wanted = fixed + list(range(ports.min_worker, ports.max_worker + 1))
-    return [p for p in wanted if not port_free(address, p)]
+def busy_ports(address: str, ports) -> list[int]:
+    """The fixed ports of a node that something on this host already holds (Ray's worker
+    processes take the kernel's ports: there is no worker range to check)."""
+    return [p for p in ports.fixed() if not port_free(address, p)]
+
+
+def reserve_port(locks: str | None, port: int) -> private.Reservation | None:
+    """This user's lock on one port of this host (lock file b<port>s0 of the lock dir), or None
+    when another node of this user holds it."""
+    return private.reserve(locks, port, 0)
+
+
+class SpanReservation:
+    """The locks on every port of a node's span, held together (the Reservation interface:
+    held, release)."""
+
+    def __init__(self, held: list):
+        self._held = held
+
+    @property
+    def held(self) -> bool:
+        return bool(self._held) and all(r.held for r in self._held)
+
+    def release(self) -> None:
+        for reservation in self._held:
+            reservation.release()
+        self._held = []
+
+
+def find_span(address: str, port_range, start: int, locks: str | None):
+    """(ports, reservation, None) for the first free span from `start` over the whole range,
+    its every port locked for this user; (None, None, why) when the range holds none."""
+    locked: dict[int, private.Reservation] = {}
+    taken: set[int] = set()
+
+    def busy(port: int) -> bool:
+        if port in locked:
+            return False
+        if port in taken or not port_free(address, port):
+            taken.add(port)
+            return True
+        reservation = reserve_port(locks, port)
+        if reservation is None:  # another node of this user, starting or running here
+            taken.add(port)
+            return True
+        locked[port] = reservation
+        return False
+
+    base = next(ports_mod.free_spans(start, port_range, busy), None)
+    span = set(range(base, base + ports_mod.SPAN)) if base is not None else set()
+    for port, reservation in locked.items():
+        if port not in span:
+            reservation.release()
+    if base is None:
+        return None, None, ports_taken_text(address, port_range, sorted(taken))
+    return ports_mod.span_ports(base), SpanReservation([locked[p] for p in sorted(span)]), None
 
 
 def ports_taken_text(address: str, port_range, busy: list[int]) -> str:
-    """The reason when no slot of the range is free on a host: the ports seen taken, the fix."""
-    return (f"port collision: no port slot of ray.port_range {port_range[0]}-{port_range[1]} is free on {address} "
-            f"(every slot tried; {ports_mod.range_holders_text(port_range)}; last slot tried: {taken_text(busy)}); "
+    """The reason when no span of the range is free on a host: the range exhausted, by whom
+    (the users whose sockets listen in it), the ports seen taken, the fix."""
+    lo, hi = port_range[0], port_range[1]
+    return (f"port collision: ray.port_range {lo}-{hi} is exhausted on {address}: no {ports_mod.SPAN} consecutive "
+            f"ports of it are free ({ports_mod.range_holders_text(port_range)}; {taken_text(busy)}); "
             "widen or move ray.port_range in the site file, ask the users named to free their ports, "
             "or exclude the node")
 
@@ -64,42 +110,32 @@ def taken_text(busy: list[int]) -> str:
     return f"port {shown} taken, {first}{ports_mod.holder_text(busy[0])}"
 
 
-def pick_ports(*, role, slot, port_range, first_block, head_slot, locks, address, wait_s: float = 0.0):
-    """(ports, reservation, None) for a free, reserved (block, slot) of this node, or (None, None,
-    why not); a head's reservation is None (the supervisor holds its slot). `wait_s`: how long
-    a head's slot may stay busy before that is a collision (a retry's)."""
+def pick_ports(*, role, slot, port_range, head_base, locks, address, wait_s: float = 0.0):
+    """(ports, reservation, None) for this node's free, reserved span, or (None, None, why
+    not); a head's reservation is None (the supervisor holds its span). `head_base`: the
+    head's GCS port (the first of its span); `wait_s`: how long a head's span may stay busy
+    before that is a collision (a retry's)."""
     if role == "head":
-        # The supervisor (on this host) chose and holds the head's slot for the whole job.
-        ports = ports_mod.block_ports(first_block, head_slot, port_range)
-        busy = busy_ports(address, ports, head=True)
+        # The supervisor (on this host) found and holds the head's span for the whole job.
+        ports = ports_mod.span_ports(head_base)
+        busy = busy_ports(address, ports)
         until = time.monotonic() + wait_s
         while busy and time.monotonic() < until:
-            # A retry's head waits for its slot: the failed try's Ray processes, killed, may
+            # A retry's head waits for its span: the failed try's Ray processes, killed, may
             # still hold its ports for a moment (on a loaded host the retry then read them as
             # another program's and failed the job: a port collision with itself).
             time.sleep(HEAD_PORTS_POLL_S)
-            busy = busy_ports(address, ports, head=True)
+            busy = busy_ports(address, ports)
         if busy:
-            # Another user's head that drew the same slot and started between the supervisor's
+            # Another user's head whose span met this one and started between the supervisor's
             # check and this one (users' port locks are their own), or another program.
             return None, None, (f"port collision: the head's slot on {address} was taken after the supervisor "
                                 f"checked it ({taken_text(busy)}); submit again, or move ray.port_range in the "
                                 "site file")
         return ports, None, None
-    # A worker's ports only have to be free on its own host: it takes the first slot there that
-    # no other job of this user holds (the lock) and no other program uses (the bind check).
-    # Slots past SLOTS_PER_JOB start one block further on.
-    busy = []
-    for block, pslot in ports_mod.candidate_slots(ports_mod.slot_first_block(first_block, slot), slot, port_range):
-        reservation = private.reserve(locks, block, pslot)
-        if reservation is None:
-            continue  # another node of this user is starting or running on this slot here
-        ports = ports_mod.block_ports(block, pslot, port_range)
-        busy = busy_ports(address, ports, head=False)
-        if not busy:
-            return ports, reservation, None
-        reservation.release()
-    return None, None, ports_taken_text(address, port_range, busy)
+    # A worker's ports only have to be free on its own host: the first span from its start
+    # there that no other node of this user holds (the locks) and no other program uses.
+    return find_span(address, port_range, ports_mod.worker_start(head_base, slot, port_range), locks)
 
 
 def take_head_slot_once(run_dir: str, ports) -> None:

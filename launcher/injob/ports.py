@@ -1,13 +1,29 @@
-"""Ray ports per (job, node slot) inside the site's range.
+"""Ray ports of one node on its host, inside the site's range (ray.port_range, less the
+kernel's ephemeral range: usable_range).
 
-The site's range is cut into job blocks of SLOTS_PER_JOB node slots of SLOT_SIZE ports.
-A job's head draws its first slot at random (random_slot: nobody can predict it); node i
-of the job tries slot `i % SLOTS_PER_JOB` of that block first. Two nodes never share a port
-on one host: a node takes the next slot another node of this user does not hold (a lock)
-and no other process uses (a bind check of every port of the slot); a job's nodes past the
-first SLOTS_PER_JOB start in the next block (`slot_first_block`). Each slot holds every port
-a Ray node opens (head-only ones too) and a worker port range. Who holds a taken port
-(listeners, holder_text) is read from the kernel's socket tables for the collision's reason.
+A Ray node of sf opens SPAN fixed ports, consecutive: the offsets of launcher.ray_facts
+(the GCS port first; `sf dashboard` finds the dashboard from it). Ray's worker processes take
+ports the kernel gives them (`--min-worker-port=0`): Ray hands out a fixed worker range
+lazily, so another user could take those ports once the head is up.
+
+Where a node's span lies: any free run of SPAN ports anywhere in the range (free_spans), not
+one of a few fixed slots. With slots of 128 ports (96 in the dev site's range) one socket of
+another user in each slot blocked every sf job on the host; now blocking needs a socket in
+every SPAN ports of the whole range (over a thousand in the dev site's), and a range that
+full is refused naming the users who hold it (range_holders_text). The head's span starts at
+a random port (random_base: nobody can predict it and squat it first); the supervisor finds
+it and holds its locks for the job's life; node i of the job starts its search SPAN x i ports
+after the head's. Two nodes never share a port on one host: a node takes a span whose every
+port no other node of this user holds (a lock per port, launcher.injob.node_ports) and no
+other process uses (a bind check of every port of the span). Another user's node is seen by
+the bind check once it listens; a port taken between the check and Ray's bind fails that
+start as a port collision (the head's slot is drawn again, a worker retries elsewhere).
+Why not bind the ports and hand them to Ray: Ray's servers take no socket, and a bound,
+not listening socket keeps out only programs that bind without SO_REUSEADDR. Why not let the
+kernel give the fixed ports too (Ray 2.60 takes port 0 for each): the head's GCS port must be
+known before the head starts (the workers, the barrier and the driver are told it), and the
+ports of every node are recorded (node_started: port_base) for the security checks. Who holds
+a taken port (listeners, holder_text) is read from the kernel's socket tables.
 """
 
 from __future__ import annotations
@@ -17,30 +33,19 @@ import pwd
 import secrets
 from dataclasses import asdict, dataclass
 
+from launcher import ray_facts
 from launcher.injob import stacks
 
+OFFSETS = ray_facts.HEAD_OFFSETS  # offsets in a node's span (the shared floor: sf attach reads them)
+SPAN = ray_facts.SPAN
+JOB_BLOCK = 1024  # the fewest ports a site's range may hold (launcher.spec.contracts.PORT_BLOCK)
+
+# The benchmarks' "Ray alone" baseline lays ports out by job id, in blocks of SLOTS_PER_JOB
+# slots of SLOT_SIZE ports (fixed ones, then a worker range): predictable, so sf never does.
 SLOT_SIZE = 128
 SLOTS_PER_JOB = 8
-JOB_BLOCK = SLOT_SIZE * SLOTS_PER_JOB
-N_FIXED = 16  # fixed ports at the start of a slot; the rest are worker ports
-
-# offsets inside a slot
-OFFSETS = {
-    "gcs": 0,
-    "node_manager": 1,
-    "object_manager": 2,
-    "dashboard_agent_grpc": 3,
-    "dashboard_agent_listen": 4,
-    "metrics_export": 5,
-    "runtime_env_agent": 6,
-    "client_server": 7,
-    "dashboard": 8,
-    "rdzv": 9,  # torchrun c10d rendezvous (SFT)
-    # Ray's head fixes these two at 44227 and 44217 (env DASHBOARD_METRIC_PORT,
-    # AUTOSCALER_METRIC_PORT): two heads on one host would fight over them.
-    "dashboard_metrics": 10,
-    "autoscaler_metrics": 11,
-}
+N_FIXED = 16  # fixed ports at the start of a baseline slot; the rest are worker ports
+assert SLOT_SIZE * SLOTS_PER_JOB == JOB_BLOCK and SPAN <= N_FIXED
 
 
 @dataclass(frozen=True)
@@ -57,69 +62,87 @@ class NodePorts:
     rdzv: int
     dashboard_metrics: int
     autoscaler_metrics: int
-    min_worker: int
-    max_worker: int
+    min_worker: int = 0  # 0: Ray's workers take ports the kernel gives them (sf's nodes)
+    max_worker: int = 0
+
+    def fixed(self) -> list[int]:
+        return [v for k, v in asdict(self).items() if k not in ("min_worker", "max_worker")]
 
     def all_ports(self) -> list[int]:
-        fixed = [v for k, v in asdict(self).items() if k not in ("min_worker", "max_worker")]
-        return fixed + list(range(self.min_worker, self.max_worker + 1))
+        workers = list(range(self.min_worker, self.max_worker + 1)) if self.min_worker else []
+        return self.fixed() + workers
+
+    @property
+    def last(self) -> int:
+        return max(self.all_ports())
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def n_blocks(port_range: tuple[int, int]) -> int:
+def span_ports(base: int) -> NodePorts:
+    """The ports of a node whose span starts at `base` (the GCS port, on a head)."""
+    return NodePorts(**{name: int(base) + off for name, off in OFFSETS.items()})
+
+
+def check_range(port_range: tuple[int, int]) -> tuple[int, int]:
     lo, hi = int(port_range[0]), int(port_range[1])
-    count = (hi - lo + 1) // JOB_BLOCK
-    if count < 1:
+    if hi - lo + 1 < JOB_BLOCK:
         raise ValueError(f"port range {lo}-{hi} holds fewer than {JOB_BLOCK} ports; widen ray.port_range")
-    return count
+    return lo, hi
+
+
+def random_base(port_range: tuple[int, int]) -> int:
+    """Where the head's span search starts: a port drawn at random over the whole range, so
+    that another user who wants to squat a job's ports cannot know them before it starts."""
+    lo, hi = check_range(port_range)
+    return lo + secrets.randbelow(hi - SPAN + 2 - lo)
+
+
+def worker_start(head_base: int, slot: int, port_range: tuple[int, int]) -> int:
+    """Where node `slot` of a job starts its span search: SPAN x slot ports after the head's
+    span, wrapped into the range. Nodes of one job on one host (emulated nodes: 16 on the dev
+    cluster) then find their spans at the first try."""
+    lo, hi = check_range(port_range)
+    count = hi - SPAN + 2 - lo  # bases a span may start at
+    return lo + (int(head_base) - lo + SPAN * int(slot)) % count
+
+
+def free_spans(start: int, port_range: tuple[int, int], busy):
+    """Every base whose SPAN ports pass `busy` (port -> bool: taken), over the whole range in
+    the order a node tries them: from `start` up, then from the range's low end. A taken port
+    skips every span that holds it. Pure but for what `busy` does."""
+    lo, hi = check_range(port_range)
+    last = hi - SPAN + 1
+    start = min(max(int(start), lo), last)
+    for first, end in ((start, last), (lo, start - 1)):
+        base = first
+        while base <= end:
+            taken = next((p for p in range(base, base + SPAN) if busy(p)), None)
+            if taken is None:
+                yield base
+                base += 1
+            else:
+                base = taken + 1
+
+
+# --- the benchmarks' "Ray alone" baseline layout ---------------------------------------------
+
+def n_blocks(port_range: tuple[int, int]) -> int:
+    lo, hi = check_range(port_range)
+    return (hi - lo + 1) // JOB_BLOCK
 
 
 def job_block(job_id: int | str, port_range: tuple[int, int]) -> int:
     """The block job `job_id` would take by its id: predictable by anyone, so only the
-    benchmarks' "Ray alone" baseline uses it; sf's jobs take random_slot."""
+    benchmarks' "Ray alone" baseline uses it."""
     return int(job_id) % n_blocks(port_range)
 
 
-def random_slot(port_range: tuple[int, int]) -> tuple[int, int]:
-    """(block, slot) a job's head tries first, drawn at random over every slot of the range:
-    another user who wants to squat the ports of a job cannot know them before it starts (the
-    workers follow the head's). Over slots, not blocks: two users' heads starting on one shared
-    host at once see each other only through the bind check (their port locks are their own),
-    and only once the other's Ray listens; they draw the same slot 1 time in
-    n_blocks x SLOTS_PER_JOB (96 in the dev site's range) instead of 1 in n_blocks (12)."""
-    return divmod(secrets.randbelow(n_blocks(port_range) * SLOTS_PER_JOB), SLOTS_PER_JOB)
-
-
-def job_base(job_id: int | str, port_range: tuple[int, int]) -> int:
-    return int(port_range[0]) + job_block(job_id, port_range) * JOB_BLOCK
-
-
 def slot_first_block(first: int, slot: int) -> int:
-    """The block node slot `slot` of a job tries first: its job's block for the first
-    SLOTS_PER_JOB nodes, the next block for the next SLOTS_PER_JOB, and so on. Nodes of one
-    job that share a host (emulated nodes: 16 on the dev cluster) then never share a port;
-    on separate hosts the block does not matter."""
+    """The block node slot `slot` of a baseline job takes: its job's block for the first
+    SLOTS_PER_JOB nodes, the next block for the next SLOTS_PER_JOB, and so on."""
     return int(first) + int(slot) // SLOTS_PER_JOB
-
-
-def candidate_blocks(first: int, port_range: tuple[int, int]) -> list[int]:
-    """Blocks in the order a node tries them: its job's block, then the next ones. Two
-    jobs whose ids fall on the same block (ids differing by a multiple of n_blocks) on a
-    shared host then still get apart instead of failing."""
-    count = n_blocks(port_range)
-    return [(int(first) + i) % count for i in range(count)]
-
-
-def candidate_slots(first: int, slot: int, port_range: tuple[int, int]) -> list[tuple[int, int]]:
-    """Every (block, slot in block) of the range in the order a node tries them: its own
-    slot of its job's block first, then the other slots of that block, then the next blocks.
-    Any free slot will do (the head's GCS port travels to the workers), so a host holds
-    n_blocks x SLOTS_PER_JOB Ray nodes at once, not n_blocks jobs."""
-    own = int(slot) % SLOTS_PER_JOB
-    return [(block, (own + k) % SLOTS_PER_JOB) for block in candidate_blocks(first, port_range)
-            for k in range(SLOTS_PER_JOB)]
 
 
 def block_ports(block: int, slot: int, port_range: tuple[int, int]) -> NodePorts:
@@ -133,7 +156,7 @@ def node_ports(job_id: int | str, slot: int, port_range: tuple[int, int]) -> Nod
 
 
 def head_ports(job_id: int | str, port_range: tuple[int, int]) -> NodePorts:
-    """The head is node slot 0 of the job."""
+    """The baseline's head is node slot 0 of the job."""
     return node_ports(job_id, 0, port_range)
 
 

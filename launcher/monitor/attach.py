@@ -25,9 +25,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from launcher import slurm
+from launcher import ray_facts, slurm
 from launcher.errors import SpecError
-from launcher.injob import auth, ports
 from launcher.monitor import job_owner
 from launcher.render.script import quote
 from launcher.slurm import srun_argv
@@ -110,13 +109,13 @@ def setup_script(run_dir: str, w: Where, runtime, site_env=(), token_exists: boo
     lines = []
     for key, value in [*site_env, *runtime.env]:
         lines.append(f"export {key}={quote(value)}")
-    lines += runtime.activate_lines() if runtime.kind in ("venv", "module") else []
+    lines += runtime.activate_lines()  # none for a container (its steps enter it through srun)
     lines.append(f"export SF_RUN_DIR={quote(run_dir)}")
     if w.head_address:
         lines.append(f"export RAY_ADDRESS={quote(w.head_address)}")
     if token_exists:
-        lines += [f"unset {key}" for key in auth.SHADOWING]  # Ray would read it before the job's token file
-        for key, value in auth.env_for(auth.token_path(run_dir, w.job_id)).items():
+        lines += [f"unset {key}" for key in ray_facts.TOKEN_SHADOWING]  # Ray would read it before the job's token file
+        for key, value in ray_facts.token_env(ray_facts.token_path(run_dir, w.job_id)).items():
             lines.append(f"export {key}={quote(value)}")
     lines.append('if [ "$#" -gt 0 ]; then exec "$@"; fi')
     lines.append('echo "sf attach: job $SLURM_JOB_ID, node $SLURMD_NODENAME, run dir $SF_RUN_DIR, '
@@ -156,11 +155,11 @@ def printable(argv: list[str]) -> str:
 
 def dashboard_line(w: Where, login_host: str, user: str, local_port: int = DASHBOARD_LOCAL_PORT) -> str:
     """`ssh -N -L LOCAL:HEAD:PORT user@login`: the head's dashboard port sits at a fixed
-    offset from its GCS port (launcher.injob.ports)."""
+    offset from its GCS port (launcher.ray_facts)."""
     if not w.head_address:
         raise SpecError("run", f"job {w.job_id}: Ray is not up yet (no head_up phase); try again in a moment")
     host, _, gcs = w.head_address.rpartition(":")
-    port = int(gcs) - ports.OFFSETS["gcs"] + ports.OFFSETS["dashboard"]
+    port = ray_facts.dashboard_port(int(gcs))
     return f"ssh -N -L {local_port}:{host}:{port} {shlex.quote(user)}@{shlex.quote(login_host)}"
 
 

@@ -9,9 +9,7 @@ Each attack of the issue, tried for real; what holds it off:
   - a run folder replaced before the job starts (a runs folder an admin left open, an older
     sf): the job refuses to run and writes nothing into the other user's folder (not its
     events, not a token, not a chmod);
-  - ports squatted by another user in every port slot (a GCS, raylet, agent, metrics or worker
-    port of each): the job ends at once naming a taken port and the fix; with one slot left
-    free the job takes it;
+  - ports squatted by another user: tests/cluster/test_port_squat.py;
   - the submitting shell's SLURM_TIMELIMIT / SLURM_EXPORT_ENV / RAY_* do not reach the job (it
     completes; sf names what it left out), and the SF_TEST_* hooks are read only where the
     site allows them.
@@ -44,20 +42,6 @@ from helpers import wait_terminal as wait_done  # noqa: E402
 NOBODY = pwd.getpwnam("nobody")
 STATE = Path("/var/lib/sfdev")
 PY = "/usr/bin/python3"  # a python `nobody` can run (the repo's venv may sit in a folder it cannot read)
-SLOT = 128  # launcher.injob.ports.SLOT_SIZE
-# exactly one block of 8 slots, below the kernel's ephemeral range (32768-) and the dev site's
-# range (20000-59999) that the jobs of tests running beside this one use, above slurmd's ports
-RANGE = (18000, 19023)
-# each kind of port a slot holds (launcher.injob.ports.OFFSETS): the GCS, the raylet's node
-# manager, the dashboard agent's listen port, the head's dashboard metrics, a worker port
-KINDS = (0, 1, 4, 10, 100)
-
-
-def squatted_ports(slots: int) -> list[int]:
-    """One port of each of the first `slots` slots, the kinds taking turns."""
-    return [RANGE[0] + s * SLOT + KINDS[s % len(KINDS)] for s in range(slots)]
-
-
 def as_nobody(*argv: str, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
                            "--", *argv], capture_output=True, text=True, check=check, **kwargs)
@@ -192,53 +176,6 @@ def test_a_run_folder_replaced_before_the_job_starts_is_refused(tmp_path, shared
         assert "refusing to run" in log and "belongs to nobody" in log, log
     finally:
         subprocess.run(["scancel", job])
-
-
-SQUATTER = r"""
-import socket, sys, time
-held = []
-for port in map(int, sys.argv[1:]):
-    s = socket.socket(); s.bind(("0.0.0.0", port)); s.listen(); held.append(s)
-print("held", flush=True)
-time.sleep(600)
-"""
-
-
-def squat(ports: list[int]) -> subprocess.Popen:
-    proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
-                             "--", PY, "-c", SQUATTER, *map(str, ports)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def test_ports_squatted_by_another_user_are_skipped_or_named(tmp_path):
-    site = site_file(tmp_path, ray={"port_range": list(RANGE)})
-    exp = experiment(tmp_path)
-    # a port of every slot of the only block: no slot is free for the head
-    squatter = squat(squatted_ports(8))
-    try:
-        t0 = time.monotonic()
-        out = submitted(sf("submit", exp, "--site", site, "--json", env={"SF_TEST_DRIVER": "exit 0"}))
-        assert wait_done(out["job_id"], timeout=90) == "FAILED"
-        reason = (Path(out["run_dir"]) / "reason").read_text()
-        assert "port collision" in reason and "ray.port_range" in reason and "RuntimeError" not in reason, reason
-        assert any(str(port) in reason for port in squatted_ports(8)), reason
-        # who holds it: the job's user (root here) may read the squatter's /proc entries
-        assert f"(pid {squatter.pid}, user nobody)" in reason, reason
-        print(f"\nevery slot squatted: FAILED in {time.monotonic() - t0:.1f}s: {reason.strip()}")
-    finally:
-        squatter.kill()
-        squatter.wait()
-    # slot 7 left free: the job takes it and completes
-    squatter = squat(squatted_ports(7))
-    try:
-        out = submitted(sf("submit", exp, "--site", site, "--json", env={"SF_TEST_DRIVER": "exit 0"}))
-        assert wait_done(out["job_id"], timeout=240) == "COMPLETED", why(Path(out["run_dir"]))
-        started = [e for e in phases(Path(out["run_dir"])) if e["phase"] == "node_started"]
-        assert started and started[0]["port_base"] == RANGE[0] + 7 * SLOT, started
-    finally:
-        squatter.kill()
-        squatter.wait()
 
 
 PROBE = r"""env > "$FORGE_CLUSTER_RUN_DIR/driver-env"; exit 0"""

@@ -9,7 +9,8 @@ the real dev cluster (issue 44, deliverables 2-5):
     (SLURM_JOB_ID, SLURMD_NODENAME) during a hang: neither the hang's evidence nor the stacks
     pick it (processes come from the job's cgroup);
   - every port of the head's old worker range taken by `nobody` once the head is up: the job's
-    new Ray workers start anyway (their ports are the kernel's) and the job completes.
+    new Ray workers start anyway (their ports are the kernel's) and the job completes (a whole
+    range squatted before the start: tests/cluster/test_port_squat.py).
 """
 from __future__ import annotations
 
@@ -193,7 +194,9 @@ def test_worker_ports_taken_after_the_head_is_up_do_not_end_the_job(tmp_path):
     try:
         head = wait_event(run_dir, "head_up", timeout=180)
         address, _, gcs = head["address"].rpartition(":")
-        first, last = int(gcs) + 16, int(gcs) + 127  # the slot's worker range (launcher.injob.ports)
+        # where the old layout put the head's worker range (16-127 past its GCS port): Ray's
+        # workers take the kernel's ports now, so the job's new workers cannot be stopped here
+        first, last = int(gcs) + 16, int(gcs) + 127
         squatter = subprocess.Popen(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}",
                                      "--clear-groups", "--", PY, "-c", SQUATTER, "0.0.0.0", str(first), str(last)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

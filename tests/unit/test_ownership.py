@@ -191,22 +191,23 @@ def test_the_site_says_which_ray_variables_and_test_hooks_pass():
         site_from_dict({**base, "slurm": {"pass_ray_env": ["SLURM_TIMELIMIT"]}})
 
 
-def test_the_heads_port_slot_cannot_be_predicted():
+def test_the_heads_ports_cannot_be_predicted():
     rng = (20000, 59999)
-    draws = {ports.random_slot(rng) for _ in range(400)}
-    assert all(0 <= b < ports.n_blocks(rng) and 0 <= s < ports.SLOTS_PER_JOB for b, s in draws)
-    # over every slot, not only each block's first: two users' heads on one host rarely meet
-    assert len({b for b, _ in draws}) > 10 and len({s for _, s in draws}) == ports.SLOTS_PER_JOB
-    assert len(draws) > 150
+    draws = {ports.random_base(rng) for _ in range(400)}
+    assert all(rng[0] <= d <= rng[1] - ports.SPAN + 1 for d in draws)
+    assert len(draws) > 350  # over every port of the range: two users' heads on one host rarely meet
 
 
-def test_a_squatted_worker_port_makes_the_slot_busy():
-    slot = ports.block_ports(0, 3, (30000, 31023))
+def test_a_squatted_fixed_port_makes_the_span_busy_and_an_old_worker_port_does_not():
+    span = ports.span_ports(30000)
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", slot.min_worker + 50))
+        squatter.bind(("127.0.0.1", span.node_manager))
         squatter.listen()
-        assert busy_ports("127.0.0.1", slot, head=False) == [slot.min_worker + 50]
-    assert busy_ports("127.0.0.1", slot, head=True) == []
+        assert busy_ports("127.0.0.1", span) == [span.node_manager]
+    with socket.socket() as squatter:  # Ray's workers take the kernel's ports: nothing there to squat
+        squatter.bind(("127.0.0.1", 30000 + 50))
+        squatter.listen()
+        assert busy_ports("127.0.0.1", span) == []
 
 
 def _planted_run(root, name, job_id="101"):

@@ -4,35 +4,71 @@ from __future__ import annotations
 import pytest
 from unit_helpers import job_json
 
+from launcher import ray_facts
 from launcher.injob import address, ports, topology
 
 
-def test_blocks_never_overlap_for_two_jobs_and_slots():
+def test_a_nodes_ports_are_one_span_and_the_dashboard_is_found_from_the_gcs_port():
+    p = ports.span_ports(20000)
+    assert p.fixed() == list(range(20000, 20000 + ports.SPAN)) and p.all_ports() == p.fixed()
+    assert (p.min_worker, p.max_worker, p.last) == (0, 0, 20000 + ports.SPAN - 1)  # workers: the kernel's ports
+    assert ray_facts.dashboard_port(p.gcs) == p.dashboard  # what `sf dashboard` forwards
+
+
+def test_the_baselines_blocks_never_overlap_and_a_small_range_is_refused():
     rng = (20000, 59999)
-    for a, b in [(62, 63), (100, 101), (1, 2), (123456, 123457), (7, 7 + ports.n_blocks(rng) - 1)]:
-        seen = {}
-        for job in (a, b):
-            for slot in range(ports.SLOTS_PER_JOB):
-                for port in ports.node_ports(job, slot, rng).all_ports():
-                    assert rng[0] <= port <= rng[1]
-                    assert port not in seen, f"port {port} of job {job} slot {slot} also in {seen[port]}"
-                    seen[port] = (job, slot)
-
-
-def test_layout_inside_slot():
-    p = ports.node_ports(5, 1, (20000, 59999))
-    fixed = [p.gcs, p.node_manager, p.object_manager, p.dashboard_agent_grpc, p.dashboard_agent_listen,
-             p.metrics_export, p.runtime_env_agent, p.client_server, p.dashboard, p.rdzv]
-    assert len(set(fixed)) == len(fixed)
-    assert max(fixed) < p.min_worker < p.max_worker
-    assert p.max_worker - p.min_worker + 1 == ports.SLOT_SIZE - ports.N_FIXED
-    assert ports.head_ports(5, (20000, 59999)) == ports.node_ports(5, 0, (20000, 59999))
-
-
-def test_same_job_is_deterministic_and_range_too_small():
-    assert ports.node_ports(99, 3, (30000, 40000)) == ports.node_ports(99, 3, (30000, 40000))
+    seen = {}
+    for job in (62, 63):
+        for slot in range(ports.SLOTS_PER_JOB):
+            for port in ports.node_ports(job, slot, rng).all_ports():
+                assert rng[0] <= port <= rng[1] and port not in seen, (port, job, slot)
+                seen[port] = (job, slot)
     with pytest.raises(ValueError, match="widen"):
-        ports.node_ports(1, 0, (30000, 30100))
+        ports.random_base((30000, 30100))
+
+
+def test_free_spans_skip_taken_ports_and_wrap_to_the_ranges_low_end():
+    rng = (20000, 21023)
+    taken = {20005, 21020}
+    spans = ports.free_spans(20000, rng, taken.__contains__)
+    assert next(spans) == 20006 and next(spans) == 20007
+    last = rng[1] - ports.SPAN + 1
+    assert list(ports.free_spans(last, rng, taken.__contains__))[:2] == [20006, 20007]  # 21020 in the last span
+    assert all(not taken & set(range(b, b + ports.SPAN)) for b in ports.free_spans(20010, rng, taken.__contains__))
+
+
+def test_one_socket_in_each_old_slot_blocks_nothing_and_the_whole_range_must_be_taken_to_block():
+    """The attack of issue 44.4: one socket of another user in each 128-port slot of the range
+    (8 per 1024 ports, 96 in the dev site's range) blocked every job of the host. Now only a
+    socket in every SPAN ports of the range does, and the search then ends, each port looked at
+    a bounded number of times."""
+    rng = (20000, 21023)
+    kinds = (0, 1, 4, 10, 100)  # a GCS, a raylet, an agent, a metrics, a worker port of each old slot
+    old_slots = {rng[0] + s * 128 + kinds[s % len(kinds)] for s in range(8)}
+    assert next(ports.free_spans(rng[0], rng, old_slots.__contains__), None) is not None
+    every_span = set(range(rng[0], rng[1] + 1, ports.SPAN))
+    looked = []
+
+    def busy(port):
+        looked.append(port)
+        return port in every_span
+
+    assert next(ports.free_spans(ports.random_base(rng), rng, busy), None) is None
+    assert len(looked) <= 2 * (rng[1] - rng[0] + 1)
+    one_more_gap = set(range(rng[0], rng[1] + 1, ports.SPAN + 1))
+    assert next(ports.free_spans(rng[0], rng, one_more_gap.__contains__), None) is not None
+
+
+def test_the_heads_start_is_random_over_the_whole_range_and_a_jobs_nodes_start_apart():
+    rng = (20000, 32767)
+    draws = [ports.random_base(rng) for _ in range(400)]
+    assert all(rng[0] <= d <= rng[1] - ports.SPAN + 1 for d in draws) and len(set(draws)) > 350
+    assert max(draws) - min(draws) > (rng[1] - rng[0]) // 2
+    head = rng[1] - 20  # near the top: the nodes after it wrap to the low end
+    starts = [ports.worker_start(head, slot, rng) for slot in range(16)]
+    assert starts[0] == head and all(rng[0] <= s <= rng[1] - ports.SPAN + 1 for s in starts)
+    spans = [set(range(s, s + ports.SPAN)) for s in starts]
+    assert all(not spans[i] & spans[j] for i in range(16) for j in range(i))
 
 
 def test_temp_dir_short_and_checked():
@@ -190,65 +226,6 @@ def test_usable_range_avoids_ephemeral_ports():
     assert ports.usable_range((40000, 41000), (32768, 60999)) == (40000, 41000)  # nothing else fits
 
 
-def test_candidate_blocks_start_at_the_jobs_block_and_visit_every_block_once():
-    from launcher.injob import ports as P
-
-    rng = (20000, 32767)
-    count = P.n_blocks(rng)
-    order = P.candidate_blocks(P.job_block(30, rng), rng)
-    assert order[0] == 30 % count and sorted(order) == list(range(count))
-    # the same slot in two blocks never shares a port
-    a, b = P.block_ports(order[0], 3, rng), P.block_ports(order[1], 3, rng)
-    assert not set(a.all_ports()) & set(b.all_ports())
-    assert P.node_ports(30, 3, rng) == a
-
-
-def test_a_worker_moves_to_the_next_block_when_its_slot_is_taken(tmp_path, monkeypatch):
-    import socket
-
-    from launcher.injob import node
-    from launcher.injob import ports as P
-
-    rng = (20000, 32767)
-    first = P.block_ports(P.job_block(7, rng), 1, rng)
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", first.node_manager))
-    try:
-        assert node.busy_ports("127.0.0.1", first, head=False) == [first.node_manager]
-        nxt = P.block_ports(P.candidate_blocks(P.job_block(7, rng), rng)[1], 1, rng)
-        assert node.busy_ports("127.0.0.1", nxt, head=False) == []
-    finally:
-        holder.close()
-
-
-def test_nodes_past_the_eighth_start_in_the_next_block_so_sixteen_nodes_of_one_job_share_no_port():
-    from launcher.injob import ports as P
-
-    rng = (20000, 32767)
-    first = P.job_block(30, rng)
-    assert [P.slot_first_block(first, s) for s in (0, 7, 8, 15, 16)] == [first, first, first + 1, first + 1,
-                                                                          first + 2]
-    seen: set[int] = set()
-    for slot in range(16):  # 16 emulated nodes of one job on one host (dev cluster --nodes 16)
-        block = P.candidate_blocks(P.slot_first_block(first, slot), rng)[0]
-        ports = set(P.block_ports(block, slot, rng).all_ports())
-        assert not ports & seen
-        seen |= ports
-
-
-def test_candidate_slots_own_slot_first_then_every_slot_of_every_block():
-    rng = (20000, 20000 + 3 * ports.JOB_BLOCK - 1)
-    slots = ports.candidate_slots(1, 2, rng)
-    assert slots[0] == (1, 2) and slots[1] == (1, 3) and slots[ports.SLOTS_PER_JOB] == (2, 2)
-    assert len(slots) == len(set(slots)) == 3 * ports.SLOTS_PER_JOB
-    # two slots never share a port, head-only ports (metrics) included
-    seen = set()
-    for block, slot in slots:
-        mine = set(ports.block_ports(block, slot, rng).all_ports())
-        assert not mine & seen
-        seen |= mine
-
-
 def test_start_turns_let_at_most_n_workers_start_at_once_and_pass_on_when_released(tmp_path):
     """Ray 2.60 gives a starting node fixed 30 s windows: more nodes starting on one host than
     its CPUs can start in time miss them (64 at once on the 16-core GPU machine: 78-105 retries,
@@ -295,31 +272,28 @@ def test_port_reservations_lock_a_slot_once_and_go_lock_less_without_a_lock_dir(
     lockless.release()
 
 
-def test_a_retrying_head_waits_for_its_slot_and_a_first_try_does_not():
-    """The head's slot (the supervisor's choice) held by what a failed try left: a retry waits
+def test_a_retrying_head_waits_for_its_span_and_a_first_try_does_not():
+    """The head's span (the supervisor's choice) held by what a failed try left: a retry waits
     until the port frees; a first try, or a port held for good, is a collision."""
     import socket
     import threading
 
     from launcher.injob import node
-    from launcher.injob import ports as P
 
-    rng = (20000, 32767)
-    block = P.job_block(11, rng)
-    ports = P.block_ports(block, 0, rng)
+    rng = (23000, 24023)
+    span = ports.span_ports(23400)
     holder = socket.socket()
-    holder.bind(("127.0.0.1", ports.node_manager))
-    args = dict(role="head", slot=0, port_range=rng, first_block=block, head_slot=0, locks=None,
-                address="127.0.0.1")
+    holder.bind(("127.0.0.1", span.node_manager))
+    args = dict(role="head", slot=0, port_range=rng, head_base=span.gcs, locks=None, address="127.0.0.1")
     try:
         got, reservation, why = node.pick_ports(**args)
-        assert got is None and reservation is None and "port collision" in why and str(ports.node_manager) in why
-        assert f"(port {ports.node_manager} taken, no process listens on it" in why  # bound, not listening
+        assert got is None and reservation is None and "port collision" in why and str(span.node_manager) in why
+        assert f"(port {span.node_manager} taken, no process listens on it" in why  # bound, not listening
         got, _, why = node.pick_ports(**args, wait_s=0.6)
         assert got is None and "port collision" in why  # still held after the wait
         threading.Timer(0.3, holder.close).start()
         got, reservation, why = node.pick_ports(**args, wait_s=10)
-        assert why is None and got == ports and reservation is None  # the supervisor holds the head's slot
+        assert why is None and got == span and reservation is None  # the supervisor holds the head's span
     finally:
         holder.close()
 
@@ -366,25 +340,54 @@ def test_a_real_listener_is_found_with_this_process_as_its_holder():
     assert ports.listeners(port) == []
 
 
-def test_a_worker_gets_its_slot_with_its_reservation_and_the_next_node_the_next_slot(tmp_path):
-    """pick_ports hands a worker's reservation back (the NodeStart holds it for the node's life);
-    while it is held, another node of this user on this host gets the next slot."""
-    from launcher.injob import node, private
-    from launcher.injob import ports as P
+def test_a_worker_gets_a_free_span_with_its_locks_and_the_next_node_of_this_user_another(tmp_path):
+    """pick_ports hands a worker's locks back (the NodeStart holds them for the node's life);
+    while they are held, another node of this user on this host gets a span of its own; a port
+    another program holds is never in a span."""
+    import socket
 
-    rng = (20000, 32767)
+    from launcher.injob import node, private
+
+    rng = (23000, 24023)
     locks = private.lock_dir(str(tmp_path))
     assert locks is not None
-    args = dict(role="worker", slot=1, port_range=rng, first_block=3, head_slot=0, locks=locks, address="127.0.0.1")
-    first, held, why = node.pick_ports(**args)
-    assert why is None and held.held and first == P.block_ports(3, 1, rng)
-    second, other, _ = node.pick_ports(**args)
-    assert second == P.block_ports(3, 2, rng) and other.held
-    held.release()
-    other.release()
-    again, reservation, _ = node.pick_ports(**args)
-    assert again == first
-    reservation.release()
+    args = dict(role="worker", slot=1, port_range=rng, head_base=23400, locks=locks, address="127.0.0.1")
+    start = ports.worker_start(23400, 1, rng)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", start + 3))
+        holder.listen()
+        first, held, why = node.pick_ports(**args)
+        assert why is None and held.held and first.gcs > start + 3  # past the taken port
+        second, other, _ = node.pick_ports(**args)
+        assert other.held and not set(first.fixed()) & set(second.fixed())
+        held.release()
+        other.release()
+        assert not held.held
+        again, reservation, _ = node.pick_ports(**args)
+        assert again == first
+        reservation.release()
+
+
+def test_a_full_range_is_refused_naming_the_range_its_holders_and_the_fix():
+    """The reason when no span is free: the range exhausted on the host, the users listening
+    in it (from the kernel's socket tables), a taken port and its holder, what to do."""
+    import getpass
+    import os
+    import socket
+
+    from launcher.injob import node_ports
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        why = node_ports.ports_taken_text("127.0.0.1", (port, port + 1023), [port, port + 1])
+    assert why.startswith(f"port collision: ray.port_range {port}-{port + 1023} is exhausted on 127.0.0.1: "
+                          f"no {ports.SPAN} consecutive ports of it are free (listening in the range: user ")
+    assert f"user {getpass.getuser()} (uid {os.getuid()}) on " in why
+    assert f"port {port}, {port + 1} taken, port {port} listened on by " in why and f"(pid {os.getpid()}" in why
+    assert why.endswith("widen or move ray.port_range in the site file, ask the users named to free their ports, "
+                        "or exclude the node")
 
 
 def test_who_took_a_port_range_is_counted_by_user(tmp_path):
