@@ -28,8 +28,9 @@ from launcher.spec.schema_fast import surely_valid
 
 SITE_SCHEMA = "site.schema.json"
 REGISTRY_SCHEMA = "runtimes.schema.json"
-# One job's Ray ports (launcher/injob/ports.py JOB_BLOCK: 8 node slots of 128 ports; spec
-# cannot import injob, so tests/unit/test_site_schema.py holds the two equal).
+# The fewest ports a site's Ray range may hold (launcher/injob/ports.py JOB_BLOCK: room for
+# many nodes' 12-port spans beside what other users hold; spec cannot import injob, so
+# tests/unit/test_site_schema.py holds the two equal).
 PORT_BLOCK = 1024
 # Site keys that name paths: absolute after ~ and $VAR expansion (launcher.spec.site._expand)
 PATH_PATTERN = "^[/~$]"  # the schemas' pattern of such a path, before expansion
