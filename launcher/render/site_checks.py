@@ -60,6 +60,10 @@ _WRAPPERS = ("command", "builtin", "time", "nohup", "env", "nice", "setsid", "ti
 _PATH_PART = re.compile(r"/[A-Za-z0-9._,+@%=/-]*")
 # NAME++, --NAME, NAME = ..., NAME += ... in arithmetic (not $NAME or ${NAME...}: those read it)
 _CHANGE = re.compile(r"(\+\+|--)?\s*(?<![$\w{])\b([A-Za-z_][A-Za-z0-9_]*)\b\s*(\+\+|--|[-+*/%&|^]?=(?!=)|<<=|>>=)?")
+# ($X = 1 assigns to the variable X names, ++$X too)
+_DYNAMIC = r"(\+\+|--){s}\$|\$(\{{[^}}]*\}}|[A-Za-z_][A-Za-z0-9_]*){s}(\+\+|--|[-+*/%&|^]?=(?!=)|<<=|>>=)"
+# (in [[ ]] `$X = 1` compares strings: there only $X=1, one word, is arithmetic)
+_DYNAMIC_CHANGE, _DYNAMIC_WORD = re.compile(_DYNAMIC.format(s=r"\s*")), re.compile(_DYNAMIC.format(s=""))
 _SUBSCRIPT = re.compile(r"\[([^]\n]*)\]")
 _STARTED = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=("?)\$!\1""")
 
@@ -302,6 +306,8 @@ def _name_args_rule(head: str, words: list, args: list[str], names: set[str]) ->
         return None
     for arg, value, sets in named:
         name = arg.split("[", 1)[0].rstrip("+")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            return f"{head} {name}: the name it sets is an expansion (it could be one of sf's); name it literally"
         if not sets and head == "export" and name in FOLDER_LISTS + CODE_FILES:
             continue  # `export PATH`: its value as it is
         rule = _write_rule(name, value, names, head)
@@ -310,10 +316,14 @@ def _name_args_rule(head: str, words: list, args: list[str], names: set[str]) ->
     return None
 
 
-def _arith_rule(text: str, names: set[str]) -> str | None:
+def _arith_rule(text: str, names: set[str], dynamic=_DYNAMIC_CHANGE) -> str | None:
     for match in _CHANGE.finditer(text):
         if (match.group(1) or match.group(3)) and _owned(match.group(2), names):
             return f"it changes {match.group(2)} in arithmetic; {match.group(2)} is a variable sf's script uses"
+    dynamic = dynamic.search(text)
+    if dynamic:
+        return (f"it changes a variable named by an expansion in arithmetic ({dynamic.group(0).strip()}...): "
+                "it could be one of sf's; name it literally")
     return None
 
 
@@ -377,9 +387,10 @@ def check(marked: Marked, shell_blocks) -> None:
             if cmd.words and (cmd.words[0].value or "").rsplit("/", 1)[-1] in _SHELLS and any(
                     any(s <= w.start < e for s, e in marked.values) for w in cmd.words[1:]):
                 raise Refused(cmd.start, "a value sf hands the template is given to a shell as code")
-    for start, end in lexer.arith + _hidden_arith(text, lexer, shell):
+    hidden = _hidden_arith(text, lexer, shell)
+    for start, end in lexer.arith + hidden:
         if in_site(start):
-            rule = _arith_rule(text[start:end], names)
+            rule = _arith_rule(text[start:end], names, _DYNAMIC_WORD if (start, end) in hidden else _DYNAMIC_CHANGE)
             if rule:
                 raise Refused(start, rule)
     for start, end in marked.values:

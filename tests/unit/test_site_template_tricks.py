@@ -109,6 +109,11 @@ def test_an_sbatch_option_sf_sets_is_refused_abbreviated_too(tmp_path, line, opt
     ("declare -i n", "-r/-f/-n/-i"),
     ("export SRUN_CPUS_PER_TASK=1", "export SRUN_CPUS_PER_TASK"),
     ("PS4='$(kill $$)'", "PS4 changes how bash reads"),
+    # a name held in a variable: `X=SF_MAX_REQUEUES` first
+    ("export $X=/tmp", "the name it sets is an expansion"),
+    ('printf -v "$X" 99', "the name it sets is an expansion"),
+    ("(( $X = 99 ))", "changes a variable named by an expansion in arithmetic"),
+    ("[[ 1 -eq $X=99 ]]", "changes a variable named by an expansion in arithmetic"),
     ("FUNCNEST=1", "FUNCNEST changes how bash reads"),
     # sf's `python -m launcher.injob` would import from the folder a site block moved to
     ("cd /tmp", "cd in a site block changes the folder sf's own commands run in"),
@@ -202,6 +207,7 @@ nvidia-smi dmon -d 5 > /dev/null &
 SITE_MONITOR=$!
 kill -0 "$SITE_MONITOR"
 ( cd /usr/share && ls >/dev/null ); here=$(cd /usr && pwd)
+if (( ${SLURM_PROCID:-0} == 0 && $SITE_MONITOR >= 1 )); then n=$(( $SITE_MONITOR + 1 )); fi
 [ -n "${SLURM_JOB_ID:-}" ] && [[ $SLURM_PROCID = 0 || ${SF_RUN_DIR:-x} == x ]] && echo "${SLURM_JOB_ID:-}"
 {% endblock %}
 {% block epilogue %}
