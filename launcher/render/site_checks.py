@@ -64,6 +64,7 @@ _CHANGE = re.compile(r"(\+\+|--)?\s*(?<![$\w{])\b([A-Za-z_][A-Za-z0-9_]*)\b\s*(\
 _DYNAMIC = r"(\+\+|--){s}\$|\$(\{{[^}}]*\}}|[A-Za-z_][A-Za-z0-9_]*){s}(\+\+|--|[-+*/%&|^]?=(?!=)|<<=|>>=)"
 # (in [[ ]] `$X = 1` compares strings: there only $X=1, one word, is arithmetic)
 _DYNAMIC_CHANGE, _DYNAMIC_WORD = re.compile(_DYNAMIC.format(s=r"\s*")), re.compile(_DYNAMIC.format(s=""))
+_PARAM_RUN = re.compile(re.escape(bytes([PARAM])) + b"+")  # over Lexer.ctx: the characters of a ${...}
 _SUBSCRIPT = re.compile(r"\[([^]\n]*)\]")
 _STARTED = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=("?)\$!\1""")
 
@@ -335,15 +336,7 @@ def _hidden_arith(text: str, lexer, shell) -> list[tuple[int, int]]:
     for start, end in shell:
         out += [(m.start(1), m.end(1)) for m in _SUBSCRIPT.finditer(text, start, end)
                 if lexer.ctx[m.start()] != COMMENT]
-        at = start
-        while at < end:
-            if lexer.ctx[at] == PARAM:
-                stop = at
-                while stop < end and lexer.ctx[stop] == PARAM:
-                    stop += 1
-                out.append((at, stop))
-                at = stop
-            at += 1
+        out += [m.span() for m in _PARAM_RUN.finditer(lexer.ctx, start, end)]
     return out
 
 
@@ -387,10 +380,10 @@ def check(marked: Marked, shell_blocks) -> None:
             if cmd.words and (cmd.words[0].value or "").rsplit("/", 1)[-1] in _SHELLS and any(
                     any(s <= w.start < e for s, e in marked.values) for w in cmd.words[1:]):
                 raise Refused(cmd.start, "a value sf hands the template is given to a shell as code")
-    hidden = _hidden_arith(text, lexer, shell)
-    for start, end in lexer.arith + hidden:
+    written = [(start, end, _DYNAMIC_CHANGE) for start, end in lexer.arith]
+    for start, end, dynamic in written + [(s, e, _DYNAMIC_WORD) for s, e in _hidden_arith(text, lexer, shell)]:
         if in_site(start):
-            rule = _arith_rule(text[start:end], names, _DYNAMIC_WORD if (start, end) in hidden else _DYNAMIC_CHANGE)
+            rule = _arith_rule(text[start:end], names, dynamic)
             if rule:
                 raise Refused(start, rule)
     for start, end in marked.values:
