@@ -11,7 +11,10 @@ request with the real run dir bound in, writes its files and calls sbatch: the s
 script is the dry run's with the run id filled in (tests/cluster/test_pipeline.py).
 
 `sf submit`, `sf render`, `sf sweep` (one request per point), `sf export` and `sf eval`
-(launcher.cli.cmd_export builds their requests) all go through here.
+(launcher.cli.cmd_export builds their requests) all go through here, and `submit` is the one
+caller of `slurm.sbatch` (tests/unit/test_send_path.py): a sweep's array script and its
+points' scripts, written before they are sent (and sent again by --retry-failed), are written
+requests (request.written_request) whose send-time wait joins their Plan's own dependency.
 
 A request may carry an `upstream` request that `submit` sends first: `--model run:RUN` for
 a RUN without an export queues the export of RUN's last checkpoint (launcher.submit.chain), and
@@ -30,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from launcher import ownership, runs, slurm
+from launcher.compile import scheduler_options
 from launcher.compile.compiler import compile_plan
 from launcher.compile.verlcache import checked_overrides
 from launcher.errors import SlurmError, SpecError, SpecErrors
@@ -47,6 +51,7 @@ from launcher.submit.request import (  # noqa: F401 (Submitted, placeholder_run_
     placeholder_run_dir,
     run_home,
 )
+from launcher.submit.sweep import throttled_dependency
 from launcher.verlcheck import version_note
 
 # --- training runs ------------------------------------------------------------------------
@@ -191,46 +196,112 @@ def bind(request: Request, after: str | None = None, record: dict | None = None)
 
 
 def submit(request: Request) -> Submitted:
-    """Create/bind the run, write its files, sbatch the script; the record says
-    submitting -> submitted (job id) or submit_failed (the error, re-raised).
+    """The one send path of sf (runs, sweeps, exports, evals): create/bind the run, write its
+    files, sbatch the script; the record says submitting -> submitted (job id) or submit_failed
+    (the error, re-raised).
 
     With an upstream request: that one is submitted first, and this run waits on
     afterok:<its job>; the record's `model_from` names that job (`export_job`). If this
     sbatch then fails, the upstream job stays queued (it is recorded in its own run, and
-    the next `--model run:RUN` waits on it instead of exporting again)."""
+    the next `--model run:RUN` waits on it instead of exporting again).
+
+    A written request (a sweep's array or point script, launcher.submit.sweep_send) is sent as
+    it stands: its send-time wait goes on sbatch's command line, joined with the script's own
+    dependency from its Plan (the command line replaces the script's line), and its job is
+    recorded on its tasks' runs."""
+    after, record = _send_upstream(request)
+    if request.written is not None:
+        run, new, rendered = request.run, False, request.rendered()
+    else:
+        run, new, rendered = bind(request, after=chain.join(request.after, after), record=record)
+    if new:
+        run.add_state(SUBMITTING)
+    try:
+        job_id = slurm.sbatch(run.path(rendered.script_name), extra_args=sbatch_args(request),
+                              pass_env=request.pass_sbatch_env,
+                              cwd=str(run.dir) if request.sbatch_in_run_dir else None,
+                              umask=ownership.run_umask(run.dir))
+    except SlurmError as exc:
+        _record_failed(request, run, new, rendered, str(exc))
+        raise
+    _record_submitted(request, run, new, rendered, job_id)
+    return Submitted(run=run, job_id=job_id, rendered=rendered)
+
+
+def _send_upstream(request: Request) -> tuple[str | None, dict]:
+    """The upstream job sent first (after this request's own checks: a bad one sends nothing
+    upstream): (afterok:<its job> or None, the new run's `model_from` record)."""
     after, record = None, {}
     if request.chain is not None:
         record["model_from"] = dict(request.chain)
     if request.upstream is not None:
-        request.rendered()  # this request's own checks first: a bad one sends nothing upstream
+        request.rendered()
         up = submit(request.upstream)
         after = f"afterok:{up.job_id}"
         entry = up.rendered.entry or {}
         record["model_from"] = chain.queued_model_from(record.get("model_from"), export_job=up.job_id,
                                                        export_id=entry.get("id"),
                                                        export_after=entry.get("after"))
-    run, new, rendered = bind(request, after=after, record=record)
+    return after, record
+
+
+def own_dependency(plan_dependency: str | None, *, array: bool) -> str | None:
+    """The --dependency a training script holds for its Plan's `slurm.dependency` (as
+    launcher.render.script writes it: singleton added for a run's own job, not for an array's
+    tasks). Read from the Plan, never from the script."""
+    checked = scheduler_options.checked({"dependency": plan_dependency}).get("dependency")
+    return scheduler_options.job_dependency(checked, singleton=not array)
+
+
+def sbatch_args(request: Request) -> list[str]:
+    """sbatch's options of this send: the request's own, and for a written script its send-time
+    wait joined with the script's own dependency (the command line's replaces the script's)."""
+    args = list(request.sbatch_args)
+    if request.written is not None:
+        dependency = throttled_dependency(request.own_dependency, request.after)
+        if dependency:
+            args.append(f"--dependency={dependency}")
+    return args
+
+
+def _record_failed(request: Request, run: runs.Run, new: bool, rendered: Rendered, error: str) -> None:
+    if rendered.entry is not None:
+        list_entry(run, request.entry_key, {**rendered.entry, "job_id": None, "state": SUBMIT_FAILED, "error": error})
     if new:
-        run.add_state(SUBMITTING)
-    script = run.path(rendered.script_name)
-    try:
-        job_id = slurm.sbatch(script, pass_env=request.pass_sbatch_env,
-                              cwd=str(run.dir) if request.sbatch_in_run_dir else None,
-                              umask=ownership.run_umask(run.dir))
-    except SlurmError as exc:
-        if rendered.entry is not None:
-            list_entry(run, request.entry_key, {**rendered.entry, "job_id": None, "state": SUBMIT_FAILED,
-                                                "error": str(exc)})
-        if new:
-            run.add_state(SUBMIT_FAILED, error=str(exc))
-        raise
+        run.add_state(SUBMIT_FAILED, error=error)
+    for task, _suffix in request.tasks:
+        task.add_state(SUBMIT_FAILED, error=error)
+
+
+def _record_submitted(request: Request, run: runs.Run, new: bool, rendered: Rendered, job_id: str) -> None:
     if rendered.entry is not None:
         list_entry(run, request.entry_key, {**rendered.entry, "job_id": job_id, "state": SUBMITTED,
                                             "log": (rendered.log_path or "").replace("%j", job_id)})
     if new:
         run.set_job_ids([job_id])
         run.add_state(SUBMITTED, job_id=job_id)
-    return Submitted(run=run, job_id=job_id, rendered=rendered)
+    for task, suffix in request.tasks:
+        record_job(task, job_id + suffix)
+
+
+def record_job(run: runs.Run, job_id: str) -> None:
+    """A run that existed before its job (a sweep's point) is now `job_id`: an earlier job's
+    ending is kept in `attempts`, the monitor's facts and reason of that attempt cleared."""
+    old_reason = (run.read_text(runs.REASON) or "").strip() or None
+
+    def apply(rec):
+        if rec.get("job_ids"):
+            rec.setdefault("attempts", []).append({"job_ids": rec["job_ids"], "state": rec.get("state"),
+                                                   "reason": rec.get("exit_reason") or old_reason,
+                                                   "time": runs.utc_now()})
+        rec["job_ids"] = [job_id]
+        rec.pop("final", None)  # the monitor's facts of the ended attempt
+        rec["exit_reason"] = None
+
+    run.mutate(apply)
+    if old_reason:  # the ended attempt's reason is kept in `attempts`; the new one starts clean
+        run.write_text(runs.REASON, "")
+    run.add_state(SUBMITTED, job_id=job_id)
 
 
 def run_here(request: Request) -> tuple[runs.Run, Rendered, int, Path]:

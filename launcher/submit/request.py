@@ -1,5 +1,6 @@
 """What a submission is: a Request (prepared once: the dry run prints it, launcher.submit.pipeline
-sends it) and what it renders to for one run dir (Rendered). Its own module so that pipeline,
+sends it; a sweep's script written before it is sent is one too: `written_request`) and what it
+renders to for one run dir (Rendered). Its own module so that pipeline,
 chain and export share it without importing each other in a circle."""
 
 from __future__ import annotations
@@ -82,6 +83,17 @@ class Request:
     runtime: object = None  # the launcher.runtime.Runtime it renders for (training jobs)
     upstream: "Request | None" = None  # a job to submit first; this one waits on afterok:<its job>
     chain: dict | None = None  # what the new run's record says about its model run (`model_from`)
+    # a wait known only at send time (a sweep's throttle, a chained export's job): rendered into
+    # the script of a request rendered now, on sbatch's command line for one written before
+    after: str | None = None
+    # a script already in `run` (a sweep's: the array's one script, a point's), sent as it
+    # stands; None: the request is rendered and written when sent
+    written: str | None = None
+    own_dependency: str | None = None  # a written script's own --dependency, from its Plan (pipeline.own_dependency)
+    sbatch_args: tuple[str, ...] = ()  # options of this send only (the array tasks a retry sends)
+    # the runs a written script's job is, each with its job id's suffix ("_<task>" in an array,
+    # "" for the run's own job): each records the job (an earlier one's ending kept in attempts)
+    tasks: tuple[tuple[runs.Run, str], ...] = ()
 
     @property
     def run_dir(self) -> str:
@@ -90,7 +102,10 @@ class Request:
 
     def rendered(self, run_dir: str | None = None, after: str | None = None) -> Rendered:
         """`after`: a dependency known only at submit time (the upstream's job), training
-        requests only."""
+        requests only. A written request gives its script as it stands."""
+        run = self.run
+        if self.written is not None and run is not None:
+            return Rendered(files={self.written: run.read_text(self.written) or ""}, script_name=self.written)
         if after is None:
             return self.render(run_dir or self.run_dir)
         return self.render(run_dir or self.run_dir, after)
@@ -106,3 +121,13 @@ class Submitted:
     run: runs.Run
     job_id: str
     rendered: Rendered
+
+
+def written_request(run: runs.Run, script_name: str, *, tasks, pass_sbatch_env=(), own_dependency: str | None = None,
+                    after: str | None = None, sbatch_args: tuple[str, ...] = ()) -> Request:
+    """The request of a script already written into `run` (a sweep's array script, a point's
+    script, sent again by --retry-failed): pipeline.submit sends it as it stands."""
+    return Request(experiment=str(run.raw_record().get("experiment") or ""), runs_dir=str(run.dir.parent),
+                   render=lambda _run_dir, _after=None: Rendered(files={}, script_name=script_name), run=run,
+                   written=script_name, tasks=tuple(tasks), pass_sbatch_env=tuple(pass_sbatch_env),
+                   own_dependency=own_dependency, after=after, sbatch_args=tuple(sbatch_args))

@@ -211,17 +211,6 @@ def dependency_for(i: int, submitted: list[str | None], max_parallel: int) -> st
     return None
 
 
-def script_dependency(script: str) -> str | None:
-    """The job-wide `#SBATCH --dependency=` of a rendered batch script (it stands in the
-    first het group's block), or None. Pure."""
-    for line in script.splitlines():
-        if line.strip() == "#SBATCH hetjob":
-            break
-        if line.startswith("#SBATCH --dependency="):
-            return line.split("=", 1)[1].strip() or None
-    return None
-
-
 def throttled_dependency(own: str | None, throttle: str | None) -> str | None:
     """The `--dependency` for sbatch's command line of a throttled point: the command line
     replaces the script's own (singleton, --after, --dependency), so both are joined and

@@ -4,10 +4,13 @@
         every point prepared by pipeline.prepare_run, as `sf submit` prepares one run; one bad
         point fails the whole sweep (SpecErrors naming the point), before anything is written
     send(sweep, say) -> Sent
-        the sweep record and one run record per point (launcher.runs), a manifest, and ONE
-        sbatch (an array) or n sbatch calls chained with afterany dependencies (hetjobs, at
-        most K at once) through launcher.slurm
-    failed(sweep_id, ...) / resend(...)  `sf sweep --retry-failed`: the failed points again
+        the sweep record and one run record per point (launcher.runs), a manifest, then the
+        sending: ONE job (an array) or n jobs chained with afterany dependencies (hetjobs, at
+        most K at once), each a written request (request.written_request) sent by
+        pipeline.submit, the one send path (sbatch, the job's records, the dependency: the
+        Plan's own joined with the throttle or the chained export's job)
+    failed(sweep_id, ...) / resend(...)  `sf sweep --retry-failed`: the failed points again,
+        through the same pipeline.submit
 
 `say(line)` is the caller's: the lines a send has to tell as it goes (warnings, Slurm's
 errors, a chained export queued). The layout of records and jobs: launcher.submit.sweep.
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from launcher import ownership, runs, slurm
+from launcher import runs
 from launcher.errors import SlurmError, SpecError, SpecErrors
 from launcher.monitor import poll as monitor
 from launcher.render.script import array_directive
@@ -31,6 +34,7 @@ from launcher.submit import sweep as sweep_mod
 from launcher.submit.chain import join, queued_model_from
 from launcher.submit.live import verify
 from launcher.submit.pipeline import placeholder_run_dir, run_files
+from launcher.submit.request import written_request
 
 Say = Callable[[str], None]
 
@@ -159,7 +163,8 @@ def send(sweep: Sweep, say: Say, queued: Callable[[object, str], None]) -> Sent:
     export_jobs, waits = _send_chained_exports(sweep, sweep_run, members, queued)
     if mode == "array":
         after = "afterok:" + ":".join(sorted(set(export_jobs.values()))) if export_jobs else None
-        ok = _send_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env, say, after=after)
+        ok = _send_array(sweep_run, members, list(range(n)), n, k, site.pass_sbatch_env, say, after=after,
+                         own_dependency=pipeline.own_dependency(plans[0].slurm.dependency, array=True))
     else:
         ok = _send_hetjobs(sweep_run, members, k, site.pass_sbatch_env, say, waits=waits)
     return Sent(sweep_run, members, mode, k, ok, sorted({w for p in plans for w in p.warnings}))
@@ -240,20 +245,19 @@ def _send_chained_exports(sweep: Sweep, sweep_run, members: list,
         sweep_run.update(chain_exports=[{**ce.describe(), "job_id": job} for ce, job in export_jobs.items()])
     return export_jobs, waits
 
-def _send_array(sweep_run, members, indices, n, k, pass_env, say: Say, after: str | None = None) -> bool:
-    """One sbatch of the sweep's array script (for `indices`); `after`: a dependency the
-    whole array waits on besides the script's own (the chained export's job)."""
+def _send_array(sweep_run, members, indices, n, k, pass_env, say: Say, *, own_dependency: str | None = None,
+                after: str | None = None) -> bool:
+    """The sweep's array script (for `indices`) through pipeline.submit; `after`: a wait the
+    whole array has besides its Plan's own dependency (the chained export's job)."""
     chosen = [m for m in members if (m.raw_record().get("sweep") or {}).get("index") in indices]
     extra = [] if len(indices) == n else [array_directive(n, min(k, len(indices)), indices=indices)]
-    if after:  # the command line replaces the script's --dependency: join the two
-        own = sweep_mod.script_dependency(sweep_run.read_text("job.sbatch") or "")
-        extra.append(f"--dependency={sweep_mod.throttled_dependency(own, after)}")
+    request = written_request(sweep_run, "job.sbatch", pass_sbatch_env=pass_env, own_dependency=own_dependency,
+                              after=after, sbatch_args=extra,
+                              tasks=[(m, f"_{m.raw_record()['sweep']['index']}") for m in chosen])
     try:
-        array_id = slurm.sbatch(sweep_run.path("job.sbatch"), extra_args=extra, pass_env=pass_env,
-                                umask=ownership.run_umask(sweep_run.dir))
+        array_id = pipeline.submit(request).job_id
     except SlurmError as exc:
-        for r in [sweep_run, *chosen]:
-            r.add_state(SUBMIT_FAILED, error=str(exc))
+        sweep_run.add_state(SUBMIT_FAILED, error=str(exc))
         say(f"sf: slurm error: {exc}")
         return False
 
@@ -263,51 +267,24 @@ def _send_array(sweep_run, members, indices, n, k, pass_env, say: Say, after: st
 
     sweep_run.mutate(add_array)
     sweep_run.add_state(SUBMITTED, job_id=array_id, indices=indices)
-    for m in chosen:
-        index = m.raw_record()["sweep"]["index"]
-        _point_submitted(m, f"{array_id}_{index}")
     return True
 
 
-def _point_submitted(member, job_id: str) -> None:
-    old_reason = (member.read_text(runs.REASON) or "").strip() or None
-
-    def apply(rec):
-        if rec.get("job_ids"):
-            rec.setdefault("attempts", []).append({"job_ids": rec["job_ids"], "state": rec.get("state"),
-                                                   "reason": rec.get("exit_reason") or old_reason,
-                                                   "time": runs.utc_now()})
-        rec["job_ids"] = [job_id]
-        rec.pop("final", None)  # the monitor's facts of the ended attempt
-        rec["exit_reason"] = None
-
-    member.mutate(apply)
-    if old_reason:  # the ended attempt's reason is kept in `attempts`; the new one starts clean
-        member.write_text(runs.REASON, "")
-    member.add_state(SUBMITTED, job_id=job_id)
-
-
 def _send_hetjobs(sweep_run, members, k, pass_env, say: Say, waits: list[str | None] | None = None) -> bool:
-    """One sbatch per point, at most k at once (afterany chains); `waits[i]`: a dependency
-    point i waits on besides (its chained export's job)."""
+    """One pipeline.submit per point, at most k at once (afterany chains); `waits[i]`: a
+    dependency point i waits on besides (its chained export's job)."""
     submitted: list[str | None] = []
     ok = True
     for i, m in enumerate(members):
-        # the throttle on sbatch's command line replaces the script's --dependency: join them
-        dep = sweep_mod.throttled_dependency(sweep_mod.script_dependency(m.read_text("job.sbatch") or ""),
-                                             join(sweep_mod.dependency_for(i, submitted, k),
-                                                  (waits or [None] * len(members))[i]))
+        after = join(sweep_mod.dependency_for(i, submitted, k), (waits or [None] * len(members))[i])
+        request = written_request(m, "job.sbatch", tasks=[(m, "")], pass_sbatch_env=pass_env, after=after,
+                                  own_dependency=_point_dependency(m) if after else None)
         try:
-            job_id = slurm.sbatch(m.path("job.sbatch"), extra_args=[f"--dependency={dep}"] if dep else [],
-                                  pass_env=pass_env, umask=ownership.run_umask(m.dir))
+            submitted.append(pipeline.submit(request).job_id)
         except SlurmError as exc:
-            m.add_state(SUBMIT_FAILED, error=str(exc))
             say(f"sf: slurm error: point {m.raw_record()['sweep']['index']}: {exc}")
             submitted.append(None)
             ok = False
-            continue
-        submitted.append(job_id)
-        _point_submitted(m, job_id)
     indices = [m.raw_record()["sweep"]["index"] for m in members]
 
     def add(rec):
@@ -316,6 +293,13 @@ def _send_hetjobs(sweep_run, members, k, pass_env, say: Say, waits: list[str | N
     sweep_run.mutate(add)
     sweep_run.add_state(SUBMITTED if any(submitted) else SUBMIT_FAILED, job_ids=[j for j in submitted if j])
     return ok
+
+
+def _point_dependency(member) -> str | None:
+    """A hetjob point's own --dependency, from its plan.json (the Plan its script was rendered
+    from): the throttle on sbatch's command line carries it."""
+    plan = member.read_plan() or {}
+    return pipeline.own_dependency((plan.get("slurm") or {}).get("dependency"), array=False)
 
 
 @dataclass

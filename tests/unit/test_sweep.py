@@ -12,7 +12,7 @@ import pytest
 from launcher.errors import SpecError
 from launcher.injob.contract import shown_digest
 from launcher.render.script import array_directive, plan_json, render_script
-from launcher.submit import sweep
+from launcher.submit import pipeline, sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from unit_helpers import SITE, VENV, het_plan, make_plan  # noqa: E402
@@ -97,11 +97,13 @@ def test_hetjob_throttle_point_i_waits_for_i_minus_k():
 
 def test_throttle_joins_the_points_own_dependency():
     """sbatch's command-line --dependency replaces the script's: the throttle of a hetjob
-    point carries the point's singleton / --after / --dependency too."""
-    script = ("#!/bin/bash\n#SBATCH --job-name=sf-x.g0\n#SBATCH --dependency=afterok:5,singleton\n"
-              "#SBATCH hetjob\n#SBATCH --dependency=afterok:9\n")
-    assert sweep.script_dependency(script) == "afterok:5,singleton"
-    assert sweep.script_dependency("#!/bin/bash\n#SBATCH hetjob\n#SBATCH --dependency=afterok:9\n") is None
+    point carries the point's singleton / --after / --dependency too, read from its Plan
+    (pipeline.own_dependency: singleton for a run's own job, none for an array's tasks)."""
+    assert pipeline.own_dependency("afterok:5", array=False) == "afterok:5,singleton"
+    assert pipeline.own_dependency("afterok:5,singleton", array=False) == "afterok:5,singleton"
+    assert pipeline.own_dependency(None, array=False) == "singleton"
+    assert pipeline.own_dependency(None, array=True) is None
+    assert pipeline.own_dependency("afterok:5", array=True) == "afterok:5"
     assert sweep.throttled_dependency("afterok:5,singleton", "afterany:10") == "afterok:5,singleton,afterany:10"
     assert sweep.throttled_dependency(None, "afterany:10") == "afterany:10"
     assert sweep.throttled_dependency("singleton", None) is None  # no throttle: the script's line stands
