@@ -6,7 +6,8 @@
 
 Parses and prints: launcher.submit.sweep_send prepares every point (as `sf submit`
 prepares one run, before anything is written; one bad point fails the sweep with exit 2,
-naming the point) and sends them (records, manifest, sbatch). Layout: launcher.submit.sweep.
+naming the point) and sends them (records, manifest, then every job through
+launcher.submit.pipeline.submit, sf's one send path). Layout: launcher.submit.sweep.
 """
 
 from __future__ import annotations
