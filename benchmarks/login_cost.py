@@ -55,14 +55,14 @@ with initialize_config_dir(config_dir=config_dir, version_base=None):
 """
 
 
-def measure(argv: list[str], env: dict | None = None) -> dict:
+def measure(argv: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
     """Wall time around the child; its CPU time and peak RSS from GNU time (whose own small
     process is what the child forks from, so the peak is the child's, not this Python's)."""
     fd, path = tempfile.mkstemp(prefix="bx-time-")
     os.close(fd)
     t0 = time.perf_counter()
     proc = subprocess.run([TIME, "-o", path, "-f", "%M %U %S", *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, cwd=common.REPO, stdin=subprocess.DEVNULL, timeout=120,
+                          stderr=subprocess.PIPE, cwd=cwd or common.REPO, stdin=subprocess.DEVNULL, timeout=120,
                           env=env)
     wall = time.perf_counter() - t0
     fields = Path(path).read_text().split()[-3:]
@@ -78,9 +78,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--no-slurm", action="store_true", help="skip sbatch --test-only (no cluster needed)")
+    p.add_argument("--against", metavar="REF", help="compare two trees instead: commit REF, and REF with --files "
+                   "taken from HEAD (what one change costs, nothing else that landed between)")
+    p.add_argument("--files", nargs="*", default=[], help="with --against: the paths of the change")
     args = p.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    if args.against:
+        return compare_trees(work, args.out, args.against, args.files, args.reps)
     rendered = work / "login-render"
     common.run([*SF, "render", "examples/grpo", "-o", str(rendered)], timeout=120)
     script = rendered / "job.sbatch"
@@ -129,6 +134,50 @@ def main(argv: list[str]) -> int:
     for key in ("dry_run_vs_compose", "dry_run_remembered_vs_compose"):
         ratio = result["ratios"][key]
         print(f"{key}: {ratio:.2f}x (target <= {TARGET_RATIO}x: {'met' if ratio <= TARGET_RATIO else 'NOT met'})")
+    return 0
+
+
+def _tree(work: Path, name: str, ref: str, files: list[str]) -> Path:
+    """A clean copy of commit `ref` (git archive: no one's uncommitted work), with `files` as HEAD has them."""
+    tree = work / name
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref], cwd=common.REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    for path in files:
+        (tree / path).write_bytes(subprocess.run(["git", "show", f"HEAD:{path}"], cwd=common.REPO,
+                                                 capture_output=True, check=True).stdout)
+    return tree
+
+
+def compare_trees(work: Path, out: Path, ref: str, files: list[str], reps: int) -> int:
+    """`sf validate` and `sf submit --dry-run` (compose remembered: sf's own work, not Hydra's) of
+    examples/grpo from two trees, interleaved; prints after/before of the median CPU and wall."""
+    trees = {"before": _tree(work, "before", ref, []), "after": _tree(work, "after", ref, files)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {**env, "SF_CACHE_DIR": str(work / "compose-cache")}
+    for tree in trees.values():
+        common.run([sys.executable, "-m", "compileall", "-q", str(tree / "launcher")], timeout=120, env=env)
+    commands = {"sf validate examples/grpo": [*SF, "validate", "examples/grpo"],
+                "sf submit examples/grpo --dry-run (compose remembered)": [*SF, "submit", "examples/grpo", "--dry-run"]}
+    rows: dict = {}
+    for rep in range(-1, reps):  # rep -1: warm-up (page cache, the compose cache), not counted
+        for name, argv in commands.items():
+            for side, tree in trees.items():
+                row = measure(argv, env, cwd=tree)
+                if row["rc"] != 0:
+                    log(f"{side} {name}: exit {row['rc']}: {row['stderr_tail']}")
+                if rep >= 0:
+                    rows.setdefault(f"{name} [{side}]", []).append(row)
+    result = {"against": ref, "files": files, "reps": reps, "interleaved": True, "commands": rows,
+              "load_average": common.load_average(), "ratios": {}}
+    for name in commands:
+        before, after = rows[f"{name} [before]"], rows[f"{name} [after]"]
+        for key in ("cpu_s", "wall_s"):
+            b, a = statistics.median(r[key] for r in before), statistics.median(r[key] for r in after)
+            result["ratios"][f"{name} {key}"] = {"before": b, "after": a, "ratio": round(a / b, 3)}
+            print(f"{name:55s} {key}: before {b:.3f} after {a:.3f} -> {a / b:.3f}x")
+    common.save(out, result)
     return 0
 
 

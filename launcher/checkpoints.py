@@ -22,12 +22,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from launcher import gateway
 
 FORMATS = {"verl-fsdp": "fsdp", "verl-megatron": "megatron"}
 TRACKER = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_SHARD = re.compile(r"model_world_size_.*_rank_.*\.pt")
 
 VALID_LAYOUT = (
     "a valid --checkpoint is a verl checkpoints dir holding latest_checkpointed_iteration.txt, "
@@ -74,19 +78,56 @@ class LaterCheckpoint:
         return BACKEND_SLOT
 
 
+def _listing(path: Path) -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of what is in the folder `path`, walked by launcher.gateway (another user's link
+    on the way: a LayoutError naming it); [] when it is absent or not a folder."""
+    try:
+        return gateway.entries(path, "--checkpoint")
+    except gateway.UnsafeFile as exc:
+        raise LayoutError(exc.message) from None
+    except OSError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    """`path` is a folder, reached through no other user's link (which is a LayoutError naming it)."""
+    try:
+        gateway.resolve(path, "--checkpoint")
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except gateway.UnsafeFile as exc:
+        if exc.kind:  # a file or a FIFO where a folder should be
+            return False
+        raise LayoutError(exc.message) from None
+    return True
+
+
+def _is_file(path: Path) -> bool:
+    """`path` is a regular file itself (not a link to one), its folders walked as _is_dir walks them."""
+    try:
+        return stat.S_ISREG(gateway.lstat(path, "--checkpoint").st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except gateway.UnsafeFile as exc:
+        if exc.kind:
+            return False
+        raise LayoutError(exc.message) from None
+
+
+def _has_shards(actor: Path) -> bool:
+    return any(_SHARD.fullmatch(name) for name, _ in _listing(actor))
+
+
 def _step_dirs(path: Path) -> list[int]:
-    steps = []
-    for child in path.iterdir() if path.is_dir() else ():
-        match = _STEP_DIR.match(child.name)
-        if match and child.is_dir():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
+    """The N of each global_step_N folder in `path` (a link by that name is not one)."""
+    return sorted(int(m.group(1)) for name, st in _listing(path)
+                  if (m := _STEP_DIR.match(name)) and stat.S_ISDIR(st.st_mode))
 
 
 def detect_format(actor: Path) -> str | None:
-    if (actor / "fsdp_config.json").is_file() or any(actor.glob("model_world_size_*_rank_*.pt")):
+    if _is_file(actor / "fsdp_config.json") or _has_shards(actor):
         return "verl-fsdp"
-    if (actor / "model" / "dist_ckpt").is_dir() or (actor / "model" / "huggingface").is_dir():
+    if _is_dir(actor / "model" / "dist_ckpt") or _is_dir(actor / "model" / "huggingface"):
         return "verl-megatron"
     return None
 
@@ -98,17 +139,21 @@ MAX_STEP = 10**12
 MAX_WORLD_SIZE = 1 << 20
 
 
-def _read_small(path: Path) -> str:
-    """A checkpoint's small text file, or a LayoutError naming it (unreadable, too big, binary)."""
+def _read_small(path: Path, any_owner: bool = True) -> str:
+    """A checkpoint's small text file, read through launcher.gateway from the descriptor it checked
+    (a regular file: never a link, a FIFO or a device; at most SMALL_FILE_BYTES; another user's
+    checkpoint may be read unless not `any_owner`), or a LayoutError naming it (unreadable, too big, binary)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(SMALL_FILE_BYTES + 1)
+        raw = gateway.read_bytes(path, "--checkpoint", limit=SMALL_FILE_BYTES, any_owner=any_owner)
+    except gateway.UnsafeFile as exc:
+        if exc.kind == "too large":
+            raise LayoutError(f"{path} is {exc.size or 'over ' + str(SMALL_FILE_BYTES)} bytes, over the "
+                              f"{SMALL_FILE_BYTES} bytes of such a file: it is damaged (verl writes a few bytes); fix "
+                              "or remove it, or pass a global_step_N dir") from None
+        raise LayoutError(f"{exc.message}, or pass a global_step_N dir") from None
     except OSError as exc:
         raise LayoutError(f"cannot read {path}: {exc.strerror}; fix its permissions or pass a global_step_N "
                           "dir") from None
-    if len(raw) > SMALL_FILE_BYTES:
-        raise LayoutError(f"{path} is over {SMALL_FILE_BYTES} bytes: it is damaged (verl writes a few bytes); "
-                          "fix or remove it, or pass a global_step_N dir")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -116,10 +161,10 @@ def _read_small(path: Path) -> str:
                           "or pass a global_step_N dir") from None
 
 
-def read_tracker(path: Path) -> int:
+def read_tracker(path: Path, any_owner: bool = True) -> int:
     """The step in latest_checkpointed_iteration.txt: ASCII digits only (not '٣' or '²', which
     str.isdigit takes), at most MAX_STEP; else a LayoutError naming the file."""
-    text = _read_small(path).strip()
+    text = _read_small(path, any_owner).strip()
     if not re.fullmatch(r"[0-9]{1,13}", text) or int(text) > MAX_STEP:
         shown = text[:40] + ("..." if len(text) > 40 else "")
         raise LayoutError(f"{path} holds {shown!r}, not a step number (verl writes the last saved step, e.g. 200); "
@@ -132,12 +177,9 @@ def tracked_step(checkpoint_dir) -> int | None:
     tracker's, read as read_tracker reads it; None when there is none yet or it is damaged
     (the supervisor's restarts and the preflight's report read it here, export and eval
     through checkpoint_layout)."""
-    path = Path(checkpoint_dir) / TRACKER
-    if not path.is_file():
-        return None
     try:
-        return read_tracker(path)
-    except LayoutError:
+        return read_tracker(Path(checkpoint_dir) / TRACKER, any_owner=False)  # the run's own: verl's file
+    except LayoutError:  # absent, damaged, not a regular file, another user's
         return None
 
 
@@ -160,29 +202,30 @@ def _check_fsdp(actor: Path) -> list[str]:
     missing = []
     config = actor / "fsdp_config.json"
     world_size = None
-    if not config.is_file():
+    if not _is_file(config):
         missing.append("fsdp_config.json")
     else:
         world_size = read_world_size(config)
     if world_size:  # one listing of the folder, not one stat per rank
         shard = re.compile(rf"model_world_size_{world_size}_rank_([0-9]+)\.pt")
-        have = {int(m.group(1)) for child in actor.iterdir() if (m := shard.fullmatch(child.name)) and child.is_file()}
+        have = {int(m.group(1)) for name, st in _listing(actor) if (m := shard.fullmatch(name))
+                and stat.S_ISREG(st.st_mode)}
         absent = [rank for rank in range(world_size) if rank not in have]
         names = [f"model_world_size_{world_size}_rank_{rank}.pt" for rank in absent[:5]]
         missing += names + ([f"{len(absent) - 5} more shards"] if len(absent) > 5 else [])
-    elif not any(actor.glob("model_world_size_*_rank_*.pt")):
+    elif not _has_shards(actor):
         missing.append("model_world_size_W_rank_R.pt shards")
-    if not (actor / "huggingface" / "config.json").is_file():
+    if not _is_file(actor / "huggingface" / "config.json"):
         missing.append("huggingface/config.json")
     return missing
 
 
 def _check_megatron(actor: Path) -> list[str]:
     missing = []
-    if not (actor / "model" / "dist_ckpt").is_dir():
+    if not _is_dir(actor / "model" / "dist_ckpt"):
         missing.append("model/dist_ckpt/")
-    if not (actor / "model" / "huggingface" / "config.json").is_file():
-        if (actor / "huggingface" / "config.json").is_file():
+    if not _is_file(actor / "model" / "huggingface" / "config.json"):
+        if _is_file(actor / "huggingface" / "config.json"):
             missing.append("model/huggingface/config.json (this is the pre-v2 Megatron layout: "
                            "run verl's scripts/migrate_megatron_checkpoint_layout.py first)")
         else:
@@ -194,7 +237,7 @@ def _model_dir(step_dir: Path) -> Path:
     """Where a global_step_N dir keeps the model the merger reads: actor/ for the RL
     trainers, the step dir itself for verl's SFT trainer (it writes its FSDP shards
     straight into global_step_N/; seen on the H200)."""
-    if not (step_dir / "actor").is_dir() and detect_format(step_dir):
+    if not _is_dir(step_dir / "actor") and detect_format(step_dir):
         return step_dir
     return step_dir / "actor"
 
@@ -209,15 +252,15 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
         raise LayoutError(f"{path}: this machine knows no user {str(path)[1:].partition('/')[0]!r}; "
                           "write the path in full")
     root = Path(expanded).absolute()
-    if not root.exists():
-        raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
-    if not root.is_dir():
+    if not _is_dir(root):
+        if not os.path.exists(root):  # words only: the walk above decided
+            raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
         raise LayoutError(f"{root} is a file, not a directory; {VALID_LAYOUT}")
     step = None
-    if (root / TRACKER).is_file():
+    if _is_file(root / TRACKER) or os.path.lexists(root / TRACKER):  # a FIFO or link there: read_tracker says so
         step = read_tracker(root / TRACKER)
         step_dir = root / f"global_step_{step}"
-        if not step_dir.is_dir():
+        if not _is_dir(step_dir):
             have = ", ".join(f"global_step_{s}" for s in _step_dirs(root)) or "none"
             raise LayoutError(f"{root / TRACKER} says step {step} but {step_dir.name}/ is missing "
                               f"(found: {have}); pass one of them with --checkpoint")
@@ -236,7 +279,7 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
             raise LayoutError(f"{root} has no {TRACKER} (verl writes it after a complete save); "
                               f"pass one of its steps, e.g. --checkpoint {root / f'global_step_{steps[-1]}'}")
         raise LayoutError(f"{root} holds no {TRACKER}, no global_step_N/ and no actor files; {VALID_LAYOUT}")
-    if not actor.is_dir():
+    if not _is_dir(actor):
         raise LayoutError(f"{actor.parent} has no actor/ and no model shards (the merger reads "
                           f"global_step_N/actor, or global_step_N itself for SFT); {VALID_LAYOUT}")
     found = detect_format(actor)

@@ -105,7 +105,7 @@ def _walk(path: str, field: str) -> tuple[int, str]:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 if not stat.S_ISLNK(st.st_mode):
                     raise UnsafeFile(field, f"{shown} is {_kind(st.st_mode)} where sf needs a folder; fix {field}",
-                                     shown) from None
+                                     shown, _kind(st.st_mode)) from None
                 links += 1
                 if links > MAX_LINKS:
                     raise UnsafeFile(field, f"{shown}: too many symbolic links; fix {field}", shown) from None

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from launcher import runs
+from launcher import gateway, runs
 from launcher.cli.cmd_monitor import EXIT_INTERRUPTED, table
 from launcher.cli.options import complete_run_ids, finite_seconds, json_option, nonblank, print_json, runs_options
 from launcher.errors import SlurmError, SpecError
@@ -226,10 +227,14 @@ def _log_emitter(as_json: bool, follow: bool, collected: list[dict]):
 
 
 def stack_files(run_dir: Path, node: str | None = None) -> list[Path]:
-    """RUN/stacks/<job>-<restart>/<node>.txt, oldest hang first (pure but for the listing)."""
-    dirs = sorted((d for d in (run_dir / "stacks").glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
-    return [f for d in dirs for f in sorted(d.glob("*.txt"))
-            if f.is_file() and (node is None or f.stem == node)]  # not a folder or a dangling link
+    """RUN/stacks/<job>-<restart>/<node>.txt, oldest hang first: listed through launcher.gateway
+    (folders and regular files only: a link or FIFO planted there is left out, never followed)."""
+    stacks = Path(run_dir) / "stacks"
+    dirs = sorted((e for e in gateway.entries(stacks, "--stacks") if stat.S_ISDIR(e[1].st_mode)),
+                  key=lambda e: e[1].st_mtime)
+    return [stacks / folder / name for folder, _ in dirs
+            for name, st in sorted(gateway.entries(stacks / folder, "--stacks"), key=lambda e: e[0])
+            if name.endswith(".txt") and stat.S_ISREG(st.st_mode) and (node is None or name[:-4] == node)]
 
 
 def _print_stacks(run: runs.Run, node: str | None, as_json: bool = False) -> None:
@@ -239,11 +244,12 @@ def _print_stacks(run: runs.Run, node: str | None, as_json: bool = False) -> Non
                                     "saves them in RUN/stacks/ when it finds a hang")
     if as_json:
         print_json({"ok": True, "run": run.id, "stacks": [
-            {"file": str(path.relative_to(run.dir)), "text": path.read_text(errors="replace")} for path in files]})
+            {"file": str(path.relative_to(run.dir)), "text": gateway.read_text(path, "--stacks", errors="replace")}
+            for path in files]})
         return
     for path in files:
         click.echo(f"==> {path.relative_to(run.dir)} <==")
-        click.echo(path.read_text(errors="replace").rstrip("\n"))
+        click.echo(gateway.read_text(path, "--stacks", errors="replace").rstrip("\n"))
         click.echo("")
 
 

@@ -8,12 +8,12 @@ events and the run's files. Stdlib only.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 from pathlib import Path
 
-from launcher import states
+from launcher import gateway, states
+from launcher.errors import SpecError
 
 # The last line of a Python traceback ("ValueError: ...", "ray.exceptions.RayTaskError(...): ..."),
 # possibly behind Ray's "(TaskRunner pid=..)" prefix.
@@ -39,6 +39,9 @@ RAY_TASK = re.compile(r"(ray::[\w.]+\(\))")
 CHAIN_MARKS = ("During handling of the above exception, another exception occurred:",
                "The above exception was the direct cause of the following exception:")
 
+
+PREFLIGHT_BYTES = 1 << 20  # preflight.json: a few KiB; a bigger one was not written by the preflight
+LOG_TAIL_BYTES = 256 * 1024  # the end of the batch log a driver's traceback is looked for in
 
 # a preflight failure's line kept whole in the reason: the longest, a missing capability with its
 # fix and a long runtime path, is about 400 characters
@@ -174,18 +177,16 @@ def driver_failure(run_dir: str, what: str) -> str | None:
     process's stdout): the line a user would otherwise dig out of the logs."""
     if what == "preflight":
         try:
-            failures = json.loads((Path(run_dir) / "preflight.json").read_text()).get("failures") or []
-        except (OSError, ValueError):
+            report = json.loads(gateway.read_bytes(Path(run_dir) / "preflight.json", "run", limit=PREFLIGHT_BYTES))
+            failures = (report.get("failures") if isinstance(report, dict) else None) or []
+        except (OSError, ValueError, SpecError):  # absent, damaged, planted: no line to quote
             return None
         return str(failures[0])[:PREFLIGHT_REASON_CHARS] if failures else None
-    try:
-        log = Path(os.readlink("/proc/self/fd/1"))
-        with open(log, "rb") as handle:
-            handle.seek(max(0, log.stat().st_size - 256 * 1024))
-            tail = handle.read().decode(errors="replace").splitlines()
-    except OSError:
+    try:  # the file this process's stdout is: its link walked, its last bytes read from the checked descriptor
+        tail = gateway.read_bytes("/proc/self/fd/1", "batch log", follow=True, tail=LOG_TAIL_BYTES)
+    except (OSError, SpecError):  # a pipe, a terminal, a removed file: no log to read
         return None
-    return first_cause(tail)
+    return first_cause(tail.decode(errors="replace").splitlines())
 
 
 def exit_hint(events: list[dict], nodes: list[str], since: float) -> str:

@@ -3,7 +3,7 @@
 Ray's temp dir: Ray makes the directory it is given, and everything under it, 0777 (it
 chmods it, following a symlink planted at that path). So sf never hands Ray a path anyone
 else could have chosen: each node makes a fresh directory under the site's `ray.temp_root`
-with a random name (tempfile.mkdtemp: O_EXCL semantics, 0700, never an existing path,
+with a random name (gateway.make_unique_dir, as mkdtemp: 0700, never an existing path,
 never through a symlink) and gives Ray `<that>/r`: Ray may open up `r`, nobody else can
 reach it through the 0700 parent. The node removes it when its Ray ends (after copying the
 logs sf keeps); `sweep_stale` removes what a killed node could not.
@@ -28,33 +28,27 @@ host (a real cluster) always finds a free turn at once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import random
-import shutil
 import stat
-import tempfile
 import time
 
-from launcher import ownership
+from launcher import gateway, ownership
 
 PREFIX = "sf"  # <root>/sfXXXXXXXX: short, for Ray's 107-byte unix socket paths
 RAY_SUBDIR = "r"
 MARK = ".sf-owner"  # inside a private dir: "<job id> <node> <pid>", for sweep_stale
+MARK_BYTES = 4096  # a mark is one short line
 
 
 class UnsafeDir(RuntimeError):
     """A directory sf would use is not safe (a symlink, another user's, open to others)."""
 
 
-def check_root(root: str) -> None:
-    """The temp root must be a real directory (not a symlink), owned by root or by this
-    user, and not writable by others unless sticky (like /tmp)."""
-    try:
-        st = os.lstat(root)
-    except OSError as exc:
-        raise UnsafeDir(f"ray.temp_root {root} is not usable: {exc.strerror}") from None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+def _check_root_stat(st: os.stat_result, root: str) -> None:
+    if not stat.S_ISDIR(st.st_mode):
         raise UnsafeDir(f"ray.temp_root {root} is not a directory (a symlink?); set ray.temp_root "
                         "to a real directory such as /tmp")
     if not ownership.trusted_owner(st.st_uid, root):
@@ -63,19 +57,42 @@ def check_root(root: str) -> None:
         raise UnsafeDir(f"ray.temp_root {root} is writable by others without the sticky bit")
 
 
-def make_private_dir(root: str, job_id: str = "", node: str = "") -> str:
-    """A new directory under `root`, 0700, owned by this user, its name random."""
-    check_root(root)
-    path = tempfile.mkdtemp(prefix=PREFIX, dir=root)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise UnsafeDir(f"{path} did not come out private")  # pragma: no cover - mkdtemp's contract
-    fd = os.open(os.path.join(path, MARK), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+def check_root(root: str) -> None:
+    """The temp root must be a real directory (not a symlink), owned by root or by this
+    user, and not writable by others unless sticky (like /tmp); its folders are walked by
+    launcher.gateway (no other user's link on the way)."""
     try:
-        os.write(fd, f"{job_id} {node} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
-    return path
+        _check_root_stat(gateway.lstat(root, "ray.temp_root"), root)
+    except gateway.UnsafeFile as exc:
+        raise UnsafeDir(str(exc)) from None
+    except OSError as exc:
+        raise UnsafeDir(f"ray.temp_root {root} is not usable: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _root_folder(root: str):
+    """The temp root's descriptor, checked as check_root checks it (on the descriptor: what sf
+    makes in it is made in the folder it checked, whatever is renamed meanwhile)."""
+    check_root(root)
+    try:
+        with gateway.folder(root, "ray.temp_root") as fd:
+            _check_root_stat(os.fstat(fd), root)
+            yield fd
+    except gateway.UnsafeFile as exc:
+        raise UnsafeDir(str(exc)) from None
+
+
+def make_private_dir(root: str, job_id: str = "", node: str = "") -> str:
+    """A new directory under `root`, 0700, owned by this user, its name random (made through
+    the root's descriptor: never an existing path, never through a link)."""
+    with _root_folder(root) as fd:
+        name = gateway.make_unique_dir(fd, PREFIX, 0o700)
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise UnsafeDir(f"{root}/{name} did not come out private")  # pragma: no cover - mkdir's contract
+        with gateway.folder(os.path.join(root, name), "ray.temp_root") as sub:
+            gateway.write_at(sub, MARK, f"{job_id} {node} {os.getpid()}\n")
+    return os.path.join(root, name)
 
 
 def ray_temp_dir(private: str) -> str:
@@ -83,16 +100,21 @@ def ray_temp_dir(private: str) -> str:
 
 
 def remove_private_dir(path: str) -> bool:
-    """Remove a private dir (rmtree with fds: never follows a symlink inside). Only a
+    """Remove a private dir through descriptors (never follows a symlink inside). Only a
     directory of this user that carries sf's mark; True when it is gone."""
     try:
-        st = os.lstat(path)
+        with gateway.parent(path, "ray.temp_root") as (fd, name):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                return False
+            with gateway.folder(path, "ray.temp_root") as sub:
+                os.stat(MARK, dir_fd=sub, follow_symlinks=False)  # FileNotFoundError: not sf's
+            gateway.remove_at(fd, name)
+            return True
     except FileNotFoundError:
-        return True
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not os.path.exists(os.path.join(path, MARK)):
+        return not os.path.lexists(path)
+    except (OSError, gateway.UnsafeFile):
         return False
-    shutil.rmtree(path, ignore_errors=True)
-    return not os.path.lexists(path)
 
 
 def _alive(pid: int) -> bool:
@@ -115,19 +137,19 @@ def sweep_stale(root: str, min_age_s: float = 60.0) -> list[str]:
     killed before it could clean up). Returns what was removed."""
     removed = []
     try:
-        names = [n for n in os.listdir(root) if n.startswith(PREFIX) and len(n) == len(PREFIX) + 8]
-    except OSError:
+        found = gateway.entries(root, "ray.temp_root")
+    except (OSError, gateway.UnsafeFile):
         return removed
     now = time.time()
-    for name in names:
+    for name, st in found:
+        if not name.startswith(PREFIX) or len(name) != len(PREFIX) + 8:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < min_age_s:
+            continue
         path = os.path.join(root, name)
         try:
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < min_age_s:
-                continue
-            with open(os.path.join(path, MARK)) as handle:
-                pid = int(handle.read().split()[2])
-        except (OSError, ValueError, IndexError):
+            pid = int(gateway.read_bytes(os.path.join(path, MARK), "ray.temp_root", limit=MARK_BYTES).split()[2])
+        except (OSError, ValueError, IndexError, gateway.UnsafeFile):
             continue
         if not _alive(pid) and remove_private_dir(path):
             removed.append(path)
@@ -140,21 +162,17 @@ def lock_dir(root: str) -> str | None:
     """This user's lock directory on this host, <root>/.sf-ports-<uid>, 0700; None when it
     cannot be made safe (another user planted that name: sf goes on without reservations
     and relies on the bind check, and says so)."""
-    path = os.path.join(root, f".sf-ports-{os.getuid()}")
+    name = f".sf-ports-{os.getuid()}"
     try:
-        check_root(root)
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
+        with _root_folder(root) as fd:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=fd)
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except (OSError, UnsafeDir):
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
         return None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
-    return path
+    return os.path.join(root, name)
 
 
 class Reservation:
@@ -195,7 +213,10 @@ def reserve(directory: str | None, block: int, slot: int) -> Reservation | None:
 
 
 def _try_lock(path: str) -> Reservation | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:  # the lock dir walked, the file the caller's regular file, never a link
+        fd = gateway.open_own(path, os.O_RDWR | os.O_CREAT, 0o600, "ray.temp_root")
+    except gateway.UnsafeFile as exc:
+        raise UnsafeDir(str(exc)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from launcher import runs, states
+from launcher import gateway, runs, states
 from launcher.errors import SpecError
 from launcher.injob import failure_text
 from launcher.injob.node_logs import write_line
@@ -50,9 +50,9 @@ class RecordKeeper:
 
     def clear_reason(self) -> None:
         """An earlier attempt's reason (the requeue, a failure before it) is not this one's."""
-        try:
-            Path(self.run_dir, runs.REASON).unlink(missing_ok=True)
-        except OSError as exc:
+        try:  # through the run folder's descriptor: a link there is removed, never followed
+            gateway.unlink(Path(self.run_dir, runs.REASON), "run")
+        except (OSError, SpecError) as exc:
             log(f"warning: cannot clear the earlier attempt's reason: {exc}")
 
     def write_progress(self, step: int | None, restart: int) -> None:

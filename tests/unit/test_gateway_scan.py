@@ -17,16 +17,9 @@ LAUNCHER = Path(__file__).resolve().parents[2] / "launcher"
 # module:function -> why it may touch a run's path without launcher.gateway
 ALLOWED = {
     "launcher.cli.cmd_attach:attach": "only asks whether a file exists, to word a message",
-    "launcher.cli.cmd_logs:stack_files": "lists the stacks a job wrote into its own run folder, for `sf logs`; "
-                                         "reads them as the user (no write), to convert",
-    "launcher.injob.bringup:Bringup.start_ray": "makes logs/ in the run folder the supervisor checked (its "
-                                                "user's, closed to others) when it is missing; to convert",
-    "launcher.injob.failure_text:driver_failure": "reads the driver's log of the job's own run folder, to convert",
     "launcher.injob.node_ports:take_head_slot_once": "a test hook's marker, made O_EXCL|O_NOFOLLOW, mode 0600",
     "launcher.injob.preflight:job_plan": "the job's own plan.json, in the run folder the supervisor checked",
     "launcher.injob.preflight:job_stoppers": "the job's own file, in the run folder the supervisor checked",
-    "launcher.injob.record_keeper:RecordKeeper.clear_reason": "the job's own reason, in the run folder the "
-                                                              "supervisor checked; to convert",
     "launcher.injob.stacks:hang_limit": "the job's own file, in the run folder the supervisor checked",
     "launcher.monitor.poll:_read_records": "only asks whether a member's record exists",
 }
@@ -38,7 +31,9 @@ OS_CALLS = {"open", "replace", "rename", "remove", "unlink", "mkdir", "makedirs"
             "chmod", "symlink", "truncate"}
 # what names a run's path in the source of a call
 RUN_PATH = re.compile(r"run_dir|run\.dir|runs_dir|logs_dir|checkpoints_dir|\b(RECORD|EVENTS|REASON|PLAN|LOCK)\b|"
-                      r"record\.json|events\.jsonl|plan\.json|sweep_dir|\brun\b")
+                      r"record\.json|events\.jsonl|plan\.json|sweep_dir|\brun\b|"
+                      # a checkpoint's files, a job's stacks and preflight, a node's private folders
+                      r"checkpoint|TRACKER|actor|stacks|preflight\.json|temp_root|private|\bMARK\b")
 # receivers that are a runs.Run (its methods are the gateway's) or a module, not a path
 NOT_PATHS = {"self", "run", "sweep_run", "member", "first", "gateway", "re", "json", "fcntl", "subprocess", "runs",
              "zipfile", "tarfile", "webbrowser"}
