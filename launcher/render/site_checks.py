@@ -8,8 +8,10 @@ naming the site's file, the block, the script's line and the rule:
     requeue trap's scontrol, the supervisor's wait);
   - exit, exec, return, logout, trap, readonly, eval, enable, hash, shopt, `set` of any shell
     option but -x/-v, `source`/`.` of anything but a literal absolute path no other user can write;
-  - an assignment, unset, declare, read, ... of a variable sf's script uses (its SF_*, SLURM_*,
-    rc, ... as found in sf's own lines), also in arithmetic or ${NAME:=...};
+  - an assignment, unset, declare, read, let, ... of a variable sf's script uses (its SF_*,
+    SLURM_*, rc, functions, ... as found in sf's own lines), also in arithmetic wherever bash
+    evaluates some (subscripts, [[ -eq ]], $[ ], ${x:offset}) or ${NAME:=...}; a name set
+    through another ($X = 1 in arithmetic, export $X=..., printf -v "$X"); declare -i;
   - a value sf hands the template printed where its quoting does not hold: inside double or
     single quotes, a here-document, backquotes, arithmetic, [[ ]] or ${...}; there only
     values of plain characters (letters, digits, ._,:/=+@%-) may go;
@@ -22,7 +24,9 @@ naming the site's file, the block, the script's line and the rule:
     keep working. IFS, CDPATH, GLOBIGNORE, SHELLOPTS, POSIXLY_CORRECT, ... are not set at all;
   - kill of anything but a process the site's blocks started ($!, or a name set from $!): $$,
     0, a negative number or a %job stops sf's batch shell or supervisor, and the job ends as if
-    it succeeded; pkill/killall pick processes by name, sf's own included.
+    it succeeded; pkill/killall pick processes by name, sf's own included;
+  - cd/pushd/popd outside a subshell: sf's `python -m launcher.injob` imports from the current
+    folder first when PYTHONSAFEPATH is not set.
 Pure but for `os.lstat` of the paths named.
 """
 
