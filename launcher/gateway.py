@@ -15,6 +15,11 @@ FIFO where a record was, a 3 GB sparse file, a planted link under logs/). So eve
   it and renames it into place with os.replace(src_dir_fd, dst_dir_fd): a crash leaves the old
   file, a reader never sees half of one.
 
+Readers: `read_bytes`/`read_text` (a cap, `tail=` for a log's end, `follow=` for a last name the
+user linked: a spec or site file), `open_file` (the descriptor, for a caller that reads it itself),
+`entries` (a folder's names with lstat, nothing followed). Writers: `write`, `open_own`, `make_dir`,
+`make_unique_dir`, `unlink`, `remove_tree`/`remove_at`.
+
 `resolve` gives the link-free path it walked: what sf hands a job or an #SBATCH line is that
 path, never the one the user typed (a link in it could be flipped after the check).
 
