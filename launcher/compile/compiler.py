@@ -16,233 +16,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any
 
 from launcher import sbatch_values
 from launcher.compile import catalog, resolve, rules, scheduler_options, typed, verlcache
+from launcher.compile.context import Ctx
 from launcher.compile.rules.owned import refusal
 from launcher.compile.slurm_time import check_signal_lead, time_seconds
-from launcher.compile.values import hydra_value, parse_value
+from launcher.compile.values import hydra_value
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, Pool, SlurmOptions
-from launcher.spec.experiment import MergedSpec, split_override
+from launcher.spec.experiment import MergedSpec
+from launcher.spec.layers import Layer
 from launcher.spec.site import Site, parse_profile
 
 DEFAULT_ROLES = ("actor", "rollout", "ref")
-
-
-class Ctx:
-    """What the rules read and write while one spec compiles. Every value that reaches a verl
-    key is a resolve.Write in its layer; `resolution` is the one map they resolve into."""
-
-    def __init__(self, spec: MergedSpec, method: catalog.Method, site: Site, run_dir: str,
-                 runtime_overrides: dict | None = None):
-        self.spec = spec
-        self.runtime_overrides = runtime_overrides or {}  # config name -> the runtime's defaults
-        self.values = spec.values
-        self.method = method
-        self.site = site
-        self.sft = method.sft
-        self.run_dir = run_dir
-        self.checkpoint_dir = os.path.join(run_dir, "checkpoints")
-        self.main_py = spec.main_py
-        self.errors: list[SpecError] = []
-        self.warnings: list[str] = []
-        self.writes: list[resolve.Write] = []
-        self._resolution: resolve.Resolution | None = None
-        self._item = 0
-        self.effective = None  # verlcheck.Effective once composed
-        self.entry: tuple[str, ...] = tuple(method.entry)
-        self.pools: list[Pool] = []
-        self.roles: dict[str, str] = {}
-        self.knob_layers = knob_layers(spec)
-        self.recipe_defaults: dict = dict(method.defaults)
-        # Knobs from configs/defaults.yaml count as defaults (below the method's), not user values.
-        self.base_knobs = dict(next((k for layer, k in self.knob_layers if layer == "default:sf"), {}))
-        # (source, prefix, key, value) of each raw override of config.yaml, --set and the sweep point
-        self.raw: list[tuple[str, str, str, str]] = raw_overrides(spec, self.errors)
-
-    # --- recording
-    def error(self, field: str, message: str) -> None:
-        self.errors.append(SpecError(field, message))
-
-    def warn(self, message: str) -> None:
-        if message not in self.warnings:
-            self.warnings.append(message)
-
-    def next_item(self) -> int:
-        self._item += 1
-        return self._item
-
-    def write(self, w: resolve.Write) -> None:
-        self.writes.append(replace(w, seq=len(self.writes), item=w.item if w.item >= 0 else self.next_item()))
-        self._resolution = None
-
-    def set(self, key: str, value: Any, stage: str, prefix: str = "", raw_value: str | None = None,
-            source: str | None = None, origin: str | None = None, layer: str | None = None,
-            item: int = -1) -> None:
-        if key.startswith("+"):
-            prefix, key = "+", key[1:]
-        op = prefix or "="
-        if prefix == "~":
-            value = None
-        elif raw_value is not None:
-            value = parse_value(raw_value)
-        if layer is None:
-            spec_layer = self.layer((source or "").strip()) if stage == "knob" else ""
-            layer = write_layer(stage, source, self.recipe_defaults, spec_layer)
-        self.write(resolve.Write(key, value, layer, source or key, origin or origin_label(stage, layer, self.method),
-                                 op, raw_value if prefix == "~" or raw_value is not None else None, item=item))
-
-    def layer(self, dotted: str) -> str:
-        """The spec layer a value came from: config.yaml, --set, --model, site, default:sf."""
-        label = self.spec.provenance.get(dotted, "config.yaml")
-        return {"defaults": "default:sf", "values": "config.yaml", "cli": "--set"}.get(label, label)
-
-    # --- the one map
-    @property
-    def resolution(self) -> resolve.Resolution:
-        if self._resolution is None:
-            self._resolution = resolve.resolve(self.writes)
-        return self._resolution
-
-    @property
-    def overrides(self) -> dict[str, tuple[str, str, Any, str]]:
-        """key -> (layer, prefix, value, text) of each resolved key (verl's own default left out)."""
-        out = {}
-        for key, entry in self.resolution.entries.items():
-            w = entry.write
-            if w.op == resolve.DEFAULT:
-                continue
-            prefix = "" if w.op == "=" else w.op
-            out[key] = (w.layer, prefix, w.value, w.text if w.text is not None else hydra_value(w.value))
-        return out
-
-    @property
-    def bound(self) -> dict[str, str]:
-        """key -> origin, for keys a binding set."""
-        return {w.key: w.origin for w in self.writes if w.layer == "binding"}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value verl will see: from the composed config once compile has it, else from
-        the resolved map so far."""
-        if self.effective is not None:
-            return self.effective.get(key.lstrip("+"), default)
-        return self.resolution.get(key.lstrip("+"), default)
-
-    def user_writes(self):
-        """The writes of the input layers (site, config.yaml, --set, sweep), lowest first."""
-        return [w for w in sorted(self.writes, key=lambda w: (w.rank, w.seq)) if w.layer in resolve.INPUT_LAYERS]
-
-    def source_of(self, key: str, fallback: str | None = None) -> str:
-        entry = self.resolution.entries.get(key.lstrip("+"))
-        if entry is None or entry.layer not in resolve.INPUT_LAYERS:
-            return fallback or key
-        return entry.write.field
-
-    def culprit(self, key: str, fallback: str | None = None) -> str:
-        """The field to blame for `key`'s value: the highest user write that sets it, one of
-        its parents (a dict value, a ~delete) or one of its children; else the knob/default."""
-        key = key.lstrip("+")
-        for w in reversed(self.user_writes()):
-            if w.key == key or key.startswith(w.key + ".") or w.key.startswith(key + "."):
-                return w.field
-        return self.source_of(key, fallback)
-
-    def user_sets(self, key: str) -> bool:
-        """Whether a user write sets `key` in any spelling (knob, flat, dict value, ~, legacy)."""
-        key = key.lstrip("+")
-        return any(w.key == key or key.startswith(w.key + ".") for w in self.user_writes())
-
-    # --- what the user set, for the pinning rules
-    def user_keys(self):
-        for w in self.user_writes():
-            yield w.field, w.key
-
-    def user_values(self):
-        for w in self.user_writes():
-            yield w.field, w.key, w.value
-
-    def source_list(self) -> tuple[str, ...]:
-        return tuple(origin for _text, origin in self.resolution.overrides(hydra_value))
-
-    def override_list(self) -> tuple[str, ...]:
-        return tuple(text for text, _origin in self.resolution.overrides(hydra_value))
-
-
-def raw_overrides(spec: MergedSpec, errors: list[SpecError]) -> list[tuple[str, str, str, str]]:
-    """(source, prefix, key, value) of each raw override (config.yaml's, --set's, the sweep
-    point's), labelled with its field; `~key` deletes; one that is no KEY=VALUE is an error."""
-    raw = []
-    labels = list(spec.override_sources)
-    for i, text in enumerate(spec.values.get("overrides") or []):
-        source = labels[i] if i < len(labels) else f"overrides[{i}]"
-        try:
-            prefix, key, value = split_override(str(text))
-        except ValueError:
-            if str(text).startswith("~") and "=" not in str(text):
-                raw.append((source, "~", str(text).lstrip("~"), ""))
-                continue
-            errors.append(SpecError(source, f"{text!r} is not a Hydra override KEY=VALUE "
-                                    "(e.g. trainer.val_before_train=False)"))
-            continue
-        raw.append((source, prefix, key, value))
-    return raw
-
-
-def write_layer(stage: str, source: str | None, recipe_defaults: dict, spec_layer: str) -> str:
-    """The resolve layer of a write from the rule stage that makes it (a knob's: the spec layer
-    it came from, `spec_layer`)."""
-    if stage in ("pin", "binding", "topology", "runtime"):
-        return stage
-    if stage == "checkpoint":
-        return "run"
-    if stage == "default":
-        if source and source.startswith("method default "):
-            return "method" if source.removeprefix("method default ") in recipe_defaults else "default:sf"
-        return "sf"
-    if stage == "raw":
-        return raw_layer(source or "")
-    if stage == "knob":
-        return spec_layer if spec_layer in resolve.RANK else "config.yaml"
-    return "sf"
-
-
-def origin_label(stage: str, layer: str, method: catalog.Method) -> str:
-    """Provenance label of an override line: pin:verl/M, default:verl/M, default:sf, the
-    layer of a knob (config.yaml, --set, site, sweep), a binding's flag, topology, run."""
-    if stage == "pin":
-        return f"pin:verl/{method.name}"
-    if layer == "method":
-        return f"default:verl/{method.name}"
-    if layer in ("default:sf", "sf"):
-        return "default:sf"
-    if stage == "checkpoint":
-        return "run"
-    return layer if stage != "binding" else stage
-
-
-def raw_layer(source: str) -> str:
-    """The layer of a raw override from its label: `--set KEY`, `sweep KEY`, else config.yaml."""
-    if source.startswith("--set"):
-        return "--set"
-    if source.startswith(("sweep", "--grid")):
-        return "sweep"
-    return "config.yaml"
-
-
-def knob_layers(spec: MergedSpec) -> list[tuple[str, dict]]:
-    """[(layer, {knob: value})], lowest first: from load_spec's layers, else from the merged
-    knobs and the layer each came from."""
-    if getattr(spec, "knob_layers", None):
-        return [(layer, dict(knobs)) for layer, knobs in spec.knob_layers]
-    by_layer: dict[str, dict] = {}
-    prov = spec.provenance
-    label = {"defaults": "default:sf", "values": "config.yaml", "cli": "--set"}
-    for name, value in (spec.values.get("knobs") or {}).items():
-        layer = label.get(prov.get(f"knobs.{name}", "config.yaml"), prov.get(f"knobs.{name}", "config.yaml"))
-        by_layer.setdefault(layer if layer in resolve.LAYERS else "config.yaml", {})[name] = value
-    return sorted(by_layer.items(), key=lambda kv: resolve.RANK[kv[0]])
 
 
 def build_pools(spec: MergedSpec, method: catalog.Method, site: Site,
@@ -316,7 +103,7 @@ def _roles(method: catalog.Method, pools: list[Pool], roles: dict) -> dict:
 
 def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     s = spec.values.get("slurm") or {}
-    scheduler = scheduler_options.checked(s, spec.provenance)  # SpecError naming the flag or key
+    scheduler = scheduler_options.checked(s, spec.origins)  # SpecError naming the flag or key
     for key in ("account", "qos", "partition"):  # what render writes on an #SBATCH line, refused by sf validate too
         if s.get(key) is not None:
             sbatch_values.account(s[key], f"slurm.{key}")
@@ -326,7 +113,7 @@ def slurm_options(spec: MergedSpec, site: Site) -> SlurmOptions:
     try:
         limit = time_seconds(time, "slurm.time")  # as Slurm parses it: 25:61:00, 99:99:99, 0 refused
     except SpecError as exc:
-        if spec.provenance.get("slurm.time") not in (None, "site"):
+        if spec.layer_of("slurm.time") not in (None, Layer.SITE):
             raise
         # the site file's time, kept by this run: name that file (config.yaml's slurm.time overrides it)
         raise SpecError("site slurm.time", f"in the site file {site.path}: {exc.message}; or set slurm.time in "

@@ -31,11 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from launcher.errors import SpecError
+from launcher.spec.layers import INPUT_LAYERS, ORDER, OWNERS, Layer, Origin  # noqa: F401 (the rules read them here)
 
-LAYERS = ("default:sf", "method", "sf", "runtime", "site", "config.yaml", "--set", "sweep")
-OWNERS = ("pin", "binding", "topology", "run")
-INPUT_LAYERS = ("site", "config.yaml", "--set", "sweep")  # a key written twice in one of these: error
-RANK = {**{name: i for i, name in enumerate(LAYERS)}, **{name: 100 for name in OWNERS}}
+LAYERS = ORDER  # the precedence above, lowest first (launcher.spec.layers.Layer)
 
 # ops: "=" (plain), "+" (add a key verl's config lacks), "++" (add or override), "~" (delete),
 # "default" (verl's own default: nothing is emitted, lower layers are overridden)
@@ -46,21 +44,27 @@ DELETE, DEFAULT = "~", "default"
 class Write:
     key: str  # the verl key it reaches (no +/~ prefix)
     value: Any  # the typed value (None for a delete)
-    layer: str  # one of LAYERS or OWNERS
+    layer: Layer  # its place in the precedence (one of LAYERS or OWNERS)
     field: str  # what an error about it names: knobs.rollout_n, overrides[2], --set a.b, --model
-    origin: str  # provenance label of its override line (Plan.sources)
+    origin: Origin  # where the value came from; its label is the override line's provenance (Plan.sources)
     op: str = "="
     text: str | None = None  # the Hydra value as written (raw overrides); None: formatted from value
     seq: int = 0  # order of arrival (ties inside a layer; emission order)
     item: int = -1  # the input item it came from (the leaves of one dict value share it)
+    knob: bool = False  # written by a knob (not a raw override or a rule)
+
+    def __post_init__(self) -> None:
+        # typed, never a label: nothing downstream reads a layer back out of a text
+        if not isinstance(self.layer, Layer) or not isinstance(self.origin, Origin):
+            raise TypeError(f"a Write takes a Layer and an Origin, not {self.layer!r} and {self.origin!r}")
 
     @property
     def rank(self) -> int:
-        return RANK[self.layer]
+        return self.layer.rank
 
     @property
     def owner(self) -> bool:
-        return self.layer in OWNERS
+        return self.layer.owner
 
     def replaces_subtree(self) -> bool:
         """A delete, or a value that is not a dict, replaces everything below the key."""
@@ -80,11 +84,11 @@ class Entry:
         return self.write.value
 
     @property
-    def layer(self) -> str:
+    def layer(self) -> Layer:
         return self.write.layer
 
     @property
-    def origin(self) -> str:
+    def origin(self) -> Origin:
         return self.write.origin
 
     def override(self, format_value: Callable[[Any], str]) -> str | None:
@@ -124,7 +128,7 @@ class Resolution:
         for entry in self.entries.values():
             text = entry.override(format_value)
             if text is not None:
-                out.append((text, entry.origin))
+                out.append((text, entry.origin.label))
         return out
 
 
@@ -143,7 +147,7 @@ def twice_in_a_layer(writes: list[Write]) -> list[SpecError]:
     by_key: dict[tuple[str, str], list[tuple[int, Write]]] = {}
     below: dict[tuple[str, str], list[tuple[int, Write]]] = {}
     for index, w in enumerate(writes):
-        if w.layer not in INPUT_LAYERS:
+        if not w.layer.user_input:
             continue
         parents = _parents(w.key)
         candidates = [*by_key.get((w.layer, w.key), ()), *below.get((w.layer, w.key), ()),
@@ -152,7 +156,7 @@ def twice_in_a_layer(writes: list[Write]) -> list[SpecError]:
         if other is not None:
             other = other[1]
             where = w.key if w.key == other.key else f"{other.key} and {w.key}"
-            errors.append(SpecError(w.field, f"{where} is written twice in {w.layer} "
+            errors.append(SpecError(w.field, f"{where} is written twice in {w.layer.label} "
                                     f"({other.field} and {w.field}); keep one of them"))
         by_key.setdefault((w.layer, w.key), []).append((index, w))
         for p in parents:
@@ -215,20 +219,20 @@ def resolve(writes: list[Write]) -> Resolution:
 def conflict_message(conflict: Conflict, format_value: Callable[[Any], str]) -> str:
     """The generic refusal: the key, the layer that wrote it, the owner and how to fix it."""
     w, owner = conflict.write, conflict.owner
-    what = {"pin": f"pinned to {format_value(owner.value)} by {owner.origin.removeprefix('pin:')}",
-            "binding": f"set by {owner.origin}", "topology": "set from the pools",
-            "run": "set by sf for the run"}[owner.layer]
-    fix = {"pin": "remove it, or pick the method that runs what you want",
-           "binding": f"change {owner.origin} instead", "topology": "use --profile or spec.resources.pools instead",
-           "run": "remove it"}[owner.layer]
-    return f"{owner.key} is {what}; {w.layer} ({w.field}) cannot change it: {fix}"
+    what = {Layer.PIN: f"pinned to {format_value(owner.value)} by verl/{owner.origin.method}",
+            Layer.BINDING: f"set by {owner.origin.label}", Layer.TOPOLOGY: "set from the pools",
+            Layer.RUN: "set by sf for the run"}[owner.layer]
+    fix = {Layer.PIN: "remove it, or pick the method that runs what you want",
+           Layer.BINDING: f"change {owner.origin.label} instead",
+           Layer.TOPOLOGY: "use --profile or spec.resources.pools instead", Layer.RUN: "remove it"}[owner.layer]
+    return f"{owner.key} is {what}; {w.layer.label} ({w.field}) cannot change it: {fix}"
 
 
 def as_dict(entry: Entry, format_value: Callable[[Any], str]) -> dict:
     """An entry for JSON (sf validate --json, plan.json)."""
     def one(w: Write) -> dict:
-        return {"value": None if w.op in (DELETE, DEFAULT) else _plain(w.value), "op": w.op, "layer": w.layer,
-                "source": w.origin, "field": w.field}
+        return {"value": None if w.op in (DELETE, DEFAULT) else _plain(w.value), "op": w.op, "layer": w.layer.label,
+                "source": w.origin.label, "field": w.field}
 
     return {**one(entry.write), "overrides": [one(w) for w in reversed(entry.overridden)]}
 

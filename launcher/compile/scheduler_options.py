@@ -4,7 +4,7 @@ and `--sbatch KEY=VALUE` for other long sbatch options from an allowlist.
 Three sources, lowest first: the site file's `slurm:` section (site defaults), config.yaml's
 `slurm:` keys, the flags (`--reservation`, `--mail-type`, `--mail-user`, `--dependency`,
 `--exclude`, `--constraint`, `--sbatch`), merged by launcher.spec.experiment like every other layer.
-`checked(values, provenance)` turns the merged `slurm` mapping into checked values (a
+`checked(values, origins)` turns the merged `slurm` mapping into checked values (a
 SpecError naming the flag or key and the fix otherwise); render puts them on `#SBATCH` lines.
 
 Hetjobs: PER_GROUP options go into every het component (each component is its own job
@@ -34,6 +34,7 @@ from launcher.sbatch_values import (  # noqa: F401 (KEYS, DEPENDENCY: named here
     TIMEISH,
     WORDS,
 )
+from launcher.spec.layers import SITE, Layer
 
 # sbatch options sf writes itself (or has its own key for): never through --sbatch
 OWNED = {
@@ -73,12 +74,17 @@ SCHEMA_PROPERTIES = {
                                          "(at most max_requeues times); --exclude-bad-nodes"},
 }
 
-def _field(key: str, provenance: dict, flag: str | None = None) -> str:
+def site_origins() -> dict:
+    """Every scheduler option from the site file (sf doctor checks the site's own defaults)."""
+    return {f"slurm.{key}": SITE for key in (*KEYS, "sbatch")}
+
+
+def _field(key: str, origins: dict, flag: str | None = None) -> str:
     """The name an error shows: the flag, the site file's key or config.yaml's key."""
-    source = provenance.get(f"slurm.{key}", "")
-    if source.startswith("--"):
-        return flag or source
-    return f"site.slurm.{key}" if source == "site" else f"slurm.{key}"
+    origin = origins.get(f"slurm.{key}")
+    if origin is not None and origin.flag:
+        return flag or origin.flag
+    return f"site.slurm.{key}" if origin is not None and origin.layer is Layer.SITE else f"slurm.{key}"
 
 
 def _mail_type(value, field: str) -> str:
@@ -133,16 +139,18 @@ def _job_ids_fit(dependency: str, field: str) -> None:
                             "would wait on another job (it wraps the number); give the job id as squeue shows it")
 
 
-def checked(slurm: dict, provenance: dict | None = None) -> dict:
+def checked(slurm: dict, origins: dict | None = None) -> dict:
     """The merged `slurm` mapping's scheduler options, every value checked: {key: text}
-    for the scalars (left out when unset) and "sbatch": ((key, value or None), ...)."""
-    provenance = provenance or {}
+    for the scalars (left out when unset) and "sbatch": ((key, value or None), ...).
+    `origins`: dotted key -> where it came from (launcher.spec.layers.Origin), for the field
+    an error names."""
+    origins = origins or {}
     out: dict = {}
     for flag, key, pattern, what, _job_wide in SCALARS:
         value = slurm.get(key)
         if value is None or value == "":
             continue
-        field = _field(key, provenance, flag)
+        field = _field(key, origins, flag)
         if key == "mail_type":
             out[key] = _mail_type(value, field)
         elif key == "exclude" and isinstance(value, (list, tuple)):
@@ -158,24 +166,25 @@ def checked(slurm: dict, provenance: dict | None = None) -> dict:
                 _job_ids_fit(value, field)
     extra = slurm.get("sbatch") or {}
     if not isinstance(extra, dict):
-        raise SpecError(_field("sbatch", provenance), f"{extra!r} must be a mapping of sbatch option -> value, "
+        raise SpecError(_field("sbatch", origins), f"{extra!r} must be a mapping of sbatch option -> value, "
                         "e.g. {mem-per-gpu: 32G}")
     pairs = []
     for key, value in extra.items():
         if value is False:  # `spread-job: false`: left out
             continue
-        source = provenance.get(f"slurm.sbatch.{key}", provenance.get("slurm.sbatch", ""))
+        origin = origins.get(f"slurm.sbatch.{key}", origins.get("slurm.sbatch"))
         # a key with a newline (any unprintable character) is named by its mapping: the error's
         # message quotes it, and in the field it would split the one error line in two
         shown = f".{key}" if str(key).isprintable() else ""
-        field = "--sbatch" if source == "--sbatch" else ("site." if source == "site" else "") + f"slurm.sbatch{shown}"
+        field = origin.flag if origin is not None and origin.flag else \
+            ("site." if origin is not None and origin.layer is Layer.SITE else "") + f"slurm.sbatch{shown}"
         pairs.append(check_sbatch(key, value, field))
     if pairs:
         out["sbatch"] = tuple(pairs)
     bad_nodes = slurm.get("exclude_bad_nodes")
     if bad_nodes is not None:
         if not isinstance(bad_nodes, bool):
-            raise SpecError(_field("exclude_bad_nodes", provenance, "--exclude-bad-nodes"),
+            raise SpecError(_field("exclude_bad_nodes", origins, "--exclude-bad-nodes"),
                             f"{bad_nodes!r} must be true or false")
         out["exclude_bad_nodes"] = bad_nodes
     return out

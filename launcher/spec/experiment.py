@@ -2,8 +2,9 @@
 
 Layers, lowest first: configs/defaults.yaml < the site file (account, qos, time, requeues,
 signal lead) < experiments/NAME/config.yaml < CLI flags. The MergedSpec keeps the merged
-`values` and, for every dotted key, the layer it came from (`provenance`), so `sf validate`
-shows where each value came from.
+`values` and, for every dotted key, where it came from, typed (`origins`: a
+launcher.spec.layers.Origin made here, where the value enters), so `sf validate` shows where
+each value came from (`provenance`, the labels) and compile reads the layer, never a label.
 
 This is the I/O edge of the compiler: it reads files, resolves relative paths and
 datasets, and checks whether the experiment has its own main.py. compile_plan is pure.
@@ -30,6 +31,7 @@ from launcher.spec import paths
 from launcher.spec.contracts import explain
 from launcher.spec.files import blocked_path, expand_user, nul_errors, parse_yaml_file, refuse_duplicate_keys
 from launcher.spec.input_files import abs_files, as_list, check_reward_function, data_files, model_path
+from launcher.spec.layers import DEFAULTS, SITE, SWEEP, Layer, Origin, from_flag, overrides_label
 from launcher.spec.schema_fast import surely_valid
 from launcher.spec.site import Site
 
@@ -42,16 +44,31 @@ class MergedSpec:
     name: str  # experiment name (the folder's name)
     exp_dir: str  # absolute path of the experiment folder
     values: dict  # merged values (schema shape, plus `profile` from --profile)
-    provenance: dict  # dotted key -> layer ("defaults", "site", "config.yaml", "--model", "--set", ...)
-    override_sources: list = field(default_factory=list)  # one label per values["overrides"] item
+    origins: dict  # dotted key -> where it came from (launcher.spec.layers.Origin)
+    override_sources: list = field(default_factory=list)  # the field an error names, per values["overrides"] item
+    override_layers: list = field(default_factory=list)  # the Layer of each values["overrides"] item
     main_py: str | None = None  # absolute path of experiments/NAME/main.py when it exists
     dataset_dir: str | None = None  # resolved data.train.dataset folder
     # --model run:RUN: {"run", "target", "export_job"} (the export it waits for, when queued)
     model_from: dict | None = None
     chain_export: object = None  # launcher.submit.chain.ChainExport: RUN has no export, sf submit queues one first
-    # the knobs of each layer, lowest first: [("default:sf", {...}), ("config.yaml", {...}),
-    # ("--set", {...}), ("sweep", {...})] (launcher.compile.resolve resolves them by verl key)
+    # the knobs of each layer, lowest first: [(Layer.DEFAULTS, {...}), (Layer.CONFIG, {...}),
+    # (Layer.SET, {...}), (Layer.SWEEP, {...})] (launcher.compile.resolve resolves them by verl key)
     knob_layers: list = field(default_factory=list)
+
+    @property
+    def provenance(self) -> dict:
+        """dotted key -> the label `sf validate` shows (defaults, site, config.yaml, --model,
+        --set, sweep, ...), made from `origins`; `overrides`: the layers of the raw overrides."""
+        out = {dotted: origin.spec_label for dotted, origin in self.origins.items()}
+        if self.values.get("overrides") and self.override_layers:
+            out["overrides"] = overrides_label(self.override_layers)
+        return out
+
+    def layer_of(self, dotted: str) -> Layer | None:
+        """The layer a spec value came from (None: nothing set it)."""
+        origin = self.origins.get(dotted)
+        return origin.layer if origin is not None else None
 
     @property
     def method(self) -> str:
@@ -350,28 +367,29 @@ def _parse_set(items, knobs: dict, overrides: list, sources: list, flag: str = "
 
 
 def _flag_layer(flags: dict, cwd: Path) -> tuple[dict, dict]:
-    """The CLI flags but --set as a layer: (values, {dotted key: the flag that set it})."""
+    """The CLI flags but --set as a layer: (values, {dotted key: Origin of the flag that set it})."""
     cli: dict = {}
     cli_prov: dict = {}
     if flags.get("model"):  # `--model run:RUN` arrives resolved (launcher.submit.chain.load_chained)
         cli["model"] = model_path(flags["model"], cwd, "--model")
-        cli_prov["model"] = "--model"
+        cli_prov["model"] = from_flag("--model")
     if flags.get("train_dataset"):
         cli.setdefault("data", {}).setdefault("train", {})["dataset"] = flags["train_dataset"]
-        cli_prov["data.train.dataset"] = "--train-dataset"
+        cli_prov["data.train.dataset"] = from_flag("--train-dataset")
     if flags.get("train_data"):
         cli.setdefault("data", {}).setdefault("train", {})["files"] = list(as_list(flags["train_data"]))
-        cli_prov["data.train.files"] = "--train-data"
+        cli_prov["data.train.files"] = from_flag("--train-data")
     if flags.get("validation_data"):
         cli.setdefault("data", {}).setdefault("validation", {})["files"] = abs_files(flags["validation_data"], cwd,
                                                                                           "--validation-data")
-        cli_prov["data.validation.files"] = "--validation-data"
+        cli_prov["data.validation.files"] = from_flag("--validation-data")
     if flags.get("profile"):
         cli["profile"] = flags["profile"]
-        cli_prov["profile"] = "--profile"
+        cli_prov["profile"] = from_flag("--profile")
     if flags.get("slurm"):  # --reservation, --mail-type, ..., --sbatch, --after's dependency (cli.options)
         cli["slurm"] = dict(flags["slurm"])
-        cli_prov.update(flags.get("slurm_provenance") or {})
+        # {dotted: the flag's name} (launcher.cli.options, launcher.submit.chain): the flag itself, typed here
+        cli_prov.update({dotted: from_flag(name) for dotted, name in (flags.get("slurm_provenance") or {}).items()})
     return cli, cli_prov
 
 
@@ -408,20 +426,22 @@ def _refuse_nul(data, what: str) -> None:
 
 def _set_layers(flags: dict, cli: dict, cli_prov: dict, errors: list):
     """--set and the sweep point (launcher.submit.sweep.point_flags, the layer above --set):
-    (set knobs, point knobs, raw overrides, their labels); knobs merged into `cli`."""
+    (set knobs, point knobs, raw overrides, their fields, their layers); knobs merged into `cli`."""
     set_knobs: dict = {}
     point_knobs: dict = {}
     overrides: list = []
     sources: list = []
     errors += _parse_set(flags.get("set"), set_knobs, overrides, sources)
+    from_set = len(overrides)
     errors += _parse_set(flags.get("point"), point_knobs, overrides, sources, flag="sweep")
     if errors:
         raise SpecErrors(errors)
+    layers = [Layer.SET] * from_set + [Layer.SWEEP] * (len(overrides) - from_set)
     if set_knobs or point_knobs:
         cli["knobs"] = {**set_knobs, **point_knobs}
-        cli_prov.update({f"knobs.{k}": "--set" for k in set_knobs})
-        cli_prov.update({f"knobs.{k}": "sweep" for k in point_knobs})
-    return set_knobs, point_knobs, overrides, sources
+        cli_prov.update({f"knobs.{k}": from_flag("--set") for k in set_knobs})
+        cli_prov.update({f"knobs.{k}": SWEEP for k in point_knobs})
+    return set_knobs, point_knobs, overrides, sources, layers
 
 
 def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root: str = "experiments") -> MergedSpec:
@@ -438,38 +458,39 @@ def load_spec(name_or_dir: str, flags: dict | None, site: Site, experiments_root
     cwd = Path.cwd()
     config = _config_paths(copy.deepcopy(config), exp_dir, errors)
     cli, cli_prov = _flag_layer(flags, cwd)
-    set_knobs, point_knobs, set_overrides, set_sources = _set_layers(flags, cli, cli_prov, errors)
-    knob_layers = [("default:sf", dict(builtin_defaults().get("knobs") or {})),
-                   ("config.yaml", dict(config.get("knobs") or {})), ("--set", set_knobs), ("sweep", point_knobs)]
+    set_knobs, point_knobs, set_overrides, set_sources, set_layers = _set_layers(flags, cli, cli_prov, errors)
+    knob_layers = [(Layer.DEFAULTS, dict(builtin_defaults().get("knobs") or {})),
+                   (Layer.CONFIG, dict(config.get("knobs") or {})), (Layer.SET, set_knobs), (Layer.SWEEP, point_knobs)]
 
-    layers = [("defaults", builtin_defaults()), ("site", _site_layer(site)), ("config.yaml", config)]
+    config_file = Origin(Layer.CONFIG, path=str(exp_dir / CONFIG_FILE))
+    layers = [(DEFAULTS, builtin_defaults()), (Origin(Layer.SITE, path=site.path) if site.path else SITE,
+                                               _site_layer(site)), (config_file, config)]
     values: dict = {}
-    provenance: dict = {}
-    for layer_name, layer in layers:
+    origins: dict = {}
+    for origin, layer in layers:
         values = _deep_merge(values, {k: v for k, v in layer.items() if k != "overrides"})
         for dotted, _ in leaves({k: v for k, v in layer.items() if k != "overrides"}):
-            provenance[dotted] = layer_name
+            origins[dotted] = origin
     values = _deep_merge(values, cli)
     for dotted, _ in leaves(cli):
-        provenance[dotted] = cli_prov.get(dotted, "cli")
+        origins[dotted] = cli_prov.get(dotted, Origin(Layer.SET))  # a command-line value no flag names
 
     # Raw overrides: config.yaml's list, then --set's, in that order.
     config_overrides = list(config.get("overrides") or [])
     values["overrides"] = config_overrides + [o for _f, o in estimator_overrides] + set_overrides
     override_sources = ([f"overrides[{i}]" for i in range(len(config_overrides))]
                         + [f for f, _o in estimator_overrides] + set_sources)
-    if values["overrides"]:
-        layers = {"config.yaml" if config_overrides else "", "--set" if set_overrides else ""}
-        provenance["overrides"] = "+".join(sorted(layers - {""}))
+    override_layers = [Layer.CONFIG] * (len(config_overrides) + len(estimator_overrides)) + set_layers
 
-    dataset_dir = data_files(values, provenance, site, exp_dir, cwd)
+    dataset_dir = data_files(values, origins, site, exp_dir, cwd)
     main_py = exp_dir / "main.py"
     return MergedSpec(
         name=name,
         exp_dir=str(exp_dir),
         values=values,
-        provenance=provenance,
+        origins=origins,
         override_sources=override_sources,
+        override_layers=override_layers,
         main_py=str(main_py) if main_py.is_file() else None,
         dataset_dir=dataset_dir,
         knob_layers=[(layer, knobs) for layer, knobs in knob_layers if knobs],

@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.errors import SpecError
 from launcher.spec.files import expand_user
+from launcher.spec.layers import Layer
 from launcher.spec.site import Site
 
 
@@ -129,12 +130,13 @@ def dataset_files(ds_dir: Path, files) -> Any:
     return out[0] if len(out) == 1 else out
 
 
-def data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: Path) -> str | None:
+def data_files(values: dict, origins: dict, site: Site, exp_dir: Path, cwd: Path) -> str | None:
     """Data files made absolute in `values` (a flag's against the cwd, config.yaml's against
-    the experiment folder; a dataset's inside its version folder). The dataset folder, if any."""
+    the experiment folder; a dataset's inside its version folder). The dataset folder, if any.
+    `origins`: where each came from (launcher.spec.layers.Origin)."""
     dataset_dir = None
     train = (values.get("data") or {}).get("train") or {}
-    from_cli_files = provenance.get("data.train.files") == "--train-data"
+    from_cli_files = _layer(origins, "data.train.files") is Layer.SET  # --train-data
     if train.get("dataset"):
         ds = resolve_dataset(train["dataset"], site)
         dataset_dir = str(ds)
@@ -143,6 +145,11 @@ def data_files(values: dict, provenance: dict, site: Site, exp_dir: Path, cwd: P
         train["files"] = abs_files(train["files"], cwd if from_cli_files else exp_dir,
                                     "--train-data" if from_cli_files else "data.train.files")
     val = (values.get("data") or {}).get("validation") or {}
-    if val.get("files") is not None and provenance.get("data.validation.files") == "config.yaml":
+    if val.get("files") is not None and _layer(origins, "data.validation.files") is Layer.CONFIG:
         val["files"] = abs_files(val["files"], exp_dir, "data.validation.files")
     return dataset_dir
+
+
+def _layer(origins: dict, dotted: str) -> Layer | None:
+    origin = origins.get(dotted)
+    return origin.layer if origin is not None else None

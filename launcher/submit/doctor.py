@@ -416,7 +416,7 @@ def check_site_values(site) -> list[Check]:
     for name, check in (
             ("slurm.time", lambda: time_seconds(site.time, "site slurm.time")),
             ("scheduler defaults", lambda: scheduler_options.checked(
-                slurm_section, {f"slurm.{key}": "site" for key in (*scheduler_options.KEYS, "sbatch")}))):
+                slurm_section, scheduler_options.site_origins()))):
         try:
             check()
             checks.append(Check(f"site {name}", OK, "as Slurm reads it" if name == "slurm.time" else "checked"))

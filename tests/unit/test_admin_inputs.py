@@ -19,10 +19,11 @@ from launcher.compile import scheduler_options  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
 from launcher.render import site_template  # noqa: E402
 from launcher.render.script import render_script  # noqa: E402
+from launcher.spec import layers  # noqa: E402
 
 # --- the scheduler options: one error line, whatever the key ----------------------------------
 
-@pytest.mark.parametrize("provenance,field", [({"slurm.sbatch": "site"}, "site.slurm.sbatch"),
+@pytest.mark.parametrize("provenance,field", [({"slurm.sbatch": layers.SITE}, "site.slurm.sbatch"),
                                               ({}, "slurm.sbatch")])
 def test_an_sbatch_key_with_a_newline_is_one_error_line(provenance, field):
     """`sbatch: {"comment\\n#SBATCH --x": y}` (site file or config.yaml): the field named the raw

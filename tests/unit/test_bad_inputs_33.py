@@ -551,13 +551,15 @@ def test_resolve_of_many_writes_is_linear_and_still_finds_twice_written_keys():
     import time
 
     from launcher.compile.resolve import Write, resolve
+    from launcher.spec.layers import Layer, Origin
 
     n = 20_000
-    writes = [Write(f"t.k{i}.x", i, "config.yaml", f"overrides[{i}]", "config.yaml", seq=i, item=i) for i in range(n)]
-    writes += [Write("t.k7", 1, "config.yaml", "overrides[a]", "config.yaml", seq=n, item=n),  # a parent, later
-               Write("t.k9.x", 2, "config.yaml", "overrides[b]", "config.yaml", seq=n + 1, item=n + 1),
-               Write("t.k11.x.y", 3, "--set", "--set t.k11.x.y", "--set", seq=n + 2, item=n + 2),
-               Write("t.k11", 4, "--set", "--set t.k11", "--set", seq=n + 3, item=n + 3)]
+    writes = [Write(f"t.k{i}.x", i, Layer.CONFIG, f"overrides[{i}]", Origin(Layer.CONFIG), seq=i, item=i)
+              for i in range(n)]
+    writes += [Write("t.k7", 1, Layer.CONFIG, "overrides[a]", Origin(Layer.CONFIG), seq=n, item=n),  # a parent, later
+               Write("t.k9.x", 2, Layer.CONFIG, "overrides[b]", Origin(Layer.CONFIG), seq=n + 1, item=n + 1),
+               Write("t.k11.x.y", 3, Layer.SET, "--set t.k11.x.y", Origin(Layer.SET), seq=n + 2, item=n + 2),
+               Write("t.k11", 4, Layer.SET, "--set t.k11", Origin(Layer.SET), seq=n + 3, item=n + 3)]
     start = time.monotonic()
     res = resolve(writes)
     took = time.monotonic() - start

@@ -20,6 +20,7 @@ from launcher.cli.app import main  # noqa: E402
 from launcher.compile import resolve  # noqa: E402
 from launcher.compile.resolve import Write  # noqa: E402
 from launcher.spec.experiment import load_spec  # noqa: E402
+from launcher.spec.layers import Layer, Origin  # noqa: E402
 
 N = "actor_rollout_ref.rollout.n"
 LR = "actor_rollout_ref.actor.optim.lr"
@@ -57,7 +58,7 @@ def _one(errors, *needles):
 # ----------------------------------------------------------------------------- the pure step
 
 def _w(key, value, layer, field=None, **kw):
-    return Write(key, value, layer, field or f"{layer}:{key}", layer, **kw)
+    return Write(key, value, layer, field or f"{layer.label}:{key}", Origin(layer), **kw)
 
 
 def test_precedence_is_one_order_for_every_key():
@@ -66,14 +67,15 @@ def test_precedence_is_one_order_for_every_key():
         writes = [_w("a.b", i, layer, seq=i, item=i) for i, layer in enumerate(order)]
         res = resolve.resolve(writes)
         entry = res.entries["a.b"]
-        assert entry.layer == "sweep" and not res.errors
+        assert entry.layer is Layer.SWEEP and not res.errors
         assert [w.layer for w in entry.overridden] == layers[:-1]  # lowest first
 
 
 def test_owner_refuses_a_conflicting_write_naming_key_layer_and_fix():
-    pin = Write("algorithm.adv_estimator", "grpo", "pin", "pin", "pin:verl/grpo", seq=0, item=0)
-    user = Write("algorithm.adv_estimator", "rloo", "--set", "--set algorithm.adv_estimator", "--set", seq=1, item=1)
-    same = Write("algorithm.adv_estimator", "grpo", "config.yaml", "overrides[0]", "config.yaml", seq=2, item=2)
+    pin = Write("algorithm.adv_estimator", "grpo", Layer.PIN, "pin", Origin(Layer.PIN, method="grpo"), seq=0, item=0)
+    user = Write("algorithm.adv_estimator", "rloo", Layer.SET, "--set algorithm.adv_estimator", Origin(Layer.SET),
+                 seq=1, item=1)
+    same = Write("algorithm.adv_estimator", "grpo", Layer.CONFIG, "overrides[0]", Origin(Layer.CONFIG), seq=2, item=2)
     res = resolve.resolve([pin, user, same])
     assert [c.write for c in res.conflicts] == [user]  # the same value does not conflict
     msg = resolve.conflict_message(res.conflicts[0], str)
@@ -82,29 +84,29 @@ def test_owner_refuses_a_conflicting_write_naming_key_layer_and_fix():
 
 
 def test_owner_refuses_a_parent_deleted_or_replaced():
-    owner = Write("trainer.nnodes", 2, "topology", "topology", "topology", seq=0, item=0)
+    owner = Write("trainer.nnodes", 2, Layer.TOPOLOGY, "topology", Origin(Layer.TOPOLOGY), seq=0, item=0)
     for op, value in (("~", None), ("=", None), ("=", 3)):
-        w = Write("trainer", value, "config.yaml", "overrides[0]", "config.yaml", op=op, seq=1, item=1)
+        w = Write("trainer", value, Layer.CONFIG, "overrides[0]", Origin(Layer.CONFIG), op=op, seq=1, item=1)
         assert resolve.resolve([owner, w]).conflicts, (op, value)
-    merge = Write("trainer", {"x": 1}, "config.yaml", "overrides[0]", "config.yaml", seq=1, item=1)
+    merge = Write("trainer", {"x": 1}, Layer.CONFIG, "overrides[0]", Origin(Layer.CONFIG), seq=1, item=1)
     assert not resolve.resolve([owner, merge]).conflicts
 
 
 def test_two_writes_of_one_key_in_one_layer_are_an_error():
-    a = _w("a.b", 1, "config.yaml", "knobs.lr", item=1)
-    b = _w("a.b", 2, "config.yaml", "overrides[0]", item=2, seq=1)
+    a = _w("a.b", 1, Layer.CONFIG, "knobs.lr", item=1)
+    b = _w("a.b", 2, Layer.CONFIG, "overrides[0]", item=2, seq=1)
     res = resolve.resolve([a, b])
     _one([str(e) for e in res.errors], "a.b is written twice in config.yaml", "knobs.lr", "overrides[0]")
-    parent = _w("a", None, "config.yaml", "overrides[1]", op="~", item=3, seq=2)
+    parent = _w("a", None, Layer.CONFIG, "overrides[1]", op="~", item=3, seq=2)
     _one([str(e) for e in resolve.resolve([a, parent]).errors], "a.b and a", "written twice")
     # two leaves of one dict value are one write
-    leaves = [_w("a.b", 1, "--set", "--set a", item=7), _w("a.c", 2, "--set", "--set a", item=7, seq=1)]
+    leaves = [_w("a.b", 1, Layer.SET, "--set a", item=7), _w("a.c", 2, Layer.SET, "--set a", item=7, seq=1)]
     assert not resolve.resolve(leaves).errors
 
 
 def test_a_higher_delete_replaces_the_lower_children():
-    low = _w("a.b.c", 1, "method", item=1)
-    delete = _w("a.b", None, "--set", op="~", item=2, seq=1)
+    low = _w("a.b.c", 1, Layer.METHOD, item=1)
+    delete = _w("a.b", None, Layer.SET, op="~", item=2, seq=1)
     res = resolve.resolve([low, delete])
     assert list(res.entries) == ["a.b"] and res.entries["a.b"].overridden == [low]
     assert res.overrides(str) == [("~a.b", "--set")]

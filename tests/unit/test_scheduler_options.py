@@ -14,7 +14,7 @@ from launcher.compile import scheduler_options
 from launcher.errors import SpecError, SpecErrors
 from launcher.plan import Plan, SlurmOptions
 from launcher.render.script import render_script
-from launcher.spec import paths
+from launcher.spec import layers, paths
 from launcher.spec.experiment import schema_errors
 from launcher.spec.site import site_from_dict
 
@@ -193,12 +193,12 @@ def test_bad_config_and_site_values_name_their_key():
     from launcher.spec.experiment import _deep_merge, _site_layer
 
     spec.values = _deep_merge(spec.values, _site_layer(unit_site))
-    spec.provenance.update({"slurm.exclude": "site"})
+    spec.origins.update({"slurm.exclude": layers.SITE})
     with pytest.raises(SpecErrors) as err:
         compile_plan(spec, unit_site, "/runs/x-abcde")
     assert [e.field for e in err.value.errors] == ["site.slurm.exclude"]
     spec = spec_from_values(base("grpo", slurm={"sbatch": {"comment": "a;b"}}))
-    spec.provenance["slurm.sbatch.comment"] = "config.yaml"
+    spec.origins["slurm.sbatch.comment"] = layers.CONFIG
     with pytest.raises(SpecErrors) as err:
         compile_plan(spec, SITE, "/runs/x-abcde")
     assert [e.field for e in err.value.errors] == ["slurm.sbatch.comment"]

@@ -17,6 +17,7 @@ from launcher.compile import catalog  # noqa: E402
 from launcher.cli.app import main  # noqa: E402
 from launcher.errors import SpecError  # noqa: E402
 from launcher.spec.experiment import load_spec, schema, schema_errors  # noqa: E402
+from launcher.spec.layers import Layer, Origin  # noqa: E402
 
 CONFIG = {"method": "verl/grpo", "model": "Qwen/Qwen2.5-0.5B-Instruct", "knobs": {"rollout_n": 5, "actor_lr": "1e-6"},
           "data": {"train": {"files": "data/train.parquet"}}, "slurm": {"time": "02:00:00"}}
@@ -37,6 +38,7 @@ def test_layers_and_provenance(root):
     assert spec.values["slurm"]["account"] == "acct" and spec.values["slurm"]["time"] == "02:00:00"
     assert spec.values["knobs"]["rollout_n"] == "8"
     assert spec.values["overrides"] == ["trainer.critic_warmup=1"] and spec.override_sources == ["--set trainer.critic_warmup"]
+    assert spec.override_layers == [Layer.SET] and spec.origins["knobs.rollout_n"] == Origin(Layer.SET, flag="--set")
     # config.yaml paths are relative to the experiment folder, CLI paths to the cwd
     assert spec.values["data"]["train"]["files"] == str(root / "experiments/e/data/train.parquet")
     assert spec.values["data"]["validation"]["files"] == str(root / "v.parquet")

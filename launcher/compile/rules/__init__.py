@@ -1,6 +1,6 @@
 """The rules of the verl runtime: one named check per rule, in one visible order.
 
-Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.compiler.Ctx).
+Every rule is a function `rule_<name>(ctx)` over a compile context (launcher.compile.context.Ctx).
 A rule reads the spec, the method and the overrides gathered so far, and either sets
 overrides, adds warnings, or adds SpecErrors whose message says how to fix the problem.
 compile.compile_plan runs the BUILD rules, then the JUDGES, and raises all errors of one pass
@@ -38,7 +38,7 @@ from launcher.compile.rules import (
     start_values,
 )
 
-Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.compiler.Ctx)
+Rule = Callable[["Ctx"], None]  # noqa: F821  (launcher.compile.context.Ctx)
 
 # Rules that build the overrides, in order; then compile composes them with verl's config
 # and the JUDGES run on the composed (effective) values.

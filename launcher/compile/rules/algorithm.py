@@ -9,6 +9,7 @@ from launcher.compile import resolve
 from launcher.compile.knobs import ACTOR, CORRECTION, parse_rs_threshold, parse_threshold
 from launcher.compile.values import is_number
 from launcher.errors import SpecError
+from launcher.spec.layers import Layer
 
 
 def rule_rollout_n(ctx) -> None:
@@ -35,9 +36,9 @@ def rule_dapo(ctx) -> None:
     resp = ctx.get("data.max_response_length")
     if ctx.get("reward.reward_kwargs.overlong_buffer_cfg.log") is None \
             and not ctx.user_sets("reward.reward_kwargs.overlong_buffer_cfg.log"):
-        ctx.set("reward.reward_kwargs.overlong_buffer_cfg.log", False, "default", prefix="+")
+        ctx.set("reward.reward_kwargs.overlong_buffer_cfg.log", False, Layer.SF, prefix="+")
     if isinstance(resp, int) and not isinstance(resp, bool) and not ctx.user_sets("reward.reward_kwargs.max_resp_len"):
-        ctx.set("reward.reward_kwargs.max_resp_len", resp, "default", prefix="+")
+        ctx.set("reward.reward_kwargs.max_resp_len", resp, Layer.SF, prefix="+")
 
 
 def rule_filter_metric(ctx) -> None:
@@ -64,12 +65,14 @@ def rule_overlong_buffer(ctx) -> None:
         return
     resp = ctx.get("reward.reward_kwargs.max_resp_len", ctx.get("data.max_response_length"))
     length = ctx.get("reward.reward_kwargs.overlong_buffer_cfg.len", 0)
-    src = ctx.culprit("reward.reward_kwargs.overlong_buffer_cfg.len", "knobs.overlong_buffer_len")
+    culprit = ctx.culprit_write("reward.reward_kwargs.overlong_buffer_cfg.len")
+    src = culprit.field if culprit is not None else "knobs.overlong_buffer_len"
     if is_number(resp) and is_number(length) and length > resp:
         ctx.error(src, f"overlong buffer ({length} tokens) is longer than max_response_length ({resp}); verl asserts "
                   f"max_resp_len >= len: raise max_response_length or lower overlong_buffer_len")
     if not (is_number(length) and length > 0):
-        ctx.error(src if src.startswith(("overrides[", "--set")) else "knobs.overlong_buffer_len",
+        raw = culprit is not None and not culprit.knob and culprit.layer in (Layer.CONFIG, Layer.SET)
+        ctx.error(src if raw else "knobs.overlong_buffer_len",
                   "the overlong buffer is on but its length is not > 0; set overlong_buffer_len: 4096")
 
 
@@ -89,7 +92,7 @@ def rule_rollout_correction(ctx) -> None:
     if ctx.get(CORRECTION + "rollout_is") not in (None, "null"):  # from any input: a knob, a raw override, a dict
         # verl 0.9.1 defaults it to true; make it explicit so the compiled command says so (sf's
         # layer: any input that sets it wins).
-        ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, "default")
+        ctx.set("actor_rollout_ref.rollout.calculate_log_probs", True, Layer.SF)
 
 
 def rule_rollout_correction_inputs(ctx) -> None:

@@ -8,6 +8,7 @@ import math
 from launcher.compile import catalog
 from launcher.compile.knobs import ACTOR
 from launcher.compile.values import hydra_value, is_int, is_number
+from launcher.spec.layers import Layer
 
 # verl/grpo-one-step-off and verl/grpo-async (catalog: rollout_pool: separate) run verl 0.9.1's
 # experimental trainers, whose rollout servers get a pool of their own: the actor, ref and
@@ -62,8 +63,8 @@ def rule_separate_rollout_pool(ctx) -> None:
     pool = _rollout_pool(ctx)
     if pool is None:
         return  # rule_rollout_not_colocated names roles.rollout
-    ctx.set("rollout.nnodes", pool.nodes, "topology")
-    ctx.set("rollout.n_gpus_per_node", pool.gpus_per_node, "topology")
+    ctx.set("rollout.nnodes", pool.nodes, Layer.TOPOLOGY)
+    ctx.set("rollout.n_gpus_per_node", pool.gpus_per_node, Layer.TOPOLOGY)
 
 
 def rule_separate_rollout_sizes(ctx) -> None:

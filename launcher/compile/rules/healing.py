@@ -5,6 +5,7 @@ from __future__ import annotations
 from launcher.compile.slurm_time import time_seconds
 from launcher.compile.values import is_number
 from launcher.errors import SpecError
+from launcher.spec.layers import Layer
 
 # launcher/injob/heal.py: a restart in place (at most slurm.max_restarts_in_place per attempt)
 # swaps a pool's spare node in for a node that died, never for the head (the first node of
@@ -19,8 +20,8 @@ def rule_spares(ctx) -> None:
     node is the head), they would sit idle for the whole run."""
     slurm = ctx.values.get("slurm") or {}
     restarts = slurm.get("max_restarts_in_place", ctx.site.max_restarts_in_place)
-    whose = " (the site's value)" if ctx.spec.provenance.get("slurm.max_restarts_in_place") in ("site", "defaults",
-                                                                                               None) else ""
+    whose = " (the site's value)" if ctx.spec.layer_of("slurm.max_restarts_in_place") in (Layer.SITE, Layer.DEFAULTS,
+                                                                                          None) else ""
     for pool in ctx.pools:
         spares = pool.spare_nodes
         if not spares:
@@ -56,8 +57,8 @@ def rule_hang_limits(ctx) -> None:
         return  # UNLIMITED
     for key, off in HANG_LIMITS.items():
         value = slurm.get(key)
-        source = ctx.spec.provenance.get(f"slurm.{key}")
-        if source in ("site", "defaults", None) or not is_number(value) or value <= limit:
+        if ctx.spec.layer_of(f"slurm.{key}") in (Layer.SITE, Layer.DEFAULTS, None) or not is_number(value) \
+                or value <= limit:
             continue
         ctx.error(f"slurm.{key}", f"{key}={value} is longer than the job's time limit (slurm.time {time} = {limit} s): "
                   f"the watchdog would never fire and a hang would hold the nodes until then; set {key} to at most "
@@ -68,11 +69,11 @@ def rule_hang_limits(ctx) -> None:
 def _site_hang_limits(ctx, limit: int) -> None:
     """The site file's own hang limit beyond the site's own time limit (the run keeps both)."""
     written = (ctx.site.raw or {}).get("slurm") or {}
-    if ctx.spec.provenance.get("slurm.time") != "site":
+    if ctx.spec.layer_of("slurm.time") is not Layer.SITE:
         return  # the user picked the time limit
     for key, off in HANG_LIMITS.items():
         value = getattr(ctx.site, key)
-        if key not in written or ctx.spec.provenance.get(f"slurm.{key}") != "site" or not is_number(value) \
+        if key not in written or ctx.spec.layer_of(f"slurm.{key}") is not Layer.SITE or not is_number(value) \
                 or value <= limit:
             continue
         ctx.error(f"site slurm.{key}", f"{key}={value} in the site file ({ctx.site.path}) is longer than the "

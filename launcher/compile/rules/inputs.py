@@ -13,6 +13,7 @@ from launcher.compile.rules.owned import is_legacy, legacy_rewrite
 from launcher.compile.values import flatten, parse_scalar, parse_value
 from launcher.errors import SpecError
 from launcher.spec.experiment import check_reward_function, close_knobs, split_override
+from launcher.spec.layers import Layer
 
 
 def rule_bindings(ctx) -> None:
@@ -26,22 +27,22 @@ def rule_bindings(ctx) -> None:
     if not train:
         ctx.error("data.train.files", "no training data: pass --train-data FILE (or --train-dataset "
                                       "OWNER/NAME@VERSION) or set data.train.files")
-    om = ctx.layer("model")
+    om = ctx.origin_of("model")
     has_dataset = ((v.get("data") or {}).get("train") or {}).get("dataset")
-    ot = ctx.layer("data.train.dataset" if has_dataset else "data.train.files")
-    ov = ctx.layer("data.validation.files")
+    ot = ctx.origin_of("data.train.dataset" if has_dataset else "data.train.files")
+    ov = ctx.origin_of("data.validation.files")
     if model:
         for key in (["model.path"] if ctx.sft else
                     ["actor_rollout_ref.model.path", *(["critic.model.path"] if ctx.method.critic else [])]):
-            ctx.set(key, model, "binding", origin=om)
+            ctx.set(key, model, Layer.BINDING, origin=om)
     if train:
-        ctx.set("data.train_files", train, "binding", origin=ot)
+        ctx.set("data.train_files", train, Layer.BINDING, origin=ot)
     if val:
-        ctx.set("data.val_files", val, "binding", origin=ov)
+        ctx.set("data.val_files", val, Layer.BINDING, origin=ov)
     elif train:
         # verl's default val_files points at a GSM8K path that does not exist on the cluster:
         # SFT validates nothing then, RL validates on the training data.
-        ctx.set("data.val_files", None if ctx.sft else train, "binding", origin=ot)
+        ctx.set("data.val_files", None if ctx.sft else train, Layer.BINDING, origin=ot)
 
 
 def rule_no_validation(ctx) -> None:
@@ -50,9 +51,9 @@ def rule_no_validation(ctx) -> None:
         return
     user = {key for _source, key in ctx.user_keys()}
     if "trainer.test_freq" not in user:
-        ctx.set("trainer.test_freq", -1, "default")
+        ctx.set("trainer.test_freq", -1, Layer.SF)
     if not ctx.sft and "trainer.val_before_train" not in user:
-        ctx.set("trainer.val_before_train", False, "default")
+        ctx.set("trainer.val_before_train", False, Layer.SF)
     ctx.warn("no validation data: " + ("validation is off" if ctx.sft else "data.val_files reuses the training file "
              "(verl needs one) and validation " + ("scores it (trainer.test_freq is set)" if "trainer.test_freq" in user
                                                    else "is off (test_freq=-1)")) + "; pass --validation-data FILE")
@@ -62,8 +63,8 @@ def rule_knobs(ctx) -> None:
     """Method defaults, then the knobs of each layer (configs/defaults.yaml, site, config.yaml,
     --set, the sweep point), each translated to its Hydra key and typed; a knob and its alias
     reach one key (two of them in one layer: an error of the resolution)."""
-    layers = [("default:sf", ctx.base_knobs), ("method", ctx.recipe_defaults)] + [
-        (layer, knobs) for layer, knobs in ctx.knob_layers if layer != "default:sf"]
+    layers = [(Layer.DEFAULTS, ctx.base_knobs), (Layer.METHOD, ctx.recipe_defaults)] + [
+        (layer, knobs) for layer, knobs in ctx.knob_layers if layer is not Layer.DEFAULTS]
     for layer, knobs in layers:
         for name, raw in knobs.items():
             if name not in KNOBS:
@@ -78,8 +79,7 @@ def rule_knobs(ctx) -> None:
                           + ("; SFT knobs: " + ", ".join(k for k, kn in KNOBS.items() if kn.sft_key)
                              if ctx.sft else ""))
                 continue
-            if layer == "config.yaml" and ctx.spec.provenance.get(f"knobs.{name}") == "config.yaml" \
-                    and _quoted_number(name, raw):  # read from the file: sf's loader types its numbers
+            if layer is Layer.CONFIG and _read_from_config_file(ctx, name) and _quoted_number(name, raw):
                 ctx.error(f"knobs.{name}", f"{raw!r} is quoted, so YAML reads text, not a number; write it without "
                                            f"quotes: {name}: {raw.strip()}")
                 continue
@@ -90,12 +90,18 @@ def rule_knobs(ctx) -> None:
                 continue
             if name == "policy_loss_mode" and value is not None:
                 value = POLICY_LOSS_MODES[value]  # gmpo -> geo_mean, clip-cov -> clip_cov, ...
-            if layer in ("default:sf", "method"):  # configs/defaults.yaml, then the recipe's defaults
-                ctx.set(key, value, "default", source=f"method default {name}", layer=layer)
+            if layer in (Layer.DEFAULTS, Layer.METHOD):  # configs/defaults.yaml, then the recipe's defaults
+                ctx.set(key, value, layer, field=f"method default {name}")
             elif value is None:  # null: verl's own default, whatever a lower layer set
-                ctx.set(key, None, "knob", prefix="default", source=f"knobs.{name}", layer=layer)
+                ctx.set(key, None, layer, prefix="default", field=f"knobs.{name}", knob=True)
             else:
-                ctx.set(key, value, "knob", source=f"knobs.{name}", layer=layer)
+                ctx.set(key, value, layer, field=f"knobs.{name}", knob=True)
+
+
+def _read_from_config_file(ctx, name: str) -> bool:
+    """Whether knob `name`'s value is config.yaml's, read from the file (sf's loader types its numbers)."""
+    origin = ctx.spec.origins.get(f"knobs.{name}")
+    return origin is not None and origin.layer is Layer.CONFIG and origin.path is not None
 
 
 def _quoted_number(name: str, raw) -> bool:
@@ -111,7 +117,7 @@ def rule_raw_overrides(ctx) -> None:
     """Raw Hydra overrides of config.yaml, --set and the sweep point, each in its layer; legacy
     keys rewritten to the reward.* key verl 0.9.1 reads; a dict value written as its leaves
     (Hydra merges it into the node), so each reaches the key it really sets."""
-    for source, prefix, key, value in ctx.raw:
+    for source, prefix, key, value, layer in ctx.raw:
         if is_legacy(key):
             new = legacy_rewrite(key)
             if new is None:
@@ -125,15 +131,15 @@ def rule_raw_overrides(ctx) -> None:
         if key.startswith("reward.reward_kwargs.") and "+" not in prefix:
             prefix = "+"  # reward_kwargs is not in verl's schema: it must be added
         if prefix == "~":
-            ctx.set(key, None, "raw", prefix="~", raw_value=value, source=source)
+            ctx.set(key, None, layer, prefix="~", raw_value=value, field=source)
             continue
         parsed = parse_value(value)
         if isinstance(parsed, dict) and parsed:
             item = ctx.next_item()
             for leaf, leaf_value in flatten(key, parsed):
-                ctx.set(leaf, leaf_value, "raw", prefix=prefix, source=source, item=item)
+                ctx.set(leaf, leaf_value, layer, prefix=prefix, field=source, item=item)
             continue
-        ctx.set(key, value, "raw", prefix=prefix, raw_value=value, source=source)
+        ctx.set(key, value, layer, prefix=prefix, raw_value=value, field=source)
 
 
 def rule_runtime_defaults(ctx) -> None:
@@ -155,7 +161,7 @@ def rule_runtime_defaults(ctx) -> None:
     lines = table[name] if name in table else table.get(verlcheck.DERIVED_FROM.get(name, ""), ())
     for text in lines:
         prefix, key, value = split_override(text)
-        ctx.set(key, value, "runtime", prefix=prefix, raw_value=value, source="runtime")
+        ctx.set(key, value, Layer.RUNTIME, prefix=prefix, raw_value=value, field="runtime")
 
 
 def rule_rollout_defaults(ctx) -> None:
@@ -163,16 +169,16 @@ def rule_rollout_defaults(ctx) -> None:
     if ctx.sft:
         return
     if ctx.get("actor_rollout_ref.rollout.name") is None:
-        ctx.set("actor_rollout_ref.rollout.name", "vllm", "default")
+        ctx.set("actor_rollout_ref.rollout.name", "vllm", Layer.SF)
 
 
 def rule_custom_reward_function(ctx) -> None:
     """reward.function {path, name} -> reward.custom_reward_function.{path,name}."""
     fn = (ctx.values.get("reward") or {}).get("function") or {}
     if fn.get("path"):
-        ctx.set("reward.custom_reward_function.path", fn["path"], "binding", origin=ctx.layer("reward.function.path"))
-        ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", "binding",
-                origin=ctx.layer("reward.function.path"))
+        origin = ctx.origin_of("reward.function.path")
+        ctx.set("reward.custom_reward_function.path", fn["path"], Layer.BINDING, origin=origin)
+        ctx.set("reward.custom_reward_function.name", fn.get("name") or "compute_score", Layer.BINDING, origin=origin)
     elif fn.get("name"):
         ctx.error("reward.function.path", "a reward function name without a path; set reward.function.path: "
                                           "my_reward.py")

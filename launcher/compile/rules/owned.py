@@ -7,6 +7,7 @@ from __future__ import annotations
 from launcher.compile import catalog, resolve
 from launcher.compile.rules import pins
 from launcher.compile.values import hydra_value
+from launcher.spec.layers import Layer
 
 TOPOLOGY_KEYS = (
     "trainer.nnodes", "trainer.n_gpus_per_node", "distillation.nnodes", "distillation.n_gpus_per_node",
@@ -97,7 +98,7 @@ def refusal(ctx, conflict) -> str:
     """The message of a write that the owner of its key (a pin, a binding, the pools, the run)
     refuses (launcher.compile.resolve): the rule's own message where there is one."""
     owner, key = conflict.owner, conflict.owner.key
-    if owner.layer == "pin":
+    if owner.layer is Layer.PIN:
         if key == pins.ESTIMATOR_KEY:
             return pins.estimator_message(ctx)
         return pins.pin_message(ctx, key, owner.value)
@@ -105,7 +106,7 @@ def refusal(ctx, conflict) -> str:
     if key in owned:
         return owned_message(ctx, key)
     if key in FIELD_KEYS:
-        return (f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound.get(key, owner.origin)}); change it there and "
+        return (f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound.get(key, owner.origin).label}); change it there and "
                 "remove this override")
     return resolve.conflict_message(conflict, hydra_value)
 
@@ -114,16 +115,15 @@ def rule_owned_keys(ctx) -> None:
     """Bindings, pools and the run own their keys: a raw override of one is refused with the
     flag or field that sets it, and the composed config must carry sf's value."""
     owned = SFT_OWNED_KEYS if ctx.sft else OWNED_KEYS
-    for source, key in ctx.user_keys():
+    raw = [w for w in ctx.user_writes() if not w.knob]  # a knob that reaches an owned key is refused where it is
+    for w in raw:
         for own in owned:
-            if key == own or own.startswith(key + "."):
-                if source.startswith("knobs."):
-                    continue
-                ctx.error(source, owned_message(ctx, own))
-    for source, key in ctx.user_keys():
-        if key in FIELD_KEYS and key in ctx.bound and not source.startswith("knobs."):
-            ctx.error(source, f"{key} is set from {FIELD_KEYS[key]} ({ctx.bound[key]}); change it there and "
-                      "remove this override")
+            if w.key == own or own.startswith(w.key + "."):
+                ctx.error(w.field, owned_message(ctx, own))
+    for w in raw:
+        if w.key in FIELD_KEYS and w.key in ctx.bound:
+            ctx.error(w.field, f"{w.key} is set from {FIELD_KEYS[w.key]} ({ctx.bound[w.key].label}); change it there "
+                      "and remove this override")
     for key in owned:
         if key in ctx.overrides and ctx.overrides[key][1] != "~":
             set_value = ctx.overrides[key][2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from launcher.compile import catalog
 from launcher.compile.values import hydra_value
+from launcher.spec.layers import Layer
 
 ESTIMATOR_KEY = "algorithm.adv_estimator"
 
@@ -42,7 +43,7 @@ def rule_estimator(ctx) -> None:
 def rule_method_pins(ctx) -> None:
     """Pins of the method (estimator, DAPO's filter_groups and reward manager) come first."""
     for key, value in ctx.method.pins.items():
-        ctx.set(key, value, "pin")
+        ctx.set(key, value, Layer.PIN)
 
 
 def pin_message(ctx, key, value) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from launcher.compile import catalog
 from launcher.compile.rules.disaggregated import rule_rollout_not_colocated
 from launcher.compile.rules.owned import OWNED_KEYS
+from launcher.spec.layers import Layer
 
 
 def _by_name(ctx) -> dict:
@@ -33,8 +34,8 @@ def rule_pools(ctx) -> None:
         ctx.error("spec.resources.roles.actor", "the actor must run on the first pool (het group 0, where Ray's head "
                                                 "runs)")
     rule_roles_verl_can_place(ctx, train)
-    ctx.set("trainer.nnodes", train.nodes, "topology")
-    ctx.set("trainer.n_gpus_per_node", train.gpus_per_node, "topology")
+    ctx.set("trainer.nnodes", train.nodes, Layer.TOPOLOGY)
+    ctx.set("trainer.n_gpus_per_node", train.gpus_per_node, Layer.TOPOLOGY)
     if ctx.sft and len(pools) > 1:
         ctx.error("spec.resources.pools", f"verl/{ctx.method.name} runs under {ctx.method.launcher} on one pool; "
                   "declare a single pool")
@@ -54,9 +55,9 @@ def rule_teacher_pool(ctx) -> None:
         ctx.error("spec.resources.roles.teacher", f"the teacher must be on the second pool, not {teacher_pool!r}")
     elif by_name.get(teacher_pool) is not None:
         tp = by_name[teacher_pool]
-        ctx.set("distillation.enabled", True, "topology")
-        ctx.set("distillation.nnodes", tp.nodes, "topology")
-        ctx.set("distillation.n_gpus_per_node", tp.gpus_per_node, "topology")
+        ctx.set("distillation.enabled", True, Layer.TOPOLOGY)
+        ctx.set("distillation.nnodes", tp.nodes, Layer.TOPOLOGY)
+        ctx.set("distillation.n_gpus_per_node", tp.gpus_per_node, Layer.TOPOLOGY)
         ttp = ctx.get("distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size", 2)
         size = tp.nodes * tp.gpus_per_node
         if isinstance(ttp, int) and ttp > 0 and size % ttp:
@@ -70,8 +71,8 @@ def rule_teacher_pool(ctx) -> None:
         ctx.error("teacher.model", f"verl/{ctx.method.name} needs a teacher: set teacher: {{model: PATH_OR_HF_ID}} "
                   "in config.yaml")
     else:
-        ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, "binding",
-                origin=ctx.layer("teacher.model"))
+        ctx.set("distillation.teacher_models.teacher_model.model_path", teacher, Layer.BINDING,
+                origin=ctx.origin_of("teacher.model"))
 
 
 def rule_reward_pool(ctx) -> None:
@@ -86,18 +87,18 @@ def rule_reward_pool(ctx) -> None:
         ctx.error("reward.model", "a reward pool is declared but no reward model: set reward: {model: PATH}")
     if not reward_model:
         return
-    ctx.set("reward.reward_model.enable", True, "binding", origin=ctx.layer("reward.model"))
-    ctx.set("reward.reward_model.model_path", reward_model, "binding", origin=ctx.layer("reward.model"))
-    ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), "binding",
-            origin=ctx.layer("reward.model"))
+    ctx.set("reward.reward_model.enable", True, Layer.BINDING, origin=ctx.origin_of("reward.model"))
+    ctx.set("reward.reward_model.model_path", reward_model, Layer.BINDING, origin=ctx.origin_of("reward.model"))
+    ctx.set("reward.reward_model.rollout.name", ctx.get("actor_rollout_ref.rollout.name", "vllm"), Layer.BINDING,
+            origin=ctx.origin_of("reward.model"))
     if reward_pool is not None and reward_pool in by_name:
         rp = by_name[reward_pool]
         if rp.het_group == 0:
             ctx.error("spec.resources.roles.reward", "the reward pool must be a pool of its own, not the training "
                                                      "pool")
-        ctx.set("reward.reward_model.enable_resource_pool", True, "topology")
-        ctx.set("reward.reward_model.nnodes", rp.nodes, "topology")
-        ctx.set("reward.reward_model.n_gpus_per_node", rp.gpus_per_node, "topology")
+        ctx.set("reward.reward_model.enable_resource_pool", True, Layer.TOPOLOGY)
+        ctx.set("reward.reward_model.nnodes", rp.nodes, Layer.TOPOLOGY)
+        ctx.set("reward.reward_model.n_gpus_per_node", rp.gpus_per_node, Layer.TOPOLOGY)
 
 
 def rule_every_pool_has_a_role(ctx) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from launcher.compile.values import is_int
+from launcher.spec.layers import Layer, Origin
 
 
 def rule_checkpoints(ctx) -> None:
     """Checkpoints for requeue and export: absolute dir in the run dir, resume_mode=auto."""
-    ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, "checkpoint")
-    ctx.set("trainer.resume_mode", "auto", "default", origin="run")  # a user layer may turn it off (warned)
+    ctx.set("trainer.default_local_dir", ctx.checkpoint_dir, Layer.RUN)
+    ctx.set("trainer.resume_mode", "auto", Layer.SF, origin=Origin(Layer.RUN))  # a user layer may turn it off (warned)
 
 
 ASYNC_SAVE_KEY = "actor_rollout_ref.actor.checkpoint.async_save"

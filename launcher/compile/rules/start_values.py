@@ -102,7 +102,7 @@ def rule_raw_number_spelling(ctx) -> None:
     key is typed as the knob (coerce_knob)."""
     knob_of = {knob.key.lstrip("+"): name for name, knob in KNOBS.items()
                if knob.key and knob.type in _TYPED_KNOB_TYPES}
-    for source, prefix, key, text in ctx.raw:
+    for source, prefix, key, text, _layer in ctx.raw:
         key, bare = effective_key(key), text.strip()
         if prefix == "~" or "${" in bare:  # an interpolation: its composed value is typed and judged
             continue
@@ -172,7 +172,7 @@ def rule_added_key_spelling(ctx) -> None:
     without a word and the run trains with the default. Refused naming the key verl has."""
     if ctx.effective is None:
         return
-    for source, prefix, key, _value in ctx.raw:
+    for source, prefix, key, _value, _layer in ctx.raw:
         parent, _, leaf = key.rpartition(".")
         if not prefix.startswith("+") or not parent or ctx.effective.base(key, _MISSING) is not _MISSING:
             continue

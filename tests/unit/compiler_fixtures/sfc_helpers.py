@@ -7,6 +7,7 @@ import yaml
 
 from launcher.compile.compiler import compile_plan
 from launcher.errors import SpecError, SpecErrors
+from launcher.spec import layers
 from launcher.spec.experiment import MergedSpec, _deep_merge, builtin_defaults, leaves
 from launcher.spec.site import site_from_dict
 
@@ -16,9 +17,9 @@ def spec_from_values(values: dict, name: str = "test", exp_dir: str = "/tmp/exp"
     """A MergedSpec built in memory: defaults < values, no files read but the defaults."""
     merged = _deep_merge(builtin_defaults(), {k: v for k, v in values.items() if k != "overrides"})
     merged["overrides"] = list(values.get("overrides") or [])
-    prov = {d: "defaults" for d, _ in leaves(builtin_defaults())}
-    prov.update({d: "values" for d, _ in leaves({k: v for k, v in values.items() if k != "overrides"})})
-    return MergedSpec(name=name, exp_dir=exp_dir, values=merged, provenance=prov,
+    origins = {d: layers.DEFAULTS for d, _ in leaves(builtin_defaults())}
+    origins.update({d: layers.CONFIG for d, _ in leaves({k: v for k, v in values.items() if k != "overrides"})})
+    return MergedSpec(name=name, exp_dir=exp_dir, values=merged, origins=origins,
                       override_sources=[f"overrides[{i}]" for i in range(len(merged["overrides"]))], main_py=main_py)
 
 
