@@ -8,7 +8,8 @@ the same paths there (`missing_here`: Job.host_missing). A path absent inside is
   - absent on the host too: a wrong path, fixed in the field that names it (no mount helps);
   - there on the host: not mounted; the folder to mount, and where to say so for the kind.
 Also what the process runs in (`where`): its python, and the container marker
-scripts/build-container writes (/etc/sf-container). Stdlib only.
+scripts/build-container writes (/etc/sf-container). Stdlib only, besides the runtime's kinds
+(launcher/runtime/: each says where its mounts are given).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
+
+from launcher.runtime import kind_named
 
 MARKER = "/etc/sf-container"
 
@@ -54,25 +57,16 @@ def mount_hint(path: str, runtime: dict | None, host_missing: str | None = None,
     `host_missing`: the part of the path missing on the batch host (None: the host has it);
     `field`: where the path was given (path_field)."""
     runtime = runtime or {}
-    kind = runtime.get("kind")
     if host_missing:
         gap = f" ({host_missing} is missing there)" if host_missing != path else ""
         return f"{path} does not exist on the host{gap}: fix the path in {field or 'the experiment'}"
     folder = first_missing(path) or path
     mounted = ", ".join(runtime.get("mounts") or ()) or "none"
     unmounted = f"{path} exists on the host but is not mounted in the container"
-    if kind == "oci":
-        return (f"{unmounted} (OCI bundle {runtime.get('image')}): add a mount: rebuild the bundle with "
-                f"`scripts/build-container --mount {folder} {runtime.get('version', 'VERSION')}` and publish it "
-                f"again (the bundle mounts: {mounted})")
-    if kind == "pyxis":
-        return (f"{unmounted} (pyxis image {runtime.get('image')}): add a mount: `{folder}:{folder}` to the "
-                f"runtime's mounts in the registry (mounted now: {mounted})")
-    if kind == "apptainer":
-        return (f"{unmounted} (apptainer image {runtime.get('image')}): add a bind: `{folder}` to the "
-                f"runtime's binds in the registry (bound now: {mounted})")
-    return (f"{path} does not exist on this node ({folder} is missing), though the batch host has it: is that "
-            "filesystem mounted on every node?")
+    kind = kind_named(runtime.get("kind"))
+    hint = kind.mount_hint(runtime, unmounted, folder, mounted) if kind else None
+    return hint or (f"{path} does not exist on this node ({folder} is missing), though the batch host has it: "
+                    "is that filesystem mounted on every node?")
 
 
 def path_field(path: str, plan: dict) -> str:

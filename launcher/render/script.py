@@ -150,7 +150,7 @@ def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
 
 def _module_lines(site, runtime: Runtime) -> list[str]:
     """The site's modules and a module runtime's: the template's module_loads block."""
-    modules = list(site.modules) + (list(runtime.modules) if runtime.kind == "module" else [])
+    modules = list(site.modules) + list(runtime.script_modules())
     if not modules:
         return []
     return ["type module >/dev/null 2>&1 || source /etc/profile.d/lmod.sh 2>/dev/null "
@@ -159,7 +159,7 @@ def _module_lines(site, runtime: Runtime) -> list[str]:
 
 
 def _activate_lines(runtime: Runtime) -> list[str]:
-    return runtime.activate_lines() if runtime.kind == "venv" else []  # quoted by the runtime
+    return runtime.source_lines()  # quoted by the runtime; its modules are in the module_loads block
 
 
 def _sf_root() -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from launcher import ownership, sbatch_values, slurm, slurm_versions
 from launcher import runs as runs_mod
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.runtime import kind_named
 from launcher.spec.contracts import load_registry
 from launcher.spec.runtimes import registry_path, runtime_from_entry
 from launcher.spec.site import load_site
@@ -304,17 +304,13 @@ def check_runtimes(site, timeout: float = 30) -> list[Check]:
 
 
 def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
-    probe = "import importlib.metadata as m; print(m.version('verl'))"
-    if rt.kind == "venv":
-        python = Path(rt.path) / "bin" / "python"
-        if not os.access(python, os.X_OK):
-            return Check(name, FAIL, f"{python} is missing or not executable",
-                         f"build the venv at {rt.path} or fix its path in the registry")
-        argv = [str(python), "-c", probe]
-    else:  # module (container kinds: launcher.submit.container_checks)
-        # every word quoted: a registry token may hold `#` (enroot refs), a comment to an unquoted shell
-        argv = ["bash", "-lc", f"module load {' '.join(map(shlex.quote, rt.modules))} && "
-                f"{shlex.quote(rt.python)} -c {shlex.quote(probe)}"]
+    """A host runtime (venv, module) on this login node: its python answers verl's version.
+    (Container kinds are checked on a node: launcher.submit.container_checks.)"""
+    kind = kind_named(rt.kind)
+    problem = kind.login_problem(rt)
+    if problem:
+        return Check(name, FAIL, *problem)
+    argv = kind.login_argv(rt, ["-c", "import importlib.metadata as m; print(m.version('verl'))"])
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -326,8 +322,7 @@ def _probe_runtime(name, rt, version: str, timeout: float) -> Check:
     found = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "?"
     if found != version:
         return Check(name, FAIL, f"has verl {found}, published as {version}", "fix the registry entry's version")
-    where = rt.path if rt.kind == "venv" else " ".join(rt.modules)
-    return Check(name, OK, f"{rt.kind} {where} has verl {found}")
+    return Check(name, OK, f"{rt.kind} {kind.where(rt)} has verl {found}")
 
 
 # launcher/injob/stacks.py run as a file (no import: it runs in the runtime's python, with
@@ -339,15 +334,11 @@ def check_py_spy(name: str, rt, hang_limit_s: float, timeout: float = 30) -> lis
     """With a hang limit set, the watchdog's stacks need py-spy in the runtime: warn, naming
     the runtime, when the job's dump would not find it (venv and module runtimes; a
     container's is checked by the preflight, inside it)."""
-    if not hang_limit_s or hang_limit_s <= 0 or rt.kind not in ("venv", "module"):
+    kind = kind_named(rt.kind)
+    argv = kind.login_argv(rt, ["-I", str(STACKS_SCRIPT), "--find"]) if kind else None
+    if not hang_limit_s or hang_limit_s <= 0 or argv is None:
         return []
-    env = {**os.environ, **dict(rt.env)}
-    if rt.kind == "venv":
-        env["PATH"] = f"{Path(rt.path) / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as bin/activate does
-        argv = [str(Path(rt.path) / "bin" / "python"), "-I", str(STACKS_SCRIPT), "--find"]
-    else:
-        argv = ["bash", "-lc", f"module load {' '.join(map(shlex.quote, rt.modules))} && "
-                f"{shlex.quote(rt.python)} -I {shlex.quote(str(STACKS_SCRIPT))} --find"]
+    env = kind.login_env(rt, {**os.environ, **dict(rt.env)})
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
