@@ -2,6 +2,7 @@
 
     python benchmarks/bringup.py --work DIR --out FILE [--reps 3] [--nodes 1,2,4,8]
                                  [--methods sf,verl_example,naive_batched]
+    python benchmarks/bringup.py --summary FILE    # the ratios, side by side, of a finished run
 
 On the Slurm 24.11 dev cluster: the same command inside `scripts/dev-cluster --slurm 24.11 exec --`
 (its login venv's python; the result's `slurm` says which Slurm ran the trials).
@@ -321,10 +322,28 @@ def baseline_env(work: Path) -> dict:
     return env
 
 
+def ratio_lines(result: dict) -> list[str]:
+    """Per N, the median bring-up of each method and sf's ratio to each Ray-alone one, side by side."""
+    others = [m for m in result["methods"] if m != "sf"]
+    lines = [f"{result.get('slurm') or 'slurm ?'}: bring-up medians (s) and sf / Ray alone",
+             "N   sf      " + "".join(f"{m:>16s} {'sf/' + m:>20s}" for m in others)]
+    for n in result["sizes"]:
+        med = {m: common.summary([t["bringup_s"] for t in result["trials"]
+                                  if t["method"] == m and t["nodes"] == n and t.get("ok")])["median"]
+               for m in result["methods"]}
+        cells = [f"{n:<3d} {med.get('sf') or float('nan'):7.2f} "]
+        for m in others:
+            ratio = med["sf"] / med[m] if med.get("sf") and med.get(m) else float("nan")
+            cells.append(f"{med.get(m) or float('nan'):16.2f} {ratio:19.2f}x")
+        lines.append("".join(cells))
+    return lines
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--work", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--summary", type=Path, help="print the ratios of a finished run's JSON and stop")
+    p.add_argument("--work", type=Path)
+    p.add_argument("--out", type=Path)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--nodes", default="1,2,4,8")
     p.add_argument("--methods", default=",".join(METHODS))
@@ -333,6 +352,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--extra-reps", default="",
                    help="N:K - K more sf-only repetitions at N after the matrix (to count bring-up failures)")
     args = p.parse_args(argv)
+    if args.summary:
+        print("\n".join(ratio_lines(json.loads(args.summary.read_text()))))
+        return 0
+    if not (args.work and args.out):
+        p.error("--work and --out are needed for a run")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     site = common.bench_site(work, health_check=args.health_check)
@@ -375,6 +399,7 @@ def main(argv: list[str]) -> int:
                 if trial.get("ok"):
                     break
     common.save(args.out, result)
+    print("\n".join(ratio_lines(result)))
     return 0
 
 
