@@ -39,7 +39,7 @@ class Attempt:
     # -- renewed by each start (a restart in place, a redraw of the head's slot) -------------
     job: Job | None = None  # what the job's processes share: hosts, spares, the head's ports
     ports: ports_mod.NodePorts | None = None  # the head's ports (Bringup.take_head_slot)
-    port_reservation: private.Reservation | None = None  # the lock on the head's slot
+    port_reservation: private.Reservation | None = None  # the locks on the head's ports
     stage: str = states.STAGE_ALLOCATED  # what it does now: the "during phase X" of a reason
     wall0: float = field(default_factory=time.time)  # when this start began: earlier node events are not its
     # this start's step records: the batch script's; a restart in place writes its own

@@ -98,7 +98,7 @@ class Bringup:
         a.expires_ts = a.expiration()
         a.job = Job(run_dir=a.run_dir, job_id=a.job_id, leader=a.leader, launcher=plan.launcher,
                     config_name=plan.config_name, pools=plan.pools, hosts=hosts, spares=spares,
-                    head_node=head_node, head="", port_block=0, head_slot=0, ray=a.ray,
+                    head_node=head_node, head="", ray=a.ray,
                     checkpoint_dir=plan.checkpoint_dir or "", paths_to_check=plan.paths_to_check,
                     host_missing=mounts.missing_here(plan.paths_to_check),
                     entry=plan.entry, overrides=plan.overrides, verl_pools=dict(plan.verl_pools))

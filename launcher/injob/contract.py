@@ -170,8 +170,6 @@ class Job:
     spares: dict[str, tuple[str, ...]]  # pool name -> allocated nodes kept out of Ray (heal.py)
     head_node: str
     head: str  # the GCS address, host:port
-    port_block: int
-    head_slot: int
     ray: RaySettings
     checkpoint_dir: str
     paths_to_check: tuple[str, ...] = ()

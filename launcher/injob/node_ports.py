@@ -39,9 +39,9 @@ def busy_ports(address: str, ports) -> list[int]:
 
 
 def reserve_port(locks: str | None, port: int) -> private.Reservation | None:
-    """This user's lock on one port of this host (lock file b<port>s0 of the lock dir), or None
+    """This user's lock on one port of this host (lock file port<N> of the lock dir), or None
     when another node of this user holds it."""
-    return private.reserve(locks, port, 0)
+    return private.reserve(locks, port)
 
 
 class SpanReservation:

@@ -8,12 +8,12 @@ never through a symlink) and gives Ray `<that>/r`: Ray may open up `r`, nobody e
 reach it through the 0700 parent. The node removes it when its Ray ends (after copying the
 logs sf keeps); `sweep_stale` removes what a killed node could not.
 
-Ports: a node reserves its port block on its host by holding an fcntl lock on a file per
-(block, slot) in a 0700 directory of the job's user under the temp root, from before it
+Ports: a node reserves each port it will give Ray on its host by holding an fcntl lock on a
+file per port in a 0700 directory of the job's user under the temp root, from before it
 checks the ports until it exits (the kernel drops the lock when the process dies, so no
 reservation outlives its holder). Two jobs of one user starting on one host at once
-therefore never pick the same block; a job of another user, or any other program, that
-holds a port is still seen by the bind check and the block skipped; a collision that
+therefore never pick the same port; a job of another user, or any other program, that
+holds a port is still seen by the bind check and the port skipped; a collision that
 still happens is reported as one (node.py, bringup.py).
 
 Start turns: the same directory holds `start<i>` lock files, one per turn; a Ray node holds
@@ -176,7 +176,7 @@ def lock_dir(root: str) -> str | None:
 
 
 class Reservation:
-    """An fcntl lock on a file of the lock dir (a port slot's b<block>s<slot>, a start turn's
+    """An fcntl lock on a file of the lock dir (a port's port<N>, a start turn's
     start<i>), held until release() or process exit. Where sf goes on without a lock (no lock
     dir, no start turn in time) it hands out a lock-less one (Reservation.lockless()), so that
     callers release what they got and never test for None."""
@@ -203,13 +203,13 @@ class Reservation:
                 self.fd = -1
 
 
-def reserve(directory: str | None, block: int, slot: int) -> Reservation | None:
-    """Try to reserve (block, slot) on this host without waiting: the Reservation, or None
-    when another process of this user holds it. With no lock directory every block counts
-    as reserved-by-us (the bind check is then all there is)."""
+def reserve(directory: str | None, port: int) -> Reservation | None:
+    """Try to reserve `port` on this host without waiting: the Reservation, or None when
+    another process of this user holds it. With no lock directory every port counts as
+    reserved-by-us (the bind check is then all there is)."""
     if directory is None:
         return Reservation.lockless()
-    return _try_lock(os.path.join(directory, f"b{int(block)}s{int(slot)}"))
+    return _try_lock(os.path.join(directory, f"port{int(port)}"))
 
 
 def _try_lock(path: str) -> Reservation | None:

@@ -16,7 +16,7 @@ def _job(**spares) -> Job:
     return Job(run_dir="/r", job_id="7", leader="7", launcher="ray", config_name="ppo_trainer", pools=pools,
                hosts={"train": ("dev1", "dev2"), "teach": ("dev7",)},
                spares={"train": tuple(spares.get("train", ())), "teach": tuple(spares.get("teach", ()))},
-               head_node="dev1", head="127.0.0.11:20000", port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/c")
+               head_node="dev1", head="127.0.0.11:20000", ray=ray, checkpoint_dir="/r/c")
 
 
 def _standing(job=None, *, in_place=0, bound=2, restart=0, max_requeues=2, stage="driver", **kw) -> heal.Standing:

@@ -252,22 +252,22 @@ def test_start_turns_let_at_most_n_workers_start_at_once_and_pass_on_when_releas
     no_dir.release()
 
 
-def test_port_reservations_lock_a_slot_once_and_go_lock_less_without_a_lock_dir(tmp_path):
-    """reserve answers None only for a slot another process of this user holds; with no lock
+def test_port_reservations_lock_a_port_once_and_go_lock_less_without_a_lock_dir(tmp_path):
+    """reserve answers None only for a port another process of this user holds; with no lock
     dir it answers a lock-less Reservation (the bind check is then all there is), the same
     convention as a start turn that came without a lock."""
     from launcher.injob import private
 
     locks = private.lock_dir(str(tmp_path))
-    slot = private.reserve(locks, 3, 1)
-    assert slot.held and slot.path.endswith("b3s1")
+    slot = private.reserve(locks, 18003)
+    assert slot.held and slot.path.endswith("port18003")
     # flock locks belong to an open file: a second reserve (a new open) stands for another node
-    assert private.reserve(locks, 3, 1) is None
+    assert private.reserve(locks, 18003) is None
     slot.release()
-    again = private.reserve(locks, 3, 1)
+    again = private.reserve(locks, 18003)
     assert again.held
     again.release()
-    lockless = private.reserve(None, 3, 1)
+    lockless = private.reserve(None, 18003)
     assert not lockless.held and lockless.path == ""
     lockless.release()
 

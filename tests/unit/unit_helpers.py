@@ -83,7 +83,7 @@ def job_json(*pools, method: str = "grpo") -> str:
     hosts = {p.name: (f"dev{i + 1}",) for i, p in enumerate(pools)}
     return Job(run_dir="/r", job_id="1", leader="1", launcher="ray", config_name="ppo_trainer", pools=tuple(pools),
                hosts=hosts, spares={p.name: () for p in pools}, head_node="dev1", head="127.0.0.11:20000",
-               port_block=0, head_slot=0, ray=ray, checkpoint_dir="/r/checkpoints",
+               ray=ray, checkpoint_dir="/r/checkpoints",
                verl_pools=dict(catalog.get_method("0.9.1", method).verl_pools)).to_json()
 
 
