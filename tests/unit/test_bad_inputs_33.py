@@ -560,10 +560,10 @@ def test_resolve_of_many_writes_is_linear_and_still_finds_twice_written_keys():
                Write("t.k9.x", 2, Layer.CONFIG, "overrides[b]", Origin(Layer.CONFIG), seq=n + 1, item=n + 1),
                Write("t.k11.x.y", 3, Layer.SET, "--set t.k11.x.y", Origin(Layer.SET), seq=n + 2, item=n + 2),
                Write("t.k11", 4, Layer.SET, "--set t.k11", Origin(Layer.SET), seq=n + 3, item=n + 3)]
-    start = time.monotonic()
+    start = time.process_time()  # CPU time: a loaded CI host's waits are not the resolver's
     res = resolve(writes)
-    took = time.monotonic() - start
-    assert took < 5, took  # pairwise it took minutes
+    took = time.process_time() - start
+    assert took < 5, took  # pairwise it took minutes; linear, ~0.4 s
     messages = [str(e) for e in res.errors]
     keep = "; keep one of them"
     assert messages == [
