@@ -1,6 +1,6 @@
 """The site file and the runtime registry as checked contracts: each against its JSON Schema
 (configs/schema/site.schema.json, runtimes.schema.json; `sf schema --site`, `--registry`)
-and the few rules a schema cannot say (a Ray port range that holds a job's block of ports,
+and the few rules a schema cannot say (a Ray port range wide enough for many nodes' ports,
 paths absolute once ~ and $VAR are expanded, a default series that is one of the series, a
 key YAML read as a number). Every problem is one SpecError: the field, the file and line,
 what is wrong and the fix; an unknown key comes with the closest valid ones.
@@ -247,8 +247,8 @@ def _site_rules(data: dict) -> list[tuple[list, str]]:
     if isinstance(ports, list) and len(ports) == 2:
         lo, hi = ports
         if hi - lo + 1 < PORT_BLOCK:
-            out.append((["ray", "port_range"], f"{ports!r} holds {max(hi - lo + 1, 0)} ports, fewer than one job's "
-                        f"block of {PORT_BLOCK} (LOW must be below HIGH); widen it, e.g. [20000, 32767]"))
+            out.append((["ray", "port_range"], f"{ports!r} holds {max(hi - lo + 1, 0)} ports, fewer than the "
+                        f"{PORT_BLOCK} sf needs (LOW must be below HIGH); widen it, e.g. [20000, 32767]"))
     series, default = data.get("series") or {}, data.get("default_series")
     if default is not None and default not in series:
         known = ", ".join(sorted(series)) or "none"

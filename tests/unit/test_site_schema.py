@@ -126,7 +126,7 @@ def test_modules_as_a_string_must_be_a_list(tmp_path):
 @pytest.mark.parametrize("ports,field,words", [
     ("[70000, 80000]", "site.ray.port_range[0]", "65535"),
     ("[0, 2000]", "site.ray.port_range[0]", "minimum of 1024"),
-    ("[20000, 20500]", "site.ray.port_range", f"fewer than one job's block of {contracts.PORT_BLOCK}"),
+    ("[20000, 20500]", "site.ray.port_range", f"fewer than the {contracts.PORT_BLOCK} sf needs"),
     ("[30000, 20000]", "site.ray.port_range", "LOW must be below HIGH"),
     ("[20000]", "site.ray.port_range", "too short"),
     ("20000-30000", "site.ray.port_range", "not a list"),
