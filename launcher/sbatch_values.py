@@ -60,6 +60,34 @@ path = _checker(PATH, "an absolute path of letters, digits and ._/+- only (no sp
 log_path = _checker(LOG_PATH, "an absolute path of letters, digits and ._/+-% only; choose another runs_dir")
 env_key = _checker(ENV_KEY, "environment names are letters, digits and _, not starting with a digit")
 
+# Environment names that decide what a later command of the batch script runs (launcher.render.
+# site_checks holds a site block to the same names): where programs, libraries, modules and
+# Python packages are found; files each later bash or program loads first; how bash reads and
+# runs sf's lines (PS4 is expanded before each traced line; FUNCNEST=1 stops the requeue trap)
+SEARCH_PATHS = ("PATH", "LD_LIBRARY_PATH", "MODULEPATH", "PYTHONPATH")
+CODE_FILES = ("BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT")
+SHELL_NAMES = ("IFS", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "EXECIGNORE",
+               "BASH_LOADABLES_PATH", "BASH_XTRACEFD", "BASH_COMPAT", "PS4", "FUNCNEST", "PYTHONHOME",
+               "PYTHONSAFEPATH", "PYTHONUSERBASE")
+
+
+def env_value(key: str, value, field: str) -> str:
+    """An `env:` value the batch script exports (shell-quoted later), checked where its name
+    decides what sf's later commands run: SHELL_NAMES never; SEARCH_PATHS and CODE_FILES only
+    absolute paths (an empty or relative part is the job's current folder, which another user
+    may write to, and a later srun or python would be theirs)."""
+    text = str(value)
+    if key in SHELL_NAMES:
+        raise SpecError(field, f"{key} changes how bash reads or runs sf's batch script; remove it from env")
+    if key in SEARCH_PATHS or key in CODE_FILES:
+        parts = text.split(":") if key in SEARCH_PATHS else text.replace(" ", ":").split(":")
+        bad = next((p for p in parts if not p.startswith("/")), None)
+        if bad is not None:
+            what = "an empty part (the current folder)" if bad == "" else f"the relative part {bad!r}"
+            raise SpecError(field, f"{text!r} has {what}; {key} in env takes absolute folders only "
+                                   f"(joined by {':' if key in SEARCH_PATHS else 'spaces or :'})")
+    return text
+
 
 _FEATURE = re.compile(r"!?[A-Za-z0-9_.:-]+")
 

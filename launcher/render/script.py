@@ -144,6 +144,7 @@ def _env_lines(plan: Plan, site, runtime: Runtime) -> list[str]:
                           ("runtime.env", runtime.env), ("env", plan.env)):
         for key, value in pairs:
             sbatch_values.env_key(key, f"{source}.{key}")
+            sbatch_values.env_value(key, value, f"{source}.{key}")
             lines.append(f"export {key}={quote(value)}")
     return lines
 

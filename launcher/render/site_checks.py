@@ -37,6 +37,7 @@ import re
 import stat
 from dataclasses import dataclass
 
+from launcher import sbatch_values
 from launcher.render import site_shell
 from launcher.render.site_shell import ARITH, COMMENT, CONTEXT_NAMES, DBRACKET, PARAM, WORD
 
@@ -48,17 +49,12 @@ _PLAIN = re.compile(r"[A-Za-z0-9._,:/=+@%-]*")
 _VARIABLE = re.compile(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*)")
 # (as launcher.spec.contracts.SF_ENV_PREFIXES, and the Slurm clients' own input variables)
 SF_PREFIXES = ("SF_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SCONTROL_", "SQUEUE_", "SACCT_", "SCANCEL_")
-# Where a later command finds its program, libraries, modules or Python packages: each part a
-# folder only root or the user can change (else a command sf calls later is another user's)
-FOLDER_LISTS = ("PATH", "LD_LIBRARY_PATH", "MODULEPATH", "PYTHONPATH")
-# A file that each later bash, or each later program, loads first: the same rule
-CODE_FILES = ("BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT")
-# How bash reads and runs sf's lines after the site's: not for a site block at all
-# (PS4 is expanded before each traced line: a $( ) in it runs inside sf's lines; FUNCNEST=1
-# stops the requeue trap's call of sf_phase)
-SHELL_NAMES = ("IFS", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT", "EXECIGNORE",
-               "BASH_LOADABLES_PATH", "BASH_XTRACEFD", "BASH_COMPAT", "PS4", "FUNCNEST", "PYTHONHOME",
-               "PYTHONSAFEPATH", "PYTHONUSERBASE")
+# Where a later command finds its program, libraries, modules or Python packages (each part a
+# folder only root or the user can change, else a command sf calls later is another user's),
+# the files each later bash or program loads first (the same rule), and how bash reads and
+# runs sf's lines after the site's (not for a site block at all): one list each, shared with
+# the `env:` check (sbatch_values.env_value)
+FOLDER_LISTS, CODE_FILES, SHELL_NAMES = sbatch_values.SEARCH_PATHS, sbatch_values.CODE_FILES, sbatch_values.SHELL_NAMES
 # Commands that run the rest of their words as a command (what follows them is what runs)
 _WRAPPERS = ("command", "builtin", "time", "nohup", "env", "nice", "setsid", "timeout", "stdbuf", "ionice", "xargs")
 _PATH_PART = re.compile(r"/[A-Za-z0-9._,+@%=/-]*")

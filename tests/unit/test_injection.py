@@ -91,6 +91,28 @@ def test_env_keys_refused(key):
     assert err.value.exit_code == 2
 
 
+@pytest.mark.parametrize("key,value,said", [
+    ("PATH", "bin:/usr/bin", "the relative part 'bin'"),
+    ("LD_LIBRARY_PATH", "/opt/cuda/lib64::/usr/lib", "an empty part (the current folder)"),
+    ("PYTHONPATH", "", "an empty part (the current folder)"),
+    ("LD_PRELOAD", "/opt/a.so evil.so", "the relative part 'evil.so'"),
+    ("IFS", "/", "IFS changes how bash reads or runs sf's batch script"),
+    ("PS4", "+ ", "PS4 changes how bash reads or runs sf's batch script"),
+])
+def test_env_that_would_choose_sfs_later_commands_is_refused(key, value, said):
+    """A relative or empty search-path part is the job's current folder (another user may write
+    there): sf's later srun or python would be theirs; IFS or PS4 change how bash runs sf's lines."""
+    with pytest.raises(SpecError) as err:
+        render_script(make_plan(env=((key, value),)), SITE, VENV)
+    assert err.value.exit_code == 2 and said in str(err.value) and f"env.{key}" in str(err.value)
+
+
+def test_env_with_absolute_search_paths_renders():
+    script = render_script(make_plan(env=(("PATH", "/opt/tools/bin:/usr/bin"), ("LD_PRELOAD", "/opt/a.so /opt/b.so"))),
+                           SITE, VENV)
+    assert "export PATH=/opt/tools/bin:/usr/bin" in script and "export LD_PRELOAD='/opt/a.so /opt/b.so'" in script
+
+
 BAD_SBATCH = ["x y", "x\n#SBATCH --x", "x#y", "x;y", "$(id)", "`id`", "x'y", "-x", "x\ty"]
 
 
