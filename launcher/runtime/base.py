@@ -141,3 +141,16 @@ class RuntimeKind:
         """The sentence for a path the host has but a step of this runtime does not see
         (`runtime`: Runtime.to_dict); None: not a matter of mounts (a host runtime)."""
         return None
+
+
+class ImageKind(RuntimeKind):
+    """A kind whose runtime is an image a plugin or binary enters (pyxis, apptainer): the
+    entry names the image and the python inside it; the batch host keeps sf's python."""
+    in_container = True
+
+    def parse(self, entry: dict, source: str, label: str, mounts: tuple[str, ...]) -> dict:
+        return {"image": check_token(str(entry.get("image") or ""), "image", source), "mounts": mounts,
+                "python": entry_python(entry, source)}
+
+    def host_python(self, rt, sf_python: str) -> str:
+        return sf_python  # the image's python lives in the image

@@ -12,20 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.runtime.base import Finding, NodeProbe, RuntimeKind, check_token, entry_python
+from launcher.runtime.base import Finding, ImageKind, NodeProbe
 
 
-class Pyxis(RuntimeKind):
+class Pyxis(ImageKind):
     name = "pyxis"
-    in_container = True
     reads = ("image", "mounts", "python")
-
-    def parse(self, entry: dict, source: str, label: str, mounts: tuple[str, ...]) -> dict:
-        return {"image": check_token(str(entry.get("image") or ""), "image", source), "mounts": mounts,
-                "python": entry_python(entry, source)}
-
-    def host_python(self, rt, sf_python: str) -> str:
-        return sf_python  # the image's python lives in the image
 
     def srun_flags(self, rt) -> list[str]:
         flags = [f"--container-image={rt.image}"]
