@@ -34,7 +34,7 @@ CASES = [
     ("dependency-job-0", lambda tmp, runs: {}, ("--dependency", "afterok:0"), "--dependency: 'afterok:0'"),
     ("dependency-past-32-bits", lambda tmp, runs: {}, ("--dependency", "afterok:99999999999"),
      "past Slurm's largest"),
-    ("registry-fifo", lambda tmp, runs: _fifo(tmp), (), "is not a regular file"),
+    ("registry-fifo", lambda tmp, runs: _fifo(tmp), (), "is a FIFO, not a regular file"),
 ]
 
 
