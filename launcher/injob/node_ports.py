@@ -38,12 +38,6 @@ def busy_ports(address: str, ports) -> list[int]:
     return [p for p in ports.fixed() if not port_free(address, p)]
 
 
-def reserve_port(locks: str | None, port: int) -> private.Reservation | None:
-    """This user's lock on one port of this host (lock file port<N> of the lock dir), or None
-    when another node of this user holds it."""
-    return private.reserve(locks, port)
-
-
 class SpanReservation:
     """The locks on every port of a node's span, held together (the Reservation interface:
     held, release)."""
@@ -73,7 +67,7 @@ def find_span(address: str, port_range, start: int, locks: str | None):
         if port in taken or not port_free(address, port):
             taken.add(port)
             return True
-        reservation = reserve_port(locks, port)
+        reservation = private.reserve(locks, port)  # this user's lock on the port (port<N>)
         if reservation is None:  # another node of this user, starting or running here
             taken.add(port)
             return True
