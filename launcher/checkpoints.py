@@ -257,7 +257,7 @@ def find_actor_dir(path: str | os.PathLike, fmt: str | None = None) -> Checkpoin
             raise LayoutError(f"{root} does not exist; {VALID_LAYOUT}")
         raise LayoutError(f"{root} is a file, not a directory; {VALID_LAYOUT}")
     step = None
-    if _is_file(root / TRACKER) or os.path.lexists(root / TRACKER):  # a FIFO or link there: read_tracker says so
+    if os.path.lexists(root / TRACKER):  # root was walked above; a FIFO or link there: read_tracker says so
         step = read_tracker(root / TRACKER)
         step_dir = root / f"global_step_{step}"
         if not _is_dir(step_dir):
