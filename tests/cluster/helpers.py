@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import subprocess
 import sys
@@ -21,6 +22,13 @@ import yaml
 from launcher.states import run_ended, slurm_done
 
 REPO = Path(__file__).resolve().parents[2]
+NOBODY = pwd.getpwnam("nobody")  # the second user of the second-user tests
+NOBODY_PY = "/usr/bin/python3"  # a python `nobody` can run
+
+
+def nobody_argv(*argv: str) -> list[str]:
+    """`argv` run as nobody: its uid and gid, no supplementary groups."""
+    return ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups", "--", *argv]
 
 
 def partition_nodes(partition: str) -> set[str]:

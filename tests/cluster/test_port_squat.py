@@ -1,8 +1,9 @@
 """Another user (`nobody`) squatting the Ray port range of a host on the real dev cluster
 (issue 44.4): one socket in each 128-port slot of the range used to block every sf job on the
-host. Each test gives its jobs a site whose range is one 1024-port block of its own
-(RANGE: below the kernel's ephemeral range, away from the dev site's range that the tests
-beside it use, above slurmd's ports):
+host. Each test gives its jobs a site whose range is a 1024-port block of its own (RANGE,
+FULL_RANGE: below the kernel's ephemeral range, away from the dev site's range that the tests
+beside it use and from slurmd's ports 17001-17064; apart from each other, since pytest-xdist may
+run the two tests at once and each squatter must hold its whole list):
 
   - nobody holds every port the old slot layout gave a node's fixed ports (the first 16 of
     each of the range's 8 slots) and a worker port of each slot: a 2-node preflight still
@@ -13,7 +14,6 @@ beside it use, above slurmd's ports):
 from __future__ import annotations
 
 import json
-import pwd
 import subprocess
 import sys
 import time
@@ -21,8 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (  # noqa: E402
+    NOBODY,
+    NOBODY_PY,
     RUNS,
     dev_site,
+    nobody_argv,
     phases,
     requeue_experiment,
     sf,
@@ -30,9 +33,8 @@ from helpers import (  # noqa: E402
     wait_terminal,
 )
 
-NOBODY = pwd.getpwnam("nobody")
-PY = "/usr/bin/python3"  # a python `nobody` can run
 RANGE = (18000, 19023)
+FULL_RANGE = (15000, 16023)
 OLD_SLOT, OLD_FIXED = 128, 16  # the old layout: 8 slots of 128 ports, 16 fixed ports first
 
 SQUATTER = r"""
@@ -57,9 +59,8 @@ sys.stdin.read()
 def squat(ports: list[int]) -> tuple[list[subprocess.Popen], int]:
     """nobody listening on `ports` on every address, until the test ends it: (its processes,
     how many ports they hold). 900 a process: the dev cluster's hard limit of open files is 1024."""
-    procs = [subprocess.Popen(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
-                               "--", PY, "-c", SQUATTER, *map(str, ports[i:i + 900])], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
+    procs = [subprocess.Popen(nobody_argv(NOBODY_PY, "-c", SQUATTER, *map(str, ports[i:i + 900])),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
              for i in range(0, len(ports), 900)]
     return procs, sum(int(proc.stdout.readline()) for proc in procs)
 
@@ -95,10 +96,10 @@ def test_a_socket_in_every_old_slot_of_the_range_blocks_no_job(tmp_path):
 
 
 def test_a_range_another_user_holds_whole_is_refused_naming_the_range_and_the_holder(tmp_path):
-    squatter, held = squat(list(range(RANGE[0], RANGE[1] + 1)))
+    squatter, held = squat(list(range(FULL_RANGE[0], FULL_RANGE[1] + 1)))
     try:
-        assert held == RANGE[1] - RANGE[0] + 1, held
-        site = dev_site(tmp_path, port_range=list(RANGE))
+        assert held == FULL_RANGE[1] - FULL_RANGE[0] + 1, held
+        site = dev_site(tmp_path, port_range=list(FULL_RANGE))
         t0 = time.monotonic()
         proc = sf("submit", requeue_experiment(tmp_path, max_requeues=0), "--site", site, "--json",
                   env={"SF_TEST_DRIVER": "exit 0"})
@@ -107,7 +108,7 @@ def test_a_range_another_user_holds_whole_is_refused_naming_the_range_and_the_ho
         run_dir = Path(out["run_dir"])
         assert wait_terminal(out["job_id"], timeout=120) == "FAILED", reason_of(run_dir)
         reason = reason_of(run_dir)
-        assert f"ray.port_range {RANGE[0]}-{RANGE[1]} is exhausted" in reason, reason
+        assert f"ray.port_range {FULL_RANGE[0]}-{FULL_RANGE[1]} is exhausted" in reason, reason
         assert f"user nobody (uid {NOBODY.pw_uid}) on {held} ports" in reason, reason
         # who holds a port: the job's user (root here) may read the squatter's /proc entries
         assert f"(pid {squatter[0].pid}, user nobody)" in reason, reason

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -26,16 +25,21 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import RUNS, cleanup, experiment, sf, wait_terminal, wait_until  # noqa: E402
+from helpers import (  # noqa: E402
+    NOBODY,
+    NOBODY_PY,
+    RUNS,
+    cleanup,
+    experiment,
+    nobody_argv,
+    sf,
+    wait_terminal,
+    wait_until,
+)
 
-NOBODY = pwd.getpwnam("nobody")
 STATE = Path("/var/lib/sfdev")
-PY = "/usr/bin/python3"  # a python `nobody` can run
+PY = NOBODY_PY
 RUNTIME_PY = "/var/lib/sfdev/runtimes/verl-0.9.1/bin/python"  # the job's runtime: Ray for the probe
-
-
-def nobody_argv(*argv: str) -> list[str]:
-    return ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups", "--", *argv]
 
 
 def as_nobody(*argv: str) -> None:
