@@ -13,6 +13,7 @@ import copy
 import difflib
 import importlib.util
 import os
+import pickle
 import warnings
 from functools import lru_cache
 
@@ -89,7 +90,7 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
                                [o.key_or_group for o in parsed if o.is_add() or o.is_force_add()])
     else:
         base = base_config(config_name)
-        cfg = copy.deepcopy(base)
+        cfg = _copy_of(config_name, base)
     try:
         apply(parsed, cfg)
     except TypeError:  # another Hydra's private signature: compose the documented way
@@ -98,6 +99,22 @@ def _compose_fast(config_name: str, overrides: tuple[str, ...]):
 
 
 _BASE_USED: frozenset = frozenset()
+_BASE_PICKLES: dict = {}  # config name -> (the base, its pickle)
+
+
+def _copy_of(config_name: str, base):
+    """A copy of the composed base to apply overrides to: unpickled from the base's pickle,
+    made once per base (9 ms a copy against 26 ms for copy.deepcopy of verl's ppo_trainer,
+    which a process that checks many override lists, such as the unit tests, did hundreds of
+    times). A base composed again (base_config.cache_clear) gets its own pickle."""
+    held = _BASE_PICKLES.get(config_name)
+    if held is None or held[0] is not base:
+        try:
+            held = (base, pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return copy.deepcopy(base)  # a value OmegaConf cannot pickle: copy it the slow way
+        _BASE_PICKLES[config_name] = held
+    return pickle.loads(held[1])
 
 class BaseSnapshot:
     """verl's base values of the keys an override list touches (and of their parents'
