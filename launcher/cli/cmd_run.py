@@ -112,7 +112,7 @@ def submit(name, dry_run, as_json, preflight, wait, **kwargs):
     # a pool no partition can ever hold, an account or QOS Slurm would refuse: exit 2 here
     from launcher.submit.live import verify  # lazy: asks Slurm, so never on a dry run's path (start-up cost)
 
-    live_warnings = verify(plan, request.site, getattr(request.spec, "provenance", None))
+    live_warnings = verify(plan, request.site, getattr(request.spec, "origins", None))
     sent = pipeline.submit(request)
     run, job_id = sent.run, sent.job_id
     _warn((*request.warnings, *live_warnings))

@@ -160,7 +160,7 @@ def validate(name, as_json, live, **kwargs):
     """
     spec, plan, site = pipeline.check(name, spec_flags(kwargs))  # errors: launcher.cli.app prints them (as JSON too)
     if live:
-        plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site, spec.provenance)))
+        plan = replace(plan, warnings=(*plan.warnings, *verify(plan, site, spec.origins)))
     if as_json:
         out = {
             "ok": True,

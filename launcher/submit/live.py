@@ -28,17 +28,19 @@ import re
 
 from launcher import slurm, slurm_versions
 from launcher.errors import SlurmError, SpecError, SpecErrors
+from launcher.spec.layers import Layer
 
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
 
-def verify(plan, site, provenance: dict | None = None) -> list[str]:
+def verify(plan, site, origins: dict | None = None) -> list[str]:
     """Ask Slurm (one `scontrol show partition`, one `scontrol show node`, one `scontrol show
     config`; where accounts are enforced one `sacctmgr show user withassoc` and, for a QOS,
     one `sacctmgr show qos`) and check the plan: SpecErrors (exit 2) when a pool can never
     run or Slurm would refuse the account or QOS; else the warnings. When Slurm does not
-    answer, one warning says what was not checked. `provenance` (the spec's) names the field
-    an account error shows (`slurm.account` or `site.slurm.account`)."""
+    answer, one warning says what was not checked. `origins` (the spec's: dotted key ->
+    launcher.spec.layers.Origin) name the field an account error shows (`slurm.account`,
+    `site.slurm.account` or the flag)."""
     try:
         cap = capacity(slurm.show_partitions(), slurm.show_nodes())
     except SlurmError as exc:
@@ -48,7 +50,7 @@ def verify(plan, site, provenance: dict | None = None) -> list[str]:
     errors, warnings = check(plan, site, cap)
     try:
         config = slurm.show_config()
-        errors += verify_accounts(plan, site, provenance, config)
+        errors += verify_accounts(plan, site, origins, config)
         warnings += version_warnings(config)
     except SlurmError as exc:
         warnings.append(f"account/QOS not checked against the cluster (Slurm did not answer: {exc})")
@@ -65,7 +67,7 @@ def version_warnings(config: dict) -> list[str]:
     return [warning] if warning else []
 
 
-def verify_accounts(plan, site, provenance: dict | None = None, config: dict | None = None) -> list[SpecError]:
+def verify_accounts(plan, site, origins: dict | None = None, config: dict | None = None) -> list[SpecError]:
     """The account/QOS part of `verify`: nothing is asked of sacctmgr (and nothing said)
     unless `scontrol show config` (`config`, else asked here) says the cluster enforces
     associations."""
@@ -80,7 +82,7 @@ def verify_accounts(plan, site, provenance: dict | None = None, config: dict | N
     names = slurm.qos_names() if qos and "qos" in enforce else []
     partitions = {p for p in (partition_of(pool, plan, site) for pool in plan.pools) if p}
     return check_accounts(account, qos, enforce=enforce, user=user, cluster=cluster, assocs=assocs,
-                          qos_names=names, partitions=partitions, provenance=provenance)
+                          qos_names=names, partitions=partitions, origins=origins)
 
 
 # AccountingStorageEnforce options that make Slurm check the job's association (limits,
@@ -99,16 +101,18 @@ def run_account(plan, site) -> tuple[str | None, str | None]:
     return plan.slurm.account or site.account, plan.slurm.qos or site.qos
 
 
-def _slurm_field(key: str, provenance: dict | None) -> str:
-    source = (provenance or {}).get(f"slurm.{key}", "")
-    if source.startswith("--"):
-        return source
-    return f"site.slurm.{key}" if source == "site" else f"slurm.{key}"
+def _slurm_field(key: str, origins: dict | None) -> str:
+    """The field an error about slurm.KEY names: the flag that set it, the site file's key, or
+    the spec's."""
+    origin = (origins or {}).get(f"slurm.{key}")
+    if origin is not None and origin.flag:
+        return origin.flag
+    return f"site.slurm.{key}" if origin is not None and origin.layer is Layer.SITE else f"slurm.{key}"
 
 
 def check_accounts(account: str | None, qos: str | None, *, enforce: set[str], user: str, cluster: str | None,
                    assocs: list[dict], qos_names: list[str], partitions: set[str] = frozenset(),
-                   provenance: dict | None = None) -> list[SpecError]:
+                   origins: dict | None = None) -> list[SpecError]:
     """Errors for an account that is not one of `user`'s associations (`assocs`: rows of
     launcher.slurm.user_associations) and, when `qos` is enforced, for a QOS that does not
     exist (`qos_names`) or that the account's associations do not allow. An association
@@ -118,7 +122,7 @@ def check_accounts(account: str | None, qos: str | None, *, enforce: set[str], u
     where = f"on cluster {cluster}" if cluster else "on this cluster"
     rows = [a for a in assocs if a.get("Account") and (not a.get("Partition") or a["Partition"] in partitions)]
     accounts = sorted({a["Account"] for a in rows})
-    acct_field, qos_field = _slurm_field("account", provenance), _slurm_field("qos", provenance)
+    acct_field, qos_field = _slurm_field("account", origins), _slurm_field("qos", origins)
     enforced = f"(the cluster enforces {','.join(sorted(enforce))})"
     if not accounts:
         return [SpecError(acct_field, f"user {user} has no Slurm association {where}, so Slurm refuses every job "

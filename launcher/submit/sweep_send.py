@@ -154,7 +154,7 @@ def send(sweep: Sweep, say: Say, queued: Callable[[object, str], None]) -> Sent:
     # as sf submit: the pools against the partitions, the account/QOS where enforced (the
     # points differ only in knobs and overrides, so the first point's plan speaks for all);
     # exit 2 here, before any record is written
-    for warning in verify(sweep.first.plan, site, getattr(sweep.first.spec, "provenance", None)):
+    for warning in verify(sweep.first.plan, site, getattr(sweep.first.spec, "origins", None)):
         say(f"sf: warning: {warning}")
     sweep_run = _create_sweep_record(sweep)
     members, plans = _write_members(sweep, sweep_run)

@@ -14,9 +14,10 @@ from launcher.spec import layers
 from launcher.spec.layers import Layer, Origin
 
 ROOT = Path(__file__).resolve().parents[2]
-# where values enter and resolve: the spec loader, the CLI's flags, compile and its rules
+# where values enter and resolve: the spec loader, the CLI's flags, compile and its rules; and
+# the live check, whose account errors name the field a value came from
 SCANNED = [*sorted((ROOT / "launcher" / "compile").rglob("*.py")), *sorted((ROOT / "launcher" / "spec").glob("*.py")),
-           ROOT / "launcher" / "cli" / "options.py"]
+           ROOT / "launcher" / "cli" / "options.py", ROOT / "launcher" / "submit" / "live.py"]
 TEXT_METHODS = {"startswith", "endswith", "removeprefix", "removesuffix", "split", "rsplit", "partition",
                 "rpartition", "lstrip", "rstrip", "strip", "find", "index"}
 # names that hold provenance (or, as `source` did, the field label a layer was read from)

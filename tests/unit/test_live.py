@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "compiler_fixtures"))
 from sfc_helpers import SITE, base, compile_values  # noqa: E402
 
+from launcher.spec.layers import Layer, Origin  # noqa: E402
 from launcher.submit import live  # noqa: E402
 
 PARTS = [{"PartitionName": "train"}, {"PartitionName": "teach"}, {"PartitionName": "empty"}]
@@ -93,9 +94,9 @@ ASSOCS = [
 QOS = ["normal", "high", "low"]
 
 
-def _acct(account, qos, enforce="associations,qos", provenance=None, assocs=ASSOCS, partitions=("train",)):
+def _acct(account, qos, enforce="associations,qos", origins=None, assocs=ASSOCS, partitions=("train",)):
     return live.check_accounts(account, qos, enforce=live.enforcement(enforce), user="alice", cluster="c1",
-                               assocs=assocs, qos_names=QOS, partitions=set(partitions), provenance=provenance)
+                               assocs=assocs, qos_names=QOS, partitions=set(partitions), origins=origins)
 
 
 def test_enforcement_reads_scontrols_value():
@@ -123,12 +124,12 @@ def test_an_account_that_is_not_an_association_names_the_field_the_value_and_the
 
 
 def test_the_field_is_the_site_files_when_the_account_came_from_there():
-    (err,) = _acct("nope", None, provenance={"slurm.account": "site"})
+    (err,) = _acct("nope", None, origins={"slurm.account": Origin(Layer.SITE, path="site.yaml")})
     assert err.field == "site.slurm.account" and "set site.slurm.account to" in str(err)
 
 
 def test_the_field_is_the_flag_when_the_account_came_from_one():
-    (err,) = _acct("nope", None, provenance={"slurm.account": "--account"})
+    (err,) = _acct("nope", None, origins={"slurm.account": Origin(Layer.SET, flag="--account")})
     assert err.field == "--account" and "set --account to one of them" in str(err)
 
 
