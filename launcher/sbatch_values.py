@@ -71,6 +71,12 @@ SHELL_NAMES = ("IFS", "CDPATH", "GLOBIGNORE", "SHELLOPTS", "BASHOPTS", "POSIXLY_
                "PYTHONSAFEPATH", "PYTHONUSERBASE")
 
 
+def lookup_parts(key: str, value: str) -> list[str]:
+    """The parts of a SEARCH_PATHS value (split at ':') or of a CODE_FILES value (at ':' or a
+    space, as the dynamic loader reads LD_PRELOAD)."""
+    return re.split("[: ]" if key in CODE_FILES else ":", value)
+
+
 def env_value(key: str, value, field: str) -> str:
     """An `env:` value the batch script exports (shell-quoted later), checked where its name
     decides what sf's later commands run: SHELL_NAMES never; SEARCH_PATHS and CODE_FILES only
@@ -80,8 +86,7 @@ def env_value(key: str, value, field: str) -> str:
     if key in SHELL_NAMES:
         raise SpecError(field, f"{key} changes how bash reads or runs sf's batch script; remove it from env")
     if key in SEARCH_PATHS or key in CODE_FILES:
-        parts = text.split(":") if key in SEARCH_PATHS else text.replace(" ", ":").split(":")
-        bad = next((p for p in parts if not p.startswith("/")), None)
+        bad = next((p for p in lookup_parts(key, text) if not p.startswith("/")), None)
         if bad is not None:
             what = "an empty part (the current folder)" if bad == "" else f"the relative part {bad!r}"
             raise SpecError(field, f"{text!r} has {what}; {key} in env takes absolute folders only "

@@ -54,7 +54,7 @@ SF_PREFIXES = ("SF_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SCONTROL_", "SQU
 # the files each later bash or program loads first (the same rule), and how bash reads and
 # runs sf's lines after the site's (not for a site block at all): one list each, shared with
 # the `env:` check (sbatch_values.env_value)
-FOLDER_LISTS, CODE_FILES, SHELL_NAMES = sbatch_values.SEARCH_PATHS, sbatch_values.CODE_FILES, sbatch_values.SHELL_NAMES
+SEARCH_PATHS, CODE_FILES, SHELL_NAMES = sbatch_values.SEARCH_PATHS, sbatch_values.CODE_FILES, sbatch_values.SHELL_NAMES
 # Commands that run the rest of their words as a command (what follows them is what runs)
 _WRAPPERS = ("command", "builtin", "time", "nohup", "env", "nice", "setsid", "timeout", "stdbuf", "ionice", "xargs")
 _PATH_PART = re.compile(r"/[A-Za-z0-9._,+@%=/-]*")
@@ -172,14 +172,14 @@ def _trusted_source(word) -> str | None:
 
 
 def _lookup_value_rule(name: str, raw: str | None) -> str | None:
-    """Why setting a FOLDER_LISTS or CODE_FILES name to `raw` (the value as written) is refused, or None."""
+    """Why setting a SEARCH_PATHS or CODE_FILES name to `raw` (the value as written) is refused, or None."""
     fix = f"name literal absolute paths only root or you can change, and ${name} for its old value"
     if raw is None:
         return f"it changes {name} other than by NAME=value; {fix}"
     value = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] == '"' else raw
     for old in (f"${{{name}:+:${name}}}", f"${{{name}:+:${{{name}}}}}", f"${{{name}:-}}", f"${{{name}}}"):
         value = value.replace(old, f":${name}" if ":+" in old else f"${name}")
-    for part in re.split("[: ]" if name in CODE_FILES else ":", value):
+    for part in sbatch_values.lookup_parts(name, value):
         if part == f"${name}":
             continue
         why = _changeable(part, f"{name} part") if part else f"{name} with an empty part (the current folder)"
@@ -195,7 +195,7 @@ def _write_rule(name: str, raw: str | None, names: set[str], how: str) -> str | 
             f"{how} {name}: {name} is a variable sf's script uses"
     if name in SHELL_NAMES:
         return f"{how} {name}: {name} changes how bash reads or runs sf's lines after the site's; leave it to sf"
-    if name in FOLDER_LISTS or name in CODE_FILES:
+    if name in SEARCH_PATHS or name in CODE_FILES:
         return _lookup_value_rule(name, raw)
     return None
 
@@ -309,7 +309,7 @@ def _name_args_rule(head: str, words: list, args: list[str], names: set[str]) ->
         name = arg.split("[", 1)[0].rstrip("+")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             return f"{head} {name}: the name it sets is an expansion (it could be one of sf's); name it literally"
-        if not sets and head == "export" and name in FOLDER_LISTS + CODE_FILES:
+        if not sets and head == "export" and name in SEARCH_PATHS + CODE_FILES:
             continue  # `export PATH`: its value as it is
         rule = _write_rule(name, value, names, head)
         if rule:

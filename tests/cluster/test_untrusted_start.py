@@ -38,7 +38,6 @@ from helpers import (  # noqa: E402
 )
 
 STATE = Path("/var/lib/sfdev")
-PY = NOBODY_PY
 RUNTIME_PY = "/var/lib/sfdev/runtimes/verl-0.9.1/bin/python"  # the job's runtime: Ray for the probe
 
 
@@ -130,7 +129,7 @@ json.dump(out, open(os.path.join(os.environ["FORGE_CLUSTER_RUN_DIR"], "start-pro
 
 def test_nobody_cannot_swap_the_jobs_ray_token_during_its_start(tmp_path, shared):
     evil = shared / "evil"
-    as_nobody(PY, "-c", PLANT_TOKEN, str(evil))
+    as_nobody(NOBODY_PY, "-c", PLANT_TOKEN, str(evil))
     evil_token = evil / ".ray-auth" / "nobody.token"
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
@@ -145,8 +144,8 @@ def test_nobody_cannot_swap_the_jobs_ray_token_during_its_start(tmp_path, shared
     home = shared / "root"
     assert run_dir.parent == home, run_dir
     stop = shared / "stop"
-    attacker = subprocess.Popen(nobody_argv(PY, "-c", ATTACK, str(home), str(run_dir), job, str(evil), str(stop)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    attack = nobody_argv(NOBODY_PY, "-c", ATTACK, str(home), str(run_dir), job, str(evil), str(stop))
+    attacker = subprocess.Popen(attack, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: (evil / "armed").exists() or attacker.poll() is not None, 60, "nobody's loop never armed")
         assert attacker.poll() is None, attacker.communicate()
