@@ -211,6 +211,15 @@ ALLOWED: dict[str, tuple[re.Pattern | None, str, bool]] = {
 }
 
 
+# What Slurm's clients read from their environment as options: SCANCEL_STATE=PENDING makes
+# scancel skip a running job, SQUEUE_*/SACCT_* change what the state reads see, SLURM_TIME_FORMAT
+# their dates, SLURM_JOB_ID/SRUN_* the target of an srun. sf's login-side Slurm commands run
+# without them (launcher.slurm.client_env), and a site block may not set them in the job's
+# script (launcher.render.site_checks).
+SLURM_CLIENT_PREFIXES = ("SCANCEL_", "SQUEUE_", "SACCT_", "SACCTMGR_", "SCONTROL_", "SINFO_", "SBATCH_",
+                         "SRUN_", "SALLOC_", "SLURM_")
+
+
 # Login-node variables that would carry another Python, verl or libraries into the job than the
 # runtime sf checked (sbatch exports the whole environment by default). sbatch itself runs with
 # them (a module-loaded or unpacked Slurm finds libslurmfull.so through LD_LIBRARY_PATH); the

@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from launcher import slurm_versions
+from launcher import sbatch_values, slurm_versions
 from launcher.errors import SlurmError
 
 # Re-exported: callers name the parsed types and helpers through launcher.slurm.
@@ -62,11 +62,9 @@ QUEUE_LOOK_TIMEOUT_S = 5  # squeue's second look after sacct, best effort (a dow
 CANCEL_CONFIRM_S = 30.0  # how long sf waits for Slurm to say a cancelled job ended
 CANCEL_POLL_S = 0.5
 
-# What Slurm's clients read from their environment as options: SCANCEL_STATE=PENDING makes
-# scancel skip a running job, SQUEUE_*/SACCT_* change what the state reads see, SLURM_TIME_FORMAT
-# their dates, SLURM_JOB_ID/SRUN_* the target of an srun. None of them reaches sf's own calls.
-CLIENT_PREFIXES = ("SCANCEL_", "SQUEUE_", "SACCT_", "SACCTMGR_", "SCONTROL_", "SINFO_", "SBATCH_",
-                   "SRUN_", "SALLOC_", "SLURM_")
+# What Slurm's clients read from their environment as options (sbatch_values says which and
+# why): none of them reaches sf's own calls
+CLIENT_PREFIXES = sbatch_values.SLURM_CLIENT_PREFIXES
 CLIENT_KEPT = ("SLURM_CONF",)  # which cluster the clients talk to
 
 

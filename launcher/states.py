@@ -176,9 +176,3 @@ def latest_event(events: list[dict]) -> dict | None:
         if name and name not in NODE_PHASES and not name.startswith("node_"):
             return event
     return None
-
-
-def latest_phase(events: list[dict]) -> str | None:
-    """The newest job-level phase of events.jsonl."""
-    event = latest_event(events)
-    return str(event["phase"]) if event else None

@@ -47,8 +47,9 @@ BLOCK_START, BLOCK_END, VALUE_START, VALUE_END = "\x00B", "\x00E\x00", "\x00V\x0
 _MARK = re.compile("\x00(B[a-z_]+|E|V|v)\x00")
 _PLAIN = re.compile(r"[A-Za-z0-9._,:/=+@%-]*")
 _VARIABLE = re.compile(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*)")
-# (as launcher.spec.contracts.SF_ENV_PREFIXES, and the Slurm clients' own input variables)
-SF_PREFIXES = ("SF_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SCONTROL_", "SQUEUE_", "SACCT_", "SCANCEL_")
+# Names a site block may not set: sf's own (SF_*) and what the Slurm clients sf's script runs read
+# (those cover launcher.spec.contracts.SF_ENV_PREFIXES, the `env:` rule)
+SF_PREFIXES = ("SF_",) + sbatch_values.SLURM_CLIENT_PREFIXES
 # Where a later command finds its program, libraries, modules or Python packages (each part a
 # folder only root or the user can change, else a command sf calls later is another user's),
 # the files each later bash or program loads first (the same rule), and how bash reads and

@@ -32,9 +32,6 @@ class Runtime:
         defaults run the runtime's python directly; the registry refuses one on the way in)."""
         return REGISTRY.get(self.kind) or RuntimeKind()
 
-    def default_overrides(self, config_name: str) -> tuple[str, ...]:
-        return dict(self.overrides).get(config_name, ())
-
     # -- what the batch script does --------------------------------------------------
     def activate_lines(self) -> list[str]:
         """Shell lines (already quoted) that make the runtime usable in a shell on the host."""

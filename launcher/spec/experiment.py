@@ -249,10 +249,6 @@ ConfigLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(l
 ConfigLoader.add_constructor("tag:yaml.org,2002:float", _yaml_float)
 
 
-def load_yaml(text: str):
-    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
-
-
 def read_config(path: Path) -> dict:
     data = parse_yaml_file(path, CONFIG_FILE, ConfigLoader)
     if data is None:

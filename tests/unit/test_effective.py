@@ -268,10 +268,11 @@ def test_int_refused(given):
     _one(errors_of(base("grpo", knobs={"train_batch_size": given})), "knobs.train_batch_size", "whole number")
 
 
-def test_config_yaml_loader_is_yaml_12():
-    from launcher.spec.experiment import load_yaml
+def test_config_yaml_loader_is_yaml_12(tmp_path):
+    from launcher.spec.experiment import read_config
 
-    data = load_yaml("a: 0.5_5\nb: yes\nc: 1e-6\nd: 1_000\ne: 012\nf: true\ng: .5\nh: off\n")
+    (tmp_path / "config.yaml").write_text("a: 0.5_5\nb: yes\nc: 1e-6\nd: 1_000\ne: 012\nf: true\ng: .5\nh: off\n")
+    data = read_config(tmp_path / "config.yaml")
     assert data == {"a": "0.5_5", "b": "yes", "c": 1e-6, "d": "1_000", "e": 12, "f": True, "g": 0.5, "h": "off"}
 
 

@@ -364,12 +364,13 @@ def test_sweep_members_listed_in_the_record(fake_slurm):
     assert [(p["run_id"], p["state"]) for p in status.points] == [(p0.id, "pending")]
 
 
-def test_latest_phase_ignores_per_node_events():
+def test_latest_event_ignores_per_node_events():
     phases = [{"phase": "allocated"}, {"phase": "node_started", "node": "dev2"}, {"phase": "head_up"},
               {"phase": "all_joined"}, {"phase": "node_started", "node": "dev3"}]
-    assert states.latest_phase(phases) == "all_joined"
-    assert states.latest_phase(phases + [{"phase": "driver_started", "what": "preflight"}]) == "driver_started"
-    assert states.latest_phase([{"phase": "node_exit"}]) is None
+    assert states.latest_event(phases) == {"phase": "all_joined"}
+    driver = {"phase": "driver_started", "what": "preflight"}
+    assert states.latest_event(phases + [driver]) == driver
+    assert states.latest_event([{"phase": "node_exit"}]) is None
 
 
 def test_ended_runs_keep_their_final_facts_in_the_record(fake_slurm):

@@ -46,8 +46,7 @@ def test_registry_entry_carries_env_and_default_overrides(tmp_path):
     site = site_from_dict({"name": "s", "runs_dir": "/r", "series": {}, "runtime_registry": str(path)})
     rt = resolve_runtime("verl", "0.9.1", site, environ={})
     assert dict(rt.env) == {"PYTHONPATH": "/opt/bundle", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-    assert rt.default_overrides("ppo_trainer") == NO_FLASH_ATTN["ppo_trainer"]
-    assert rt.default_overrides("nope") == ()
+    assert dict(rt.overrides) == NO_FLASH_ATTN
     assert Runtime.from_dict(rt.to_dict()) == rt  # travels in the run record
 
 

@@ -10,14 +10,14 @@ import jsonschema
 import pytest
 import yaml
 
-from launcher.spec.experiment import load_yaml, schema, schema_errors
+from launcher.spec.experiment import read_config, schema, schema_errors
 from launcher.spec.schema_fast import surely_valid
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _corpus():
-    docs = [load_yaml((REPO / "examples" / name / "config.yaml").read_text()) for name in ("grpo", "distill")]
+    docs = [read_config(REPO / "examples" / name / "config.yaml") for name in ("grpo", "distill")]
     from launcher.cli.cmd_spec import config_text
 
     for method in ("grpo", "dapo", "ppo", "rloo", "reinforce-baseline", "remax", "distillation", "sft"):

@@ -108,6 +108,8 @@ def test_an_sbatch_option_sf_sets_is_refused_abbreviated_too(tmp_path, line, opt
     ("let SF_MAX_REQUEUES=99", "changes SF_MAX_REQUEUES in arithmetic"),
     ("declare -i n", "-r/-f/-n/-i"),
     ("export SRUN_CPUS_PER_TASK=1", "export SRUN_CPUS_PER_TASK"),
+    ("export SQUEUE_FORMAT=%i", "export SQUEUE_FORMAT"),
+    ("SINFO_SORT=N", "SINFO_SORT"),
     ("PS4='$(kill $$)'", "PS4 changes how bash reads"),
     # a name held in a variable: `X=SF_MAX_REQUEUES` first
     ("export $X=/tmp", "the name it sets is an expansion"),
@@ -135,6 +137,15 @@ def test_what_a_site_block_may_not_run(tmp_path, body, rule):
     file = tmp_path / "site-templates" / "train.sbatch.j2"
     assert message.startswith(f"{file}:2: block prologue, script line ")
     assert rule in message, message
+
+
+def test_a_site_block_may_not_set_what_the_env_rule_refuses():
+    # one list of the Slurm clients' variables (sbatch_values) behind both rules
+    from launcher.render import site_checks
+    from launcher.spec import contracts
+
+    assert set(contracts.SF_ENV_PREFIXES) <= set(site_checks.SF_PREFIXES)
+    assert all(site_checks._owned(prefix + "X", set()) for prefix in contracts.SF_ENV_PREFIXES)
 
 
 def test_the_epilogue_may_not_change_the_exit_status(tmp_path):

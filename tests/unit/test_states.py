@@ -49,10 +49,10 @@ def test_run_terminal_is_slurm_terminal_lowered_plus_submit_failed():
 
 def test_latest_phase_and_labels():
     events = [{"phase": "allocated"}, {"phase": "node_started"}, {"phase": "driver_started", "what": "preflight"}]
-    assert states.latest_phase(events) == "driver_started"
+    assert states.latest_event(events) == events[2]
     assert states.phase_label("driver_started", states.latest_event(events).get("what")) == "preflight running"
     assert states.phase_label("driver_started") == "driver started"
-    assert states.latest_phase(events[:2]) == "allocated"
+    assert states.latest_event(events[:2]) == events[0]
     assert states.phase_label("something_new") == "something new"
 
 
